@@ -1,0 +1,210 @@
+//! `osprey bench`: an Electrum client that runs the workloads of
+//! BENCHMARKS.md against any Electrum server (Osprey, electrs, Fulcrum,
+//! ElectrumX), checks every answer against a chaingen manifest, and writes
+//! reports. Node operators compare servers on their own hardware with it, so
+//! a server that answers wrongly fails, it is never merely timed.
+//!
+//! Layout:
+//! - [`args`]: the command line and its validation;
+//! - [`client`]: one Electrum session (framing, batches, ids, limits, byte
+//!   and latency accounting);
+//! - [`check`]: the expected answers derived from the manifest, and the
+//!   comparisons (status hash, history, transactions, headers);
+//! - [`workload`]: the workloads, as a wallet runs them;
+//! - [`stats`], [`machine`], [`report`], [`svg`]: numbers, context and output.
+//!
+//! [`run`] ties them together: servers are measured one after the other,
+//! never at once, so they do not compete for the machine.
+
+pub mod args;
+pub mod check;
+pub mod client;
+pub mod error;
+pub mod machine;
+pub mod report;
+pub mod stats;
+pub mod svg;
+pub mod workload;
+
+pub use args::{BenchArgs, BenchCommand, WorkloadArg};
+pub use check::status_hash;
+pub use error::BenchError;
+
+use anyhow::{bail, Context};
+use args::Plan;
+use check::Expected;
+use client::Limits;
+use machine::Machine;
+use osprey_chaingen::manifest::Manifest;
+use report::{RecordContext, Report, RunRecord, ServerRef, ServerReport, WalletSummary};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use workload::Config;
+
+/// File name of the Markdown report inside the output directory.
+pub const REPORT_FILE: &str = "report.md";
+/// File name of the latency chart inside the output directory.
+pub const CHART_FILE: &str = "latency.svg";
+
+/// Runs `osprey bench`: measures every server, writes the reports into
+/// `--out`, and prints the Markdown report.
+///
+/// Creates its own tokio runtime, so it must not be called from async code.
+///
+/// # Errors
+/// On unusable arguments or manifest, when the reports cannot be written, and
+/// when any server failed (wrong answer, broken session) — after the reports
+/// of every server are written.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(command) = args.command {
+        match command {}
+    }
+    let plan = Plan::from_args(&args)?;
+    if tokio::runtime::Handle::try_current().is_ok() {
+        bail!("osprey_bench::run starts its own runtime; call it outside async code");
+    }
+    let manifest = Manifest::load(&plan.manifest)
+        .with_context(|| format!("loading manifest {}", plan.manifest.display()))?;
+    let expected = Arc::new(Expected::from_manifest(&manifest)?);
+    std::fs::create_dir_all(&plan.out).with_context(|| format!("creating {}", plan.out.display()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+
+    let date = machine::utc_now();
+    let machine = Machine::current();
+    let config = Config {
+        batch: plan.batch,
+        wallets: plan.wallets,
+        limits: Limits {
+            timeout: Duration::from_secs(plan.timeout_secs),
+            response_bytes_max: plan.response_bytes_max,
+        },
+    };
+    let context = RecordContext { date: &date, machine: &machine, batch_size: plan.batch };
+    let mut servers = Vec::with_capacity(plan.servers.len());
+    for address in &plan.servers {
+        let server = runtime.block_on(bench_server(address, &plan, &expected, config, &context))?;
+        servers.push(server);
+    }
+
+    let report = Report {
+        date: date.clone(),
+        machine: machine.clone(),
+        wallet: WalletSummary {
+            preset: manifest.preset.clone(),
+            seed: manifest.seed,
+            tip_height: manifest.tip_height,
+            addresses: expected.addresses.len(),
+            history_entries: expected.history_entries(),
+            transactions: expected.txids.len(),
+            heights: expected.heights.len(),
+        },
+        runs: plan.runs,
+        batch: plan.batch,
+        wallets: plan.wallets,
+        workloads: plan.workloads.clone(),
+        servers,
+    };
+    let markdown = report.to_markdown();
+    write_file(&plan.out.join(REPORT_FILE), &markdown)?;
+    write_file(&plan.out.join(CHART_FILE), &svg::latency_chart(&report))?;
+    print_report(&markdown, &plan.out);
+
+    let failures: Vec<String> = report
+        .servers
+        .iter()
+        .filter_map(|s| s.failure.as_ref().map(|f| format!("- {}: {f}", s.name())))
+        .collect();
+    if !failures.is_empty() {
+        bail!(
+            "{} of {} servers failed (reports in {}):\n{}",
+            failures.len(),
+            report.servers.len(),
+            plan.out.display(),
+            failures.join("\n")
+        );
+    }
+    Ok(())
+}
+
+/// Measures one server on every planned workload, writing each run's record
+/// as soon as it is done, so a bench stopped midway keeps what it measured.
+/// The first failure ends the server's bench: its later numbers would mean
+/// nothing.
+///
+/// # Errors
+/// Only when a record cannot be written; server failures go in the report.
+async fn bench_server(
+    address: &str,
+    plan: &Plan,
+    expected: &Arc<Expected>,
+    config: Config,
+    context: &RecordContext<'_>,
+) -> anyhow::Result<ServerReport> {
+    let mut report = ServerReport { address: address.to_owned(), info: None, runs: Vec::new(), failure: None };
+    tracing::info!(server = address, "checking the server's tip");
+    match workload::preflight(address, expected, config.limits).await {
+        Ok(info) => report.info = Some(info),
+        Err(e) => {
+            tracing::warn!(server = address, error = %e, "server failed");
+            report.failure = Some(e.to_string());
+            return Ok(report);
+        }
+    }
+    let server_ref = ServerRef {
+        address: address.to_owned(),
+        software: report.info.as_ref().map(|i| i.software.clone()),
+        protocol: report.info.as_ref().map(|i| i.protocol.clone()),
+    };
+    'workloads: for &workload in &plan.workloads {
+        for run_index in 0..=plan.runs {
+            let outcome = workload::run_once(address, workload, Arc::clone(expected), config).await;
+            let error = outcome.error.map(|e| e.to_string());
+            let record = RunRecord::new(context, server_ref.clone(), workload, run_index, &outcome.measured, error);
+            record.write(&plan.out)?;
+            log_run(&record);
+            let failed = record.error.clone();
+            report.runs.push(record);
+            if let Some(error) = failed {
+                report.failure = Some(format!("{} {}: {error}", workload.slug(), report::run_label(run_index)));
+                break 'workloads;
+            }
+        }
+    }
+    Ok(report)
+}
+
+fn log_run(record: &RunRecord) {
+    match &record.error {
+        None => tracing::info!(
+            server = %record.server.address,
+            workload = record.workload.slug(),
+            run = %record.run,
+            wall_seconds = record.wall_seconds,
+            requests = record.requests,
+            p99_ms = record.latency.p99_ms,
+            "run done"
+        ),
+        Some(error) => tracing::warn!(
+            server = %record.server.address,
+            workload = record.workload.slug(),
+            run = %record.run,
+            %error,
+            "run failed"
+        ),
+    }
+}
+
+fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Prints the report: `osprey bench` is a command whose output is the report.
+#[allow(clippy::print_stdout)] // The CLI's own output, called only from `run`.
+fn print_report(markdown: &str, out: &Path) {
+    println!("{markdown}");
+    println!("Reports written to {}: {REPORT_FILE}, {CHART_FILE}, one JSON file per run.", out.display());
+}

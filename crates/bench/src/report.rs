@@ -1,0 +1,476 @@
+//! The bench's outputs: one JSON record per run (the raw numbers), and a
+//! Markdown report laid out like the public server-performance benchmark
+//! (one table per workload; cold, run 1..N, median; one row per server) with
+//! ratios between servers. Renders text and writes files; measures nothing.
+
+use crate::machine::Machine;
+use crate::stats::{histogram, median, Bucket, LatencySummary};
+use crate::workload::{Measured, ServerInfo, Workload};
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The server a record is about.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerRef {
+    /// HOST:PORT as given on the command line.
+    pub address: String,
+    /// Software and version from `server.version`, when it answered.
+    pub software: Option<String>,
+    pub protocol: Option<String>,
+}
+
+/// One run of one workload against one server: the content of a JSON file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// "osprey-bench <version>".
+    pub bench: String,
+    /// Start of the bench (UTC).
+    pub date: String,
+    pub machine: Machine,
+    pub server: ServerRef,
+    pub workload: Workload,
+    /// "cold", then "run1", "run2", ...
+    pub run: String,
+    /// 0 for the cold run, then 1..=N.
+    pub run_index: usize,
+    pub sessions: usize,
+    pub batch_size: usize,
+    /// False when the server answered wrongly or the session broke.
+    pub ok: bool,
+    pub error: Option<String>,
+    /// First request to last response (see `Measured::wall`).
+    pub wall_seconds: f64,
+    pub check_seconds: f64,
+    pub requests: u64,
+    pub batches: u64,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    pub requests_per_second: f64,
+    pub latency: LatencySummary,
+    pub latency_histogram: Vec<Bucket>,
+    /// Every batch's latency in microseconds, in the order sent per session.
+    pub batch_latencies_us: Vec<u64>,
+}
+
+/// Context shared by every record of a bench.
+#[derive(Clone, Debug)]
+pub struct RecordContext<'a> {
+    pub date: &'a str,
+    pub machine: &'a Machine,
+    pub batch_size: usize,
+}
+
+impl RunRecord {
+    pub fn new(
+        context: &RecordContext<'_>,
+        server: ServerRef,
+        workload: Workload,
+        run_index: usize,
+        measured: &Measured,
+        error: Option<String>,
+    ) -> RunRecord {
+        let wall_seconds = measured.wall.as_secs_f64();
+        RunRecord {
+            bench: format!("osprey-bench {}", env!("CARGO_PKG_VERSION")),
+            date: context.date.to_owned(),
+            machine: context.machine.clone(),
+            server,
+            workload,
+            run: run_label(run_index),
+            run_index,
+            sessions: measured.sessions,
+            batch_size: context.batch_size,
+            ok: error.is_none(),
+            error,
+            wall_seconds,
+            check_seconds: measured.check.as_secs_f64(),
+            requests: measured.requests,
+            batches: measured.batches,
+            bytes_out: measured.bytes_out,
+            bytes_in: measured.bytes_in,
+            requests_per_second: if wall_seconds > 0.0 { measured.requests as f64 / wall_seconds } else { 0.0 },
+            latency: LatencySummary::of(&measured.batch_latencies),
+            latency_histogram: histogram(&measured.batch_latencies),
+            batch_latencies_us: measured
+                .batch_latencies
+                .iter()
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+                .collect(),
+        }
+    }
+
+    /// Returns the file name of this record: `<server>.<workload>.<run>.json`.
+    pub fn file_name(&self) -> String {
+        format!("{}.{}.{}.json", file_slug(&self.server.address), self.workload.slug(), self.run)
+    }
+
+    /// Writes the record as pretty JSON into `dir` and returns its path.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn write(&self, dir: &Path) -> anyhow::Result<PathBuf> {
+        let path = dir.join(self.file_name());
+        let text = serde_json::to_string_pretty(self).context("serialising a run record")?;
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    }
+}
+
+/// Returns "cold" for run 0 and "runN" after it.
+pub fn run_label(run_index: usize) -> String {
+    if run_index == 0 {
+        "cold".to_owned()
+    } else {
+        format!("run{run_index}")
+    }
+}
+
+/// Turns HOST:PORT into a file-name-safe string ("127.0.0.1-50001").
+fn file_slug(address: &str) -> String {
+    address
+        .chars()
+        .map(|c| match c {
+            ':' => '-',
+            c if c.is_ascii_alphanumeric() || c == '.' || c == '-' => c,
+            _ => '_',
+        })
+        .collect()
+}
+
+/// Everything measured about one server.
+#[derive(Clone, Debug)]
+pub struct ServerReport {
+    pub address: String,
+    pub info: Option<ServerInfo>,
+    pub runs: Vec<RunRecord>,
+    /// Why the server's bench stopped early, if it did.
+    pub failure: Option<String>,
+}
+
+impl ServerReport {
+    /// Returns the row name: "software (host:port)".
+    pub fn name(&self) -> String {
+        match &self.info {
+            Some(info) => format!("{} ({})", info.software, self.address),
+            None => self.address.clone(),
+        }
+    }
+
+    fn runs_of(&self, workload: Workload) -> Vec<&RunRecord> {
+        self.runs.iter().filter(|r| r.workload == workload).collect()
+    }
+
+    /// Returns the headline seconds of a workload: the median of the warm
+    /// runs (of the cold run if there are none), or `None` unless every run
+    /// of it succeeded.
+    pub fn headline_seconds(&self, workload: Workload, runs: usize) -> Option<f64> {
+        let records = self.runs_of(workload);
+        if records.len() != runs + 1 || records.iter().any(|r| !r.ok) {
+            return None;
+        }
+        let warm: Vec<f64> = records.iter().filter(|r| r.run_index > 0).map(|r| r.wall_seconds).collect();
+        median(&warm).or_else(|| records.first().map(|r| r.wall_seconds))
+    }
+}
+
+/// What the chain's wallet asks of a server, for the report's preamble.
+#[derive(Clone, Debug, Default)]
+pub struct WalletSummary {
+    pub preset: String,
+    pub seed: u64,
+    pub tip_height: u32,
+    pub addresses: usize,
+    pub history_entries: usize,
+    pub transactions: usize,
+    pub heights: usize,
+}
+
+/// A whole bench: what the Markdown report and the chart are drawn from.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub date: String,
+    pub machine: Machine,
+    pub wallet: WalletSummary,
+    pub runs: usize,
+    pub batch: usize,
+    pub wallets: usize,
+    pub workloads: Vec<Workload>,
+    pub servers: Vec<ServerReport>,
+}
+
+impl Report {
+    /// Returns one sentence per pair of (fastest server, other server) and
+    /// workload, e.g. "osprey 0.1.0 is 3.1x faster than electrs/0.10.0 on
+    /// initial wallet load (median 0.52 s vs 1.61 s)".
+    pub fn comparisons(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for &workload in &self.workloads {
+            let mut timed: Vec<(String, f64)> = self
+                .servers
+                .iter()
+                .filter_map(|s| s.headline_seconds(workload, self.runs).map(|t| (self.short_name(s), t)))
+                .collect();
+            if timed.len() < 2 {
+                continue;
+            }
+            timed.sort_by(|a, b| a.1.total_cmp(&b.1));
+            let (fast_name, fast) = &timed[0];
+            for (name, slow) in &timed[1..] {
+                let ratio = if *fast > 0.0 { slow / fast } else { f64::INFINITY };
+                lines.push(format!(
+                    "{fast_name} is {ratio:.1}x faster than {name} on {} (median {} s vs {} s)",
+                    workload.title(),
+                    fmt_secs(*fast),
+                    fmt_secs(*slow)
+                ));
+            }
+        }
+        lines
+    }
+
+    /// Names a server by its software alone when no other server has the
+    /// same software string, else with its address.
+    fn short_name(&self, server: &ServerReport) -> String {
+        let Some(info) = &server.info else { return server.address.clone() };
+        let same = self.servers.iter().filter(|s| s.info.as_ref().map(|i| &i.software) == Some(&info.software));
+        if same.count() > 1 {
+            server.name()
+        } else {
+            info.software.clone()
+        }
+    }
+
+    /// Renders the Markdown report.
+    pub fn to_markdown(&self) -> String {
+        let mut md = String::new();
+        let w = &self.wallet;
+        // Writing into a String cannot fail.
+        let _ = writeln!(md, "# Electrum server benchmark\n");
+        let _ = writeln!(md, "- Date: {}", self.date);
+        let _ = writeln!(md, "- Machine: {}", self.machine.describe());
+        let _ = writeln!(
+            md,
+            "- Chain: chaingen preset `{}`, seed {}, tip height {}",
+            w.preset, w.seed, w.tip_height
+        );
+        let _ = writeln!(
+            md,
+            "- Wallet: {} addresses, {} history entries, {} transactions, {} block heights",
+            w.addresses, w.history_entries, w.transactions, w.heights
+        );
+        let _ = writeln!(
+            md,
+            "- Settings: batches of {}, 1 cold + {} warm runs, {} sessions for many wallets; \
+             every answer checked against the manifest",
+            self.batch, self.runs, self.wallets
+        );
+        let _ = writeln!(md, "- Tool: osprey-bench {}\n", env!("CARGO_PKG_VERSION"));
+        let _ = writeln!(
+            md,
+            "Seconds from the first request to the last response on a fresh connection, lower is better. \
+             \"Cold\" is the first run of a workload in this bench (truly cold only if the server was \
+             just started); \"Median\" is the median of the warm runs.\n"
+        );
+        for &workload in &self.workloads {
+            self.workload_table(&mut md, workload);
+        }
+        let comparisons = self.comparisons();
+        if !comparisons.is_empty() {
+            let _ = writeln!(md, "## Comparison\n");
+            for line in comparisons {
+                let _ = writeln!(md, "- {line}");
+            }
+            md.push('\n');
+        }
+        let failures: Vec<&ServerReport> = self.servers.iter().filter(|s| s.failure.is_some()).collect();
+        if !failures.is_empty() {
+            let _ = writeln!(md, "## Failures\n");
+            for server in failures {
+                let _ = writeln!(
+                    md,
+                    "- **{}** FAILED: {}",
+                    escape_cell(&server.name()),
+                    escape_cell(server.failure.as_deref().unwrap_or_default())
+                );
+            }
+            md.push('\n');
+        }
+        md
+    }
+
+    fn workload_table(&self, md: &mut String, workload: Workload) {
+        let w = &self.wallet;
+        let (title, what) = match workload {
+            Workload::InitialLoad => (
+                "Initial wallet load".to_owned(),
+                format!("`blockchain.scripthash.subscribe` × {}", w.addresses),
+            ),
+            Workload::Refresh => (
+                "Wallet refresh".to_owned(),
+                format!(
+                    "`get_history` × {}, `transaction.get` × {}, `block.header` × {}",
+                    w.addresses, w.transactions, w.heights
+                ),
+            ),
+            Workload::ManyWallets => (
+                format!("Many wallets ({} concurrent sessions)", self.wallets),
+                format!(
+                    "each session: initial load then refresh; latency of batches over the warm runs \
+                     (client checks included in the wall time)"
+                ),
+            ),
+        };
+        let _ = writeln!(md, "## {title}\n\n{what}, batches of {}.\n", self.batch);
+        let mut header = "| Server | Cold |".to_owned();
+        let mut rule = "|---|---:|".to_owned();
+        for i in 1..=self.runs {
+            let _ = write!(header, " Run {i} |");
+            rule.push_str("---:|");
+        }
+        header.push_str(" Median |");
+        rule.push_str("---:|");
+        if workload == Workload::ManyWallets {
+            header.push_str(" req/s | p50 ms | p99 ms | max ms |");
+            rule.push_str("---:|---:|---:|---:|");
+        }
+        let _ = writeln!(md, "{header}\n{rule}");
+        for server in &self.servers {
+            let records = server.runs_of(workload);
+            let mut row = format!("| {} |", escape_cell(&server.name()));
+            for index in 0..=self.runs {
+                let cell = match records.iter().find(|r| r.run_index == index) {
+                    Some(r) if r.ok => fmt_secs(r.wall_seconds),
+                    Some(_) => "FAILED".to_owned(),
+                    None => "–".to_owned(),
+                };
+                let _ = write!(row, " {cell} |");
+            }
+            let headline = server.headline_seconds(workload, self.runs).map_or("–".to_owned(), fmt_secs);
+            let _ = write!(row, " **{headline}** |");
+            if workload == Workload::ManyWallets {
+                let warm: Vec<&&RunRecord> =
+                    records.iter().filter(|r| r.ok && (r.run_index > 0 || self.runs == 0)).collect();
+                let rps: Vec<f64> = warm.iter().map(|r| r.requests_per_second).collect();
+                let latencies: Vec<std::time::Duration> = warm
+                    .iter()
+                    .flat_map(|r| r.batch_latencies_us.iter().map(|us| std::time::Duration::from_micros(*us)))
+                    .collect();
+                if warm.is_empty() {
+                    row.push_str(" – | – | – | – |");
+                } else {
+                    let l = LatencySummary::of(&latencies);
+                    let _ = write!(
+                        row,
+                        " {:.0} | {:.1} | {:.1} | {:.1} |",
+                        median(&rps).unwrap_or(0.0),
+                        l.p50_ms,
+                        l.p99_ms,
+                        l.max_ms
+                    );
+                }
+            }
+            let _ = writeln!(md, "{row}");
+        }
+        md.push('\n');
+    }
+}
+
+/// Formats seconds with three significant digits or so.
+pub fn fmt_secs(secs: f64) -> String {
+    if secs < 10.0 {
+        format!("{secs:.3}")
+    } else if secs < 100.0 {
+        format!("{secs:.2}")
+    } else {
+        format!("{secs:.1}")
+    }
+}
+
+/// Keeps server-supplied text from breaking a Markdown table row.
+fn escape_cell(text: &str) -> String {
+    text.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn record(address: &str, workload: Workload, run_index: usize, secs: f64, ok: bool) -> RunRecord {
+        let machine = Machine {
+            hostname: "h".into(),
+            cpus: 2,
+            cpu_model: "cpu".into(),
+            mem_total_bytes: 1 << 30,
+            os: "linux".into(),
+        };
+        let context = RecordContext { date: "2026-01-01T00:00:00Z", machine: &machine, batch_size: 50 };
+        let measured = Measured {
+            wall: Duration::from_secs_f64(secs),
+            requests: 100,
+            sessions: 1,
+            batch_latencies: vec![Duration::from_millis(2)],
+            ..Measured::default()
+        };
+        let server = ServerRef { address: address.into(), software: None, protocol: None };
+        RunRecord::new(&context, server, workload, run_index, &measured, (!ok).then(|| "boom".to_owned()))
+    }
+
+    fn server(software: &str, address: &str, secs: [f64; 4]) -> ServerReport {
+        ServerReport {
+            address: address.into(),
+            info: Some(ServerInfo { software: software.into(), protocol: "1.4".into() }),
+            runs: secs.iter().enumerate().map(|(i, s)| record(address, Workload::InitialLoad, i, *s, true)).collect(),
+            failure: None,
+        }
+    }
+
+    fn report(servers: Vec<ServerReport>) -> Report {
+        Report {
+            date: "2026-01-01T00:00:00Z".into(),
+            machine: servers[0].runs[0].machine.clone(),
+            wallet: WalletSummary::default(),
+            runs: 3,
+            batch: 50,
+            wallets: 10,
+            workloads: vec![Workload::InitialLoad],
+            servers,
+        }
+    }
+
+    #[test]
+    fn median_row_and_ratio() {
+        let r = report(vec![
+            server("osprey 0.1.0", "a:1", [9.0, 1.0, 3.0, 2.0]),
+            server("electrs/0.10.0", "b:2", [20.0, 7.0, 6.0, 6.5]),
+        ]);
+        let md = r.to_markdown();
+        assert!(md.contains("| Server | Cold | Run 1 | Run 2 | Run 3 | Median |"), "{md}");
+        assert!(md.contains("| osprey 0.1.0 (a:1) | 9.000 | 1.000 | 3.000 | 2.000 | **2.000** |"), "{md}");
+        assert_eq!(
+            r.comparisons(),
+            ["osprey 0.1.0 is 3.2x faster than electrs/0.10.0 on initial wallet load (median 2.000 s vs 6.500 s)"]
+        );
+    }
+
+    #[test]
+    fn failed_runs_show_and_are_left_out_of_ratios() {
+        let mut bad = server("liar", "c:3", [1.0, 1.0, 1.0, 1.0]);
+        bad.runs[2].ok = false;
+        bad.runs.truncate(3);
+        bad.failure = Some("wrong answer".into());
+        let r = report(vec![server("honest", "a:1", [2.0; 4]), bad]);
+        let md = r.to_markdown();
+        assert!(md.contains("| liar (c:3) | 1.000 | 1.000 | FAILED | – | **–** |"), "{md}");
+        assert!(md.contains("**liar (c:3)** FAILED: wrong answer"), "{md}");
+        assert!(r.comparisons().is_empty());
+    }
+
+    #[test]
+    fn file_names_are_safe() {
+        let r = record("[::1]:50001", Workload::Refresh, 2, 1.0, true);
+        assert_eq!(r.file_name(), "_--1_-50001.refresh.run2.json");
+    }
+}
