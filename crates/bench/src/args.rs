@@ -150,17 +150,37 @@ mod tests {
     #[test]
     fn parses_the_documented_interface() {
         let cli = Cli::try_parse_from([
-            "bench", "--server", "127.0.0.1:50001", "--server", "[::1]:50002", "--manifest", "m/manifest.json",
-            "--out", "o", "--runs", "5", "--batch", "20", "--wallets", "4", "--workload", "initial-load",
-            "--timeout-secs", "7",
+            "bench",
+            "--server",
+            "127.0.0.1:50001",
+            "--server",
+            "[::1]:50002",
+            "--manifest",
+            "m/manifest.json",
+            "--out",
+            "o",
+            "--runs",
+            "5",
+            "--batch",
+            "20",
+            "--wallets",
+            "4",
+            "--workload",
+            "initial-load",
+            "--timeout-secs",
+            "7",
         ])
         .unwrap();
         let plan = Plan::from_args(&cli.bench).unwrap();
         assert_eq!(plan.servers, ["127.0.0.1:50001", "[::1]:50002"]);
-        assert_eq!((plan.runs, plan.batch, plan.wallets, plan.timeout_secs), (5, 20, 4, 7));
+        assert_eq!(
+            (plan.runs, plan.batch, plan.wallets, plan.timeout_secs),
+            (5, 20, 4, 7)
+        );
         assert_eq!(plan.workloads, [Workload::InitialLoad]);
 
-        let defaults = Cli::try_parse_from(["bench", "--server", "h:1", "--manifest", "m"]).unwrap();
+        let defaults =
+            Cli::try_parse_from(["bench", "--server", "h:1", "--manifest", "m"]).unwrap();
         let plan = Plan::from_args(&defaults.bench).unwrap();
         assert_eq!((plan.runs, plan.batch, plan.wallets), (3, 50, 10));
         assert_eq!(plan.workloads, Workload::ALL);
@@ -173,7 +193,19 @@ mod tests {
         assert!(err.contains("--server"), "{err}");
         assert!(plan(&["bench", "--server", "nohost", "--manifest", "m"]).is_err());
         assert!(plan(&["bench", "--server", "h:notaport", "--manifest", "m"]).is_err());
-        assert!(plan(&["bench", "--server", "h:1"]).unwrap_err().to_string().contains("--manifest"));
-        assert!(plan(&["bench", "--server", "h:1", "--manifest", "m", "--batch", "0"]).is_err());
+        assert!(plan(&["bench", "--server", "h:1"])
+            .unwrap_err()
+            .to_string()
+            .contains("--manifest"));
+        assert!(plan(&[
+            "bench",
+            "--server",
+            "h:1",
+            "--manifest",
+            "m",
+            "--batch",
+            "0"
+        ])
+        .is_err());
     }
 }

@@ -60,11 +60,16 @@ impl Expected {
     /// script hash appears twice.
     pub fn from_manifest(manifest: &Manifest) -> Result<Expected, BenchError> {
         let bad = |what: String| BenchError::Manifest(what);
-        let block_hashes: Vec<String> =
-            manifest.block_hashes.iter().map(|h| h.to_ascii_lowercase()).collect();
+        let block_hashes: Vec<String> = manifest
+            .block_hashes
+            .iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect();
         for (height, hash) in block_hashes.iter().enumerate() {
             if !is_hash_hex(hash) {
-                return Err(bad(format!("block hash at height {height} is not 64 hex characters: {hash:?}")));
+                return Err(bad(format!(
+                    "block hash at height {height} is not 64 hex characters: {hash:?}"
+                )));
             }
         }
         if block_hashes.len() != manifest.tip_height as usize + 1 {
@@ -109,17 +114,32 @@ impl Expected {
                 history.push((txid, *height));
             }
             let status = status_hash(history.iter().map(|(t, h)| (t.as_str(), i64::from(*h))));
-            if by_scripthash.insert(scripthash.clone(), addresses.len()).is_some() {
+            if by_scripthash
+                .insert(scripthash.clone(), addresses.len())
+                .is_some()
+            {
                 return Err(bad(format!("scripthash {scripthash} is listed twice")));
             }
-            addresses.push(ExpectedAddress { scripthash, history, status });
+            addresses.push(ExpectedAddress {
+                scripthash,
+                history,
+                status,
+            });
         }
-        Ok(Expected { addresses, block_hashes, txids, heights: heights.into_iter().collect(), by_scripthash })
+        Ok(Expected {
+            addresses,
+            block_hashes,
+            txids,
+            heights: heights.into_iter().collect(),
+            by_scripthash,
+        })
     }
 
     /// Returns the address with this script hash, if it is the wallet's.
     pub fn address(&self, scripthash: &str) -> Option<&ExpectedAddress> {
-        self.by_scripthash.get(&scripthash.to_ascii_lowercase()).map(|&i| &self.addresses[i])
+        self.by_scripthash
+            .get(&scripthash.to_ascii_lowercase())
+            .map(|&i| &self.addresses[i])
     }
 
     /// Returns the number of history entries over all addresses.
@@ -140,7 +160,10 @@ impl Expected {
         let (Some(height), Some(header)) = (height, header) else {
             return Err(Wrong::new(
                 subject,
-                format!("expected {{height, hex}}, got {}", excerpt(&result.to_string(), EXCERPT_CHARS)),
+                format!(
+                    "expected {{height, hex}}, got {}",
+                    excerpt(&result.to_string(), EXCERPT_CHARS)
+                ),
             ));
         };
         if height != tip_height as u64 {
@@ -167,7 +190,10 @@ impl Expected {
             other => {
                 return Err(Wrong::new(
                     subject,
-                    format!("status is neither a hex string nor null: {}", excerpt(&other.to_string(), EXCERPT_CHARS)),
+                    format!(
+                        "status is neither a hex string nor null: {}",
+                        excerpt(&other.to_string(), EXCERPT_CHARS)
+                    ),
                 ))
             }
         };
@@ -226,11 +252,20 @@ impl Expected {
         let subject = format!("txid {txid}");
         let raw = decode_hex_result(result).map_err(|d| Wrong::new(subject.clone(), d))?;
         let tx: bitcoin::Transaction = bitcoin::consensus::deserialize(&raw).map_err(|e| {
-            Wrong::new(subject.clone(), format!("{} bytes that do not decode as a transaction: {e}", raw.len()))
+            Wrong::new(
+                subject.clone(),
+                format!(
+                    "{} bytes that do not decode as a transaction: {e}",
+                    raw.len()
+                ),
+            )
         })?;
         let got = tx.compute_txid().to_string();
         if !got.eq_ignore_ascii_case(txid) {
-            return Err(Wrong::new(subject, format!("returned transaction {got}, not the one asked for")));
+            return Err(Wrong::new(
+                subject,
+                format!("returned transaction {got}, not the one asked for"),
+            ));
         }
         Ok(())
     }
@@ -244,7 +279,10 @@ impl Expected {
         let Some(hex_str) = result.as_str() else {
             return Err(Wrong::new(
                 format!("height {height}"),
-                format!("header is not a hex string: {}", excerpt(&result.to_string(), EXCERPT_CHARS)),
+                format!(
+                    "header is not a hex string: {}",
+                    excerpt(&result.to_string(), EXCERPT_CHARS)
+                ),
             ));
         };
         self.check_header_hex(height, hex_str)
@@ -253,10 +291,19 @@ impl Expected {
     fn check_header_hex(&self, height: u32, hex_str: &str) -> Result<(), Wrong> {
         let subject = format!("height {height}");
         let raw = hex::decode(hex_str).map_err(|e| {
-            Wrong::new(subject.clone(), format!("header is not hex ({e}): {}", excerpt(hex_str, EXCERPT_CHARS)))
+            Wrong::new(
+                subject.clone(),
+                format!(
+                    "header is not hex ({e}): {}",
+                    excerpt(hex_str, EXCERPT_CHARS)
+                ),
+            )
         })?;
         if raw.len() != 80 {
-            return Err(Wrong::new(subject, format!("header is {} bytes, expected 80", raw.len())));
+            return Err(Wrong::new(
+                subject,
+                format!("header is {} bytes, expected 80", raw.len()),
+            ));
         }
         let header: bitcoin::block::Header = bitcoin::consensus::deserialize(&raw)
             .map_err(|e| Wrong::new(subject.clone(), format!("header does not decode: {e}")))?;
@@ -267,7 +314,9 @@ impl Expected {
         if &got != expected {
             return Err(Wrong::new(
                 subject,
-                format!("header hashes to {got}, the manifest's block at this height is {expected}"),
+                format!(
+                    "header hashes to {got}, the manifest's block at this height is {expected}"
+                ),
             ));
         }
         Ok(())
@@ -279,7 +328,11 @@ impl Expected {
     /// # Errors
     /// When the notification announces a change. Returns the method with it.
     pub fn check_notification(&self, notification: &Value) -> Result<(), (String, Wrong)> {
-        let method = notification.get("method").and_then(Value::as_str).unwrap_or("").to_owned();
+        let method = notification
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
         let params = notification.get("params").cloned().unwrap_or(Value::Null);
         match method.as_str() {
             "blockchain.scripthash.subscribe" => {
@@ -318,7 +371,10 @@ impl Expected {
 /// Parses a `get_history` result into `(txid, height)` pairs.
 fn parse_history(result: &Value) -> Result<Vec<(String, i64)>, String> {
     let Some(entries) = result.as_array() else {
-        return Err(format!("history is not an array: {}", excerpt(&result.to_string(), EXCERPT_CHARS)));
+        return Err(format!(
+            "history is not an array: {}",
+            excerpt(&result.to_string(), EXCERPT_CHARS)
+        ));
     };
     entries
         .iter()
@@ -376,9 +432,13 @@ fn diff_history(got: &[(String, i64)], expected: &[(String, u32)]) -> Option<Str
 
 fn decode_hex_result(result: &Value) -> Result<Vec<u8>, String> {
     let Some(text) = result.as_str() else {
-        return Err(format!("result is not a hex string: {}", excerpt(&result.to_string(), EXCERPT_CHARS)));
+        return Err(format!(
+            "result is not a hex string: {}",
+            excerpt(&result.to_string(), EXCERPT_CHARS)
+        ));
     };
-    hex::decode(text).map_err(|e| format!("result is not hex ({e}): {}", excerpt(text, EXCERPT_CHARS)))
+    hex::decode(text)
+        .map_err(|e| format!("result is not hex ({e}): {}", excerpt(text, EXCERPT_CHARS)))
 }
 
 fn is_hash_hex(s: &str) -> bool {
@@ -404,12 +464,30 @@ mod tests {
     #[test]
     fn status_hash_matches_spec_example() {
         let history = [
-            ("a6c9c361bd0bc536d6a22648efbf8f9b200e425ef6c3a7a9669dc444c532a347", 2472),
-            ("9c42f84b2fcdaff676ba25d9d4941741cc0d1a01cce0c23fdc4c0b2afa38431c", 2473),
-            ("770f2d4371b3fabb902dd9a103e2dd005fcd3971181078fca4a2a1d6ff127b30", 2473),
-            ("80b19848aed792565ab7c5a79b7c2a00fbf985741579396ebe0ab6098e607311", 0),
-            ("e02a1dadfa83b996b24175df807b271ea5d02937ef5b35c195fac1e1bdc3198f", 0),
-            ("bb4c8ab438c13b89ca80d1d5bee25b0b6b7f55673f4d801998ba97db161d9e85", -1),
+            (
+                "a6c9c361bd0bc536d6a22648efbf8f9b200e425ef6c3a7a9669dc444c532a347",
+                2472,
+            ),
+            (
+                "9c42f84b2fcdaff676ba25d9d4941741cc0d1a01cce0c23fdc4c0b2afa38431c",
+                2473,
+            ),
+            (
+                "770f2d4371b3fabb902dd9a103e2dd005fcd3971181078fca4a2a1d6ff127b30",
+                2473,
+            ),
+            (
+                "80b19848aed792565ab7c5a79b7c2a00fbf985741579396ebe0ab6098e607311",
+                0,
+            ),
+            (
+                "e02a1dadfa83b996b24175df807b271ea5d02937ef5b35c195fac1e1bdc3198f",
+                0,
+            ),
+            (
+                "bb4c8ab438c13b89ca80d1d5bee25b0b6b7f55673f4d801998ba97db161d9e85",
+                -1,
+            ),
         ];
         assert_eq!(
             status_hash(history).as_deref(),
@@ -430,10 +508,16 @@ mod tests {
         let a = "aa".repeat(32);
         let b = "bb".repeat(32);
         let expected = vec![(a.clone(), 5), (b.clone(), 7)];
-        assert_eq!(diff_history(&[(a.clone(), 5), (b.clone(), 7)], &expected), None);
+        assert_eq!(
+            diff_history(&[(a.clone(), 5), (b.clone(), 7)], &expected),
+            None
+        );
         let wrong_height = diff_history(&[(a.clone(), 5), (b.clone(), 6)], &expected).unwrap();
         assert!(wrong_height.contains("entry 1"), "{wrong_height}");
-        assert!(wrong_height.contains(&format!("({b}, height 6), expected ({b}, height 7)")), "{wrong_height}");
+        assert!(
+            wrong_height.contains(&format!("({b}, height 6), expected ({b}, height 7)")),
+            "{wrong_height}"
+        );
         let missing = diff_history(&[(a.clone(), 5)], &expected).unwrap();
         assert!(missing.contains("first missing entry"), "{missing}");
         let extra = diff_history(&[(a.clone(), 5), (b.clone(), 7), (a, 8)], &expected).unwrap();
@@ -443,9 +527,11 @@ mod tests {
     #[test]
     fn parse_history_rejects_malformed_entries() {
         assert!(parse_history(&serde_json::json!({"tx_hash": "x"})).is_err());
-        let err = parse_history(&serde_json::json!([{"tx_hash": "ab", "height": "5"}])).unwrap_err();
+        let err =
+            parse_history(&serde_json::json!([{"tx_hash": "ab", "height": "5"}])).unwrap_err();
         assert!(err.contains("entry 0"), "{err}");
-        let ok = parse_history(&serde_json::json!([{"tx_hash": "AB", "height": 5, "fee": 1}])).unwrap();
+        let ok =
+            parse_history(&serde_json::json!([{"tx_hash": "AB", "height": 5, "fee": 1}])).unwrap();
         assert_eq!(ok, vec![("ab".to_owned(), 5)]);
     }
 }

@@ -68,12 +68,18 @@ impl Session {
                 server: server.clone(),
                 secs: limits.timeout.as_secs(),
             })?
-            .map_err(|error| BenchError::Connect { server: server.clone(), error })?;
+            .map_err(|error| BenchError::Connect {
+                server: server.clone(),
+                error,
+            })?;
         // Small request lines must leave at once, or Nagle's algorithm adds
         // tens of milliseconds to every batch and we would measure that.
         stream
             .set_nodelay(true)
-            .map_err(|error| BenchError::Connect { server: server.clone(), error })?;
+            .map_err(|error| BenchError::Connect {
+                server: server.clone(),
+                error,
+            })?;
         let (read, writer) = stream.into_split();
         Ok(Session {
             server,
@@ -181,7 +187,10 @@ impl Session {
 
         let sent_at = Instant::now();
         self.stats.first_request.get_or_insert(sent_at);
-        self.writer.write_all(&line).await.map_err(|error| self.io_error(method, error))?;
+        self.writer
+            .write_all(&line)
+            .await
+            .map_err(|error| self.io_error(method, error))?;
         self.stats.bytes_out += line.len() as u64;
         self.stats.requests += requests.len() as u64;
         self.stats.batches += 1;
@@ -219,7 +228,10 @@ impl Session {
         self.stats.batch_latencies.push(now - sent_at);
         self.stats.last_response = Some(now);
         // Every slot is filled: answered_in_flight counts distinct ids only.
-        Ok(results.into_iter().map(|r| r.unwrap_or(Value::Null)).collect())
+        Ok(results
+            .into_iter()
+            .map(|r| r.unwrap_or(Value::Null))
+            .collect())
     }
 
     /// Files one response object of the batch in flight into `results`.
@@ -234,7 +246,10 @@ impl Session {
         let Value::Object(mut object) = item else {
             return Err(self.protocol_error(
                 method,
-                format!("response is not a JSON object: {}", excerpt(&item.to_string(), EXCERPT_CHARS)),
+                format!(
+                    "response is not a JSON object: {}",
+                    excerpt(&item.to_string(), EXCERPT_CHARS)
+                ),
             ));
         };
         let id = object.get("id").cloned().unwrap_or(Value::Null);
@@ -250,7 +265,10 @@ impl Session {
             }
             return Err(self.protocol_error(
                 method,
-                format!("response without id: {}", excerpt(&Value::Object(object).to_string(), EXCERPT_CHARS)),
+                format!(
+                    "response without id: {}",
+                    excerpt(&Value::Object(object).to_string(), EXCERPT_CHARS)
+                ),
             ));
         }
         let slot = id
@@ -314,11 +332,19 @@ impl Session {
     }
 
     fn io_error(&self, method: &str, error: std::io::Error) -> BenchError {
-        BenchError::Io { server: self.server.clone(), method: method.to_owned(), error }
+        BenchError::Io {
+            server: self.server.clone(),
+            method: method.to_owned(),
+            error,
+        }
     }
 
     fn protocol_error(&self, method: &str, detail: String) -> BenchError {
-        BenchError::Protocol { server: self.server.clone(), method: method.to_owned(), detail }
+        BenchError::Protocol {
+            server: self.server.clone(),
+            method: method.to_owned(),
+            detail,
+        }
     }
 
     fn rpc_error(&self, method: &str, params: String, error: &Value) -> BenchError {

@@ -12,7 +12,10 @@ pub enum BenchError {
     Manifest(String),
 
     #[error("{server}: cannot connect: {error}")]
-    Connect { server: String, error: std::io::Error },
+    Connect {
+        server: String,
+        error: std::io::Error,
+    },
 
     #[error("{server}: no TCP connection after {secs} s")]
     ConnectTimeout { server: String, secs: u64 },
@@ -21,30 +24,59 @@ pub enum BenchError {
         "{server}: {method}: no complete answer within {secs} s \
          ({answered} of {expected} responses of the batch received)"
     )]
-    Timeout { server: String, method: String, secs: u64, answered: usize, expected: usize },
+    Timeout {
+        server: String,
+        method: String,
+        secs: u64,
+        answered: usize,
+        expected: usize,
+    },
 
     #[error(
         "{server}: connection closed by the server during {method} \
          ({answered} of {expected} responses of the batch received)"
     )]
-    Closed { server: String, method: String, answered: usize, expected: usize },
+    Closed {
+        server: String,
+        method: String,
+        answered: usize,
+        expected: usize,
+    },
 
     #[error("{server}: i/o error during {method}: {error}")]
-    Io { server: String, method: String, error: std::io::Error },
+    Io {
+        server: String,
+        method: String,
+        error: std::io::Error,
+    },
 
     #[error(
         "{server}: a response line to {method} exceeds {limit} bytes \
          (raise --max-response-bytes if the server is right to send it)"
     )]
-    LineTooLong { server: String, method: String, limit: usize },
+    LineTooLong {
+        server: String,
+        method: String,
+        limit: usize,
+    },
 
     /// The server broke JSON-RPC framing: bad JSON, unknown or repeated ids.
     #[error("{server}: protocol error in the response to {method}: {detail}")]
-    Protocol { server: String, method: String, detail: String },
+    Protocol {
+        server: String,
+        method: String,
+        detail: String,
+    },
 
     /// The server answered a request with a JSON-RPC error object.
     #[error("{server}: {method} {params} returned JSON-RPC error{code}: {message}")]
-    Rpc { server: String, method: String, params: String, code: RpcCode, message: String },
+    Rpc {
+        server: String,
+        method: String,
+        params: String,
+        code: RpcCode,
+        message: String,
+    },
 
     /// A bug of the bench itself (a session task panicked), not of the server.
     #[error("{server}: internal error of the bench: {detail}")]
@@ -52,7 +84,12 @@ pub enum BenchError {
 
     /// The server answered, but not what the manifest says a correct server answers.
     #[error("{server}: wrong answer to {method} for {subject}: {detail}")]
-    Mismatch { server: String, method: String, subject: String, detail: String },
+    Mismatch {
+        server: String,
+        method: String,
+        subject: String,
+        detail: String,
+    },
 }
 
 /// The `code` of a JSON-RPC error object, which some servers leave out.
@@ -79,7 +116,10 @@ pub struct Wrong {
 
 impl Wrong {
     pub fn new(subject: impl Into<String>, detail: impl Into<String>) -> Wrong {
-        Wrong { subject: subject.into(), detail: detail.into() }
+        Wrong {
+            subject: subject.into(),
+            detail: detail.into(),
+        }
     }
 
     /// Names the server and method the wrong answer came from.

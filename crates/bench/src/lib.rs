@@ -67,7 +67,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let manifest = Manifest::load(&plan.manifest)
         .with_context(|| format!("loading manifest {}", plan.manifest.display()))?;
     let expected = Arc::new(Expected::from_manifest(&manifest)?);
-    std::fs::create_dir_all(&plan.out).with_context(|| format!("creating {}", plan.out.display()))?;
+    std::fs::create_dir_all(&plan.out)
+        .with_context(|| format!("creating {}", plan.out.display()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -83,7 +84,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             response_bytes_max: plan.response_bytes_max,
         },
     };
-    let context = RecordContext { date: &date, machine: &machine, batch_size: plan.batch };
+    let context = RecordContext {
+        date: &date,
+        machine: &machine,
+        batch_size: plan.batch,
+    };
     let mut servers = Vec::with_capacity(plan.servers.len());
     for address in &plan.servers {
         let server = runtime.block_on(bench_server(address, &plan, &expected, config, &context))?;
@@ -144,7 +149,12 @@ async fn bench_server(
     config: Config,
     context: &RecordContext<'_>,
 ) -> anyhow::Result<ServerReport> {
-    let mut report = ServerReport { address: address.to_owned(), info: None, runs: Vec::new(), failure: None };
+    let mut report = ServerReport {
+        address: address.to_owned(),
+        info: None,
+        runs: Vec::new(),
+        failure: None,
+    };
     tracing::info!(server = address, "checking the server's tip");
     match workload::preflight(address, expected, config.limits).await {
         Ok(info) => report.info = Some(info),
@@ -163,13 +173,24 @@ async fn bench_server(
         for run_index in 0..=plan.runs {
             let outcome = workload::run_once(address, workload, Arc::clone(expected), config).await;
             let error = outcome.error.map(|e| e.to_string());
-            let record = RunRecord::new(context, server_ref.clone(), workload, run_index, &outcome.measured, error);
+            let record = RunRecord::new(
+                context,
+                server_ref.clone(),
+                workload,
+                run_index,
+                &outcome.measured,
+                error,
+            );
             record.write(&plan.out)?;
             log_run(&record);
             let failed = record.error.clone();
             report.runs.push(record);
             if let Some(error) = failed {
-                report.failure = Some(format!("{} {}: {error}", workload.slug(), report::run_label(run_index)));
+                report.failure = Some(format!(
+                    "{} {}: {error}",
+                    workload.slug(),
+                    report::run_label(run_index)
+                ));
                 break 'workloads;
             }
         }
@@ -206,5 +227,8 @@ fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
 #[allow(clippy::print_stdout)] // The CLI's own output, called only from `run`.
 fn print_report(markdown: &str, out: &Path) {
     println!("{markdown}");
-    println!("Reports written to {}: {REPORT_FILE}, {CHART_FILE}, one JSON file per run.", out.display());
+    println!(
+        "Reports written to {}: {REPORT_FILE}, {CHART_FILE}, one JSON file per run.",
+        out.display()
+    );
 }

@@ -22,13 +22,26 @@ impl Machine {
         let hostname = read("/proc/sys/kernel/hostname").trim().to_owned();
         let cpu_model = read("/proc/cpuinfo")
             .lines()
-            .find_map(|l| l.strip_prefix("model name").and_then(|rest| rest.split_once(':')))
+            .find_map(|l| {
+                l.strip_prefix("model name")
+                    .and_then(|rest| rest.split_once(':'))
+            })
             .map(|(_, model)| model.trim().to_owned())
             .unwrap_or_default();
         Machine {
-            hostname: if hostname.is_empty() { "unknown".to_owned() } else { hostname },
-            cpus: std::thread::available_parallelism().map(usize::from).unwrap_or(0),
-            cpu_model: if cpu_model.is_empty() { "unknown CPU".to_owned() } else { cpu_model },
+            hostname: if hostname.is_empty() {
+                "unknown".to_owned()
+            } else {
+                hostname
+            },
+            cpus: std::thread::available_parallelism()
+                .map(usize::from)
+                .unwrap_or(0),
+            cpu_model: if cpu_model.is_empty() {
+                "unknown CPU".to_owned()
+            } else {
+                cpu_model
+            },
             mem_total_bytes: mem_total_bytes(&read("/proc/meminfo")).unwrap_or(0),
             os: std::env::consts::OS.to_owned(),
         }
@@ -39,9 +52,15 @@ impl Machine {
         let ram = if self.mem_total_bytes == 0 {
             "unknown RAM".to_owned()
         } else {
-            format!("{:.1} GiB RAM", self.mem_total_bytes as f64 / f64::from(1u32 << 30))
+            format!(
+                "{:.1} GiB RAM",
+                self.mem_total_bytes as f64 / f64::from(1u32 << 30)
+            )
         };
-        format!("{} CPUs ({}), {ram}, {}, host {}", self.cpus, self.cpu_model, self.os, self.hostname)
+        format!(
+            "{} CPUs ({}), {ram}, {}, host {}",
+            self.cpus, self.cpu_model, self.os, self.hostname
+        )
     }
 }
 
@@ -54,7 +73,10 @@ fn mem_total_bytes(meminfo: &str) -> Option<u64> {
 
 /// Returns the current UTC time as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn utc_now() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     format_utc(secs)
 }
 
@@ -64,7 +86,12 @@ pub fn format_utc(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// Converts days since 1970-01-01 to a proleptic Gregorian (year, month,

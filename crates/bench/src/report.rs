@@ -90,7 +90,11 @@ impl RunRecord {
             batches: measured.batches,
             bytes_out: measured.bytes_out,
             bytes_in: measured.bytes_in,
-            requests_per_second: if wall_seconds > 0.0 { measured.requests as f64 / wall_seconds } else { 0.0 },
+            requests_per_second: if wall_seconds > 0.0 {
+                measured.requests as f64 / wall_seconds
+            } else {
+                0.0
+            },
             latency: LatencySummary::of(&measured.batch_latencies),
             latency_histogram: histogram(&measured.batch_latencies),
             batch_latencies_us: measured
@@ -103,7 +107,12 @@ impl RunRecord {
 
     /// Returns the file name of this record: `<server>.<workload>.<run>.json`.
     pub fn file_name(&self) -> String {
-        format!("{}.{}.{}.json", file_slug(&self.server.address), self.workload.slug(), self.run)
+        format!(
+            "{}.{}.{}.json",
+            file_slug(&self.server.address),
+            self.workload.slug(),
+            self.run
+        )
     }
 
     /// Writes the record as pretty JSON into `dir` and returns its path.
@@ -159,7 +168,10 @@ impl ServerReport {
     }
 
     fn runs_of(&self, workload: Workload) -> Vec<&RunRecord> {
-        self.runs.iter().filter(|r| r.workload == workload).collect()
+        self.runs
+            .iter()
+            .filter(|r| r.workload == workload)
+            .collect()
     }
 
     /// Returns the headline seconds of a workload: the median of the warm
@@ -170,7 +182,11 @@ impl ServerReport {
         if records.len() != runs + 1 || records.iter().any(|r| !r.ok) {
             return None;
         }
-        let warm: Vec<f64> = records.iter().filter(|r| r.run_index > 0).map(|r| r.wall_seconds).collect();
+        let warm: Vec<f64> = records
+            .iter()
+            .filter(|r| r.run_index > 0)
+            .map(|r| r.wall_seconds)
+            .collect();
         median(&warm).or_else(|| records.first().map(|r| r.wall_seconds))
     }
 }
@@ -210,7 +226,12 @@ impl Report {
             let mut timed: Vec<(String, f64)> = self
                 .servers
                 .iter()
-                .filter_map(|s| s.headline_seconds(workload, self.runs).map(|t| (self.short_name(s), t)))
+                // A server that answered anything wrongly is never "faster".
+                .filter(|s| s.failure.is_none())
+                .filter_map(|s| {
+                    s.headline_seconds(workload, self.runs)
+                        .map(|t| (self.short_name(s), t))
+                })
                 .collect();
             if timed.len() < 2 {
                 continue;
@@ -218,7 +239,11 @@ impl Report {
             timed.sort_by(|a, b| a.1.total_cmp(&b.1));
             let (fast_name, fast) = &timed[0];
             for (name, slow) in &timed[1..] {
-                let ratio = if *fast > 0.0 { slow / fast } else { f64::INFINITY };
+                let ratio = if *fast > 0.0 {
+                    slow / fast
+                } else {
+                    f64::INFINITY
+                };
                 lines.push(format!(
                     "{fast_name} is {ratio:.1}x faster than {name} on {} (median {} s vs {} s)",
                     workload.title(),
@@ -233,8 +258,13 @@ impl Report {
     /// Names a server by its software alone when no other server has the
     /// same software string, else with its address.
     fn short_name(&self, server: &ServerReport) -> String {
-        let Some(info) = &server.info else { return server.address.clone() };
-        let same = self.servers.iter().filter(|s| s.info.as_ref().map(|i| &i.software) == Some(&info.software));
+        let Some(info) = &server.info else {
+            return server.address.clone();
+        };
+        let same = self
+            .servers
+            .iter()
+            .filter(|s| s.info.as_ref().map(|i| &i.software) == Some(&info.software));
         if same.count() > 1 {
             server.name()
         } else {
@@ -284,7 +314,11 @@ impl Report {
             }
             md.push('\n');
         }
-        let failures: Vec<&ServerReport> = self.servers.iter().filter(|s| s.failure.is_some()).collect();
+        let failures: Vec<&ServerReport> = self
+            .servers
+            .iter()
+            .filter(|s| s.failure.is_some())
+            .collect();
         if !failures.is_empty() {
             let _ = writeln!(md, "## Failures\n");
             for server in failures {
@@ -316,10 +350,9 @@ impl Report {
             ),
             Workload::ManyWallets => (
                 format!("Many wallets ({} concurrent sessions)", self.wallets),
-                format!(
-                    "each session: initial load then refresh; latency of batches over the warm runs \
-                     (client checks included in the wall time)"
-                ),
+                "Each session: initial load, then refresh, on one connection; batch latencies \
+                 over the warm runs; the wall time includes the client's checks"
+                    .to_owned(),
             ),
         };
         let _ = writeln!(md, "## {title}\n\n{what}, batches of {}.\n", self.batch);
@@ -347,15 +380,23 @@ impl Report {
                 };
                 let _ = write!(row, " {cell} |");
             }
-            let headline = server.headline_seconds(workload, self.runs).map_or("–".to_owned(), fmt_secs);
+            let headline = server
+                .headline_seconds(workload, self.runs)
+                .map_or("–".to_owned(), fmt_secs);
             let _ = write!(row, " **{headline}** |");
             if workload == Workload::ManyWallets {
-                let warm: Vec<&&RunRecord> =
-                    records.iter().filter(|r| r.ok && (r.run_index > 0 || self.runs == 0)).collect();
+                let warm: Vec<&&RunRecord> = records
+                    .iter()
+                    .filter(|r| r.ok && (r.run_index > 0 || self.runs == 0))
+                    .collect();
                 let rps: Vec<f64> = warm.iter().map(|r| r.requests_per_second).collect();
                 let latencies: Vec<std::time::Duration> = warm
                     .iter()
-                    .flat_map(|r| r.batch_latencies_us.iter().map(|us| std::time::Duration::from_micros(*us)))
+                    .flat_map(|r| {
+                        r.batch_latencies_us
+                            .iter()
+                            .map(|us| std::time::Duration::from_micros(*us))
+                    })
                     .collect();
                 if warm.is_empty() {
                     row.push_str(" – | – | – | – |");
@@ -363,11 +404,11 @@ impl Report {
                     let l = LatencySummary::of(&latencies);
                     let _ = write!(
                         row,
-                        " {:.0} | {:.1} | {:.1} | {:.1} |",
+                        " {:.0} | {} | {} | {} |",
                         median(&rps).unwrap_or(0.0),
-                        l.p50_ms,
-                        l.p99_ms,
-                        l.max_ms
+                        fmt_significant(l.p50_ms, 3),
+                        fmt_significant(l.p99_ms, 3),
+                        fmt_significant(l.max_ms, 3)
                     );
                 }
             }
@@ -377,15 +418,19 @@ impl Report {
     }
 }
 
-/// Formats seconds with three significant digits or so.
+/// Formats seconds with three significant digits ("382", "1.61", "0.000234").
 pub fn fmt_secs(secs: f64) -> String {
-    if secs < 10.0 {
-        format!("{secs:.3}")
-    } else if secs < 100.0 {
-        format!("{secs:.2}")
-    } else {
-        format!("{secs:.1}")
+    fmt_significant(secs, 3)
+}
+
+/// Formats `value` with `digits` significant digits, without exponent.
+fn fmt_significant(value: f64, digits: i32) -> String {
+    if value == 0.0 || !value.is_finite() {
+        return format!("{value}");
     }
+    let magnitude = value.abs().log10().floor() as i32;
+    let decimals = (digits - 1 - magnitude).clamp(0, 9) as usize;
+    format!("{value:.decimals$}")
 }
 
 /// Keeps server-supplied text from breaking a Markdown table row.
@@ -398,7 +443,13 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn record(address: &str, workload: Workload, run_index: usize, secs: f64, ok: bool) -> RunRecord {
+    fn record(
+        address: &str,
+        workload: Workload,
+        run_index: usize,
+        secs: f64,
+        ok: bool,
+    ) -> RunRecord {
         let machine = Machine {
             hostname: "h".into(),
             cpus: 2,
@@ -406,7 +457,11 @@ mod tests {
             mem_total_bytes: 1 << 30,
             os: "linux".into(),
         };
-        let context = RecordContext { date: "2026-01-01T00:00:00Z", machine: &machine, batch_size: 50 };
+        let context = RecordContext {
+            date: "2026-01-01T00:00:00Z",
+            machine: &machine,
+            batch_size: 50,
+        };
         let measured = Measured {
             wall: Duration::from_secs_f64(secs),
             requests: 100,
@@ -414,15 +469,33 @@ mod tests {
             batch_latencies: vec![Duration::from_millis(2)],
             ..Measured::default()
         };
-        let server = ServerRef { address: address.into(), software: None, protocol: None };
-        RunRecord::new(&context, server, workload, run_index, &measured, (!ok).then(|| "boom".to_owned()))
+        let server = ServerRef {
+            address: address.into(),
+            software: None,
+            protocol: None,
+        };
+        RunRecord::new(
+            &context,
+            server,
+            workload,
+            run_index,
+            &measured,
+            (!ok).then(|| "boom".to_owned()),
+        )
     }
 
     fn server(software: &str, address: &str, secs: [f64; 4]) -> ServerReport {
         ServerReport {
             address: address.into(),
-            info: Some(ServerInfo { software: software.into(), protocol: "1.4".into() }),
-            runs: secs.iter().enumerate().map(|(i, s)| record(address, Workload::InitialLoad, i, *s, true)).collect(),
+            info: Some(ServerInfo {
+                software: software.into(),
+                protocol: "1.4".into(),
+            }),
+            runs: secs
+                .iter()
+                .enumerate()
+                .map(|(i, s)| record(address, Workload::InitialLoad, i, *s, true))
+                .collect(),
             failure: None,
         }
     }
@@ -447,11 +520,17 @@ mod tests {
             server("electrs/0.10.0", "b:2", [20.0, 7.0, 6.0, 6.5]),
         ]);
         let md = r.to_markdown();
-        assert!(md.contains("| Server | Cold | Run 1 | Run 2 | Run 3 | Median |"), "{md}");
-        assert!(md.contains("| osprey 0.1.0 (a:1) | 9.000 | 1.000 | 3.000 | 2.000 | **2.000** |"), "{md}");
+        assert!(
+            md.contains("| Server | Cold | Run 1 | Run 2 | Run 3 | Median |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| osprey 0.1.0 (a:1) | 9.00 | 1.00 | 3.00 | 2.00 | **2.00** |"),
+            "{md}"
+        );
         assert_eq!(
             r.comparisons(),
-            ["osprey 0.1.0 is 3.2x faster than electrs/0.10.0 on initial wallet load (median 2.000 s vs 6.500 s)"]
+            ["osprey 0.1.0 is 3.2x faster than electrs/0.10.0 on initial wallet load (median 2.00 s vs 6.50 s)"]
         );
     }
 
@@ -463,9 +542,21 @@ mod tests {
         bad.failure = Some("wrong answer".into());
         let r = report(vec![server("honest", "a:1", [2.0; 4]), bad]);
         let md = r.to_markdown();
-        assert!(md.contains("| liar (c:3) | 1.000 | 1.000 | FAILED | – | **–** |"), "{md}");
+        assert!(
+            md.contains("| liar (c:3) | 1.00 | 1.00 | FAILED | – | **–** |"),
+            "{md}"
+        );
         assert!(md.contains("**liar (c:3)** FAILED: wrong answer"), "{md}");
         assert!(r.comparisons().is_empty());
+    }
+
+    #[test]
+    fn seconds_keep_three_significant_digits() {
+        assert_eq!(fmt_secs(382.4), "382");
+        assert_eq!(fmt_secs(49.34), "49.3");
+        assert_eq!(fmt_secs(1.614), "1.61");
+        assert_eq!(fmt_secs(0.000_234_4), "0.000234");
+        assert_eq!(fmt_secs(0.0), "0");
     }
 
     #[test]

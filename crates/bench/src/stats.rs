@@ -13,7 +13,11 @@ pub fn median(values: &[f64]) -> Option<f64> {
     }
     sorted.sort_by(f64::total_cmp);
     let mid = sorted.len() / 2;
-    Some(if sorted.len() % 2 == 0 { (sorted[mid - 1] + sorted[mid]) / 2.0 } else { sorted[mid] })
+    Some(if sorted.len() % 2 == 0 {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    } else {
+        sorted[mid]
+    })
 }
 
 /// Returns the `p`-th percentile (0..=100) of `sorted` by nearest rank.
@@ -45,7 +49,11 @@ impl LatencySummary {
         let total: Duration = sorted.iter().sum();
         LatencySummary {
             count: sorted.len(),
-            mean_ms: if sorted.is_empty() { 0.0 } else { ms(total) / sorted.len() as f64 },
+            mean_ms: if sorted.is_empty() {
+                0.0
+            } else {
+                ms(total) / sorted.len() as f64
+            },
             p50_ms: ms(percentile(&sorted, 50.0)),
             p90_ms: ms(percentile(&sorted, 90.0)),
             p99_ms: ms(percentile(&sorted, 99.0)),
@@ -79,10 +87,16 @@ pub fn histogram(latencies: &[Duration]) -> Vec<Bucket> {
         }
         decade = decade.saturating_mul(10);
     }
-    let mut buckets: Vec<Bucket> = bounds.into_iter().map(|le_us| Bucket { le_us, count: 0 }).collect();
+    let mut buckets: Vec<Bucket> = bounds
+        .into_iter()
+        .map(|le_us| Bucket { le_us, count: 0 })
+        .collect();
     for latency in latencies {
         let us = latency.as_micros();
-        let index = buckets.iter().position(|b| us <= u128::from(b.le_us)).unwrap_or(buckets.len() - 1);
+        let index = buckets
+            .iter()
+            .position(|b| us <= u128::from(b.le_us))
+            .unwrap_or(buckets.len() - 1);
         buckets[index].count += 1;
     }
     buckets
@@ -114,9 +128,33 @@ mod tests {
         let latencies = [5, 10, 11, 150, 2_000_000].map(Duration::from_micros);
         let buckets = histogram(&latencies);
         assert_eq!(buckets.iter().map(|b| b.count).sum::<u64>(), 5);
-        assert_eq!(buckets[0], Bucket { le_us: 10, count: 2 });
-        assert_eq!(buckets[1], Bucket { le_us: 20, count: 1 });
-        assert_eq!(buckets.last().unwrap(), &Bucket { le_us: 2_000_000, count: 1 });
-        assert_eq!(histogram(&[]), vec![Bucket { le_us: 10, count: 0 }]);
+        assert_eq!(
+            buckets[0],
+            Bucket {
+                le_us: 10,
+                count: 2
+            }
+        );
+        assert_eq!(
+            buckets[1],
+            Bucket {
+                le_us: 20,
+                count: 1
+            }
+        );
+        assert_eq!(
+            buckets.last().unwrap(),
+            &Bucket {
+                le_us: 2_000_000,
+                count: 1
+            }
+        );
+        assert_eq!(
+            histogram(&[]),
+            vec![Bucket {
+                le_us: 10,
+                count: 0
+            }]
+        );
     }
 }

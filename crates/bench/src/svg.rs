@@ -13,7 +13,9 @@ const PANEL_TOP: f64 = 34.0;
 const PANEL_BOTTOM: f64 = 36.0;
 /// Points drawn per line: quantiles beyond this add nothing a reader can see.
 const POINTS_MAX: usize = 400;
-const COLOURS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
+const COLOURS: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+];
 
 /// Renders the chart of `report` as a standalone SVG document.
 pub fn latency_chart(report: &Report) -> String {
@@ -26,7 +28,11 @@ pub fn latency_chart(report: &Report) -> String {
                 .servers
                 .iter()
                 .map(|server| {
-                    let records: Vec<_> = server.runs.iter().filter(|r| r.workload == workload && r.ok).collect();
+                    let records: Vec<_> = server
+                        .runs
+                        .iter()
+                        .filter(|r| r.workload == workload && r.ok)
+                        .collect();
                     let warm_only = records.iter().any(|r| r.run_index > 0);
                     let mut ms: Vec<f64> = records
                         .iter()
@@ -80,11 +86,22 @@ pub fn latency_chart(report: &Report) -> String {
 fn draw_panel(svg: &mut String, title: &str, per_server: &[Vec<f64>], top: f64) {
     let plot_width = WIDTH - LEFT - RIGHT;
     let bottom = top + PANEL_HEIGHT;
-    let _ = writeln!(svg, r#"<text x="{LEFT}" y="{}" font-weight="bold">{}</text>"#, top - 10.0, escape(title));
+    let _ = writeln!(
+        svg,
+        r#"<text x="{LEFT}" y="{}" font-weight="bold">{}</text>"#,
+        top - 10.0,
+        escape(title)
+    );
     let all = per_server.iter().flatten().copied().filter(|v| *v > 0.0);
-    let (min, max) = all.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (min, max) = all.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
     if !min.is_finite() {
-        let _ = writeln!(svg, r#"<text x="{LEFT}" y="{}">no successful runs</text>"#, top + 20.0);
+        let _ = writeln!(
+            svg,
+            r#"<text x="{LEFT}" y="{}">no successful runs</text>"#,
+            top + 20.0
+        );
         return;
     }
     let lo = min.log10().floor();
@@ -137,7 +154,12 @@ fn draw_panel(svg: &mut String, title: &str, per_server: &[Vec<f64>], top: f64) 
         while index < n {
             let last = (index + step).min(n) - 1;
             let x = x_of(sorted[last]);
-            let _ = write!(points, " {x:.1},{:.1} {x:.1},{:.1}", y_of(index as f64 / n as f64), y_of((last + 1) as f64 / n as f64));
+            let _ = write!(
+                points,
+                " {x:.1},{:.1} {x:.1},{:.1}",
+                y_of(index as f64 / n as f64),
+                y_of((last + 1) as f64 / n as f64)
+            );
             index = last + 1;
         }
         let _ = writeln!(
@@ -161,7 +183,10 @@ fn ms_label(ms: f64) -> String {
 
 /// Escapes text for SVG (server names come from the servers).
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 #[cfg(test)]

@@ -42,7 +42,11 @@ pub enum Workload {
 }
 
 impl Workload {
-    pub const ALL: [Workload; 3] = [Workload::InitialLoad, Workload::Refresh, Workload::ManyWallets];
+    pub const ALL: [Workload; 3] = [
+        Workload::InitialLoad,
+        Workload::Refresh,
+        Workload::ManyWallets,
+    ];
 
     /// Returns the name used on the command line and in file names.
     pub fn slug(self) -> &'static str {
@@ -108,14 +112,21 @@ impl Measured {
             _ => Duration::ZERO,
         };
         Measured {
-            wall: if subtract_checks { span.saturating_sub(check) } else { span },
+            wall: if subtract_checks {
+                span.saturating_sub(check)
+            } else {
+                span
+            },
             check,
             sessions: sessions.len(),
             requests: sessions.iter().map(|(s, _)| s.requests).sum(),
             batches: sessions.iter().map(|(s, _)| s.batches).sum(),
             bytes_out: sessions.iter().map(|(s, _)| s.bytes_out).sum(),
             bytes_in: sessions.iter().map(|(s, _)| s.bytes_in).sum(),
-            batch_latencies: sessions.iter().flat_map(|(s, _)| s.batch_latencies.iter().copied()).collect(),
+            batch_latencies: sessions
+                .iter()
+                .flat_map(|(s, _)| s.batch_latencies.iter().copied())
+                .collect(),
         }
     }
 }
@@ -131,7 +142,10 @@ pub struct Outcome {
 ///
 /// # Errors
 /// When the connection fails or the server rejects the version.
-pub async fn open_session(address: &str, limits: Limits) -> Result<(Session, ServerInfo), BenchError> {
+pub async fn open_session(
+    address: &str,
+    limits: Limits,
+) -> Result<(Session, ServerInfo), BenchError> {
     let mut session = Session::connect(address, limits).await?;
     let info = negotiate(&mut session, address).await?;
     Ok((session, info))
@@ -142,19 +156,34 @@ pub async fn open_session(address: &str, limits: Limits) -> Result<(Session, Ser
 ///
 /// # Errors
 /// When the server cannot be reached or its tip differs from the manifest's.
-pub async fn preflight(address: &str, expected: &Expected, limits: Limits) -> Result<ServerInfo, BenchError> {
+pub async fn preflight(
+    address: &str,
+    expected: &Expected,
+    limits: Limits,
+) -> Result<ServerInfo, BenchError> {
     let (mut session, info) = open_session(address, limits).await?;
     let tip = session.call(method::HEADERS_SUBSCRIBE, json!([])).await?;
-    expected.check_tip(&tip).named(session.server(), method::HEADERS_SUBSCRIBE)?;
+    expected
+        .check_tip(&tip)
+        .named(session.server(), method::HEADERS_SUBSCRIBE)?;
     Ok(info)
 }
 
 /// Runs `workload` once against `address` and returns what it measured.
-pub async fn run_once(address: &str, workload: Workload, expected: Arc<Expected>, config: Config) -> Outcome {
+pub async fn run_once(
+    address: &str,
+    workload: Workload,
+    expected: Arc<Expected>,
+    config: Config,
+) -> Outcome {
     match workload {
         Workload::InitialLoad | Workload::Refresh => {
-            let (stats, check, result) = wallet_session(address, &[workload], &expected, config, None).await;
-            Outcome { measured: Measured::of_sessions(&[(stats, check)], true), error: result.err() }
+            let (stats, check, result) =
+                wallet_session(address, &[workload], &expected, config, None).await;
+            Outcome {
+                measured: Measured::of_sessions(&[(stats, check)], true),
+                error: result.err(),
+            }
         }
         Workload::ManyWallets => many_wallets(address, expected, config).await,
     }
@@ -183,8 +212,12 @@ async fn wallet_session(
         negotiate(&mut session, address).await?;
         for workload in workloads {
             match workload {
-                Workload::InitialLoad => initial_load(&mut session, expected, config.batch, &mut check).await?,
-                Workload::Refresh => refresh(&mut session, expected, config.batch, &mut check).await?,
+                Workload::InitialLoad => {
+                    initial_load(&mut session, expected, config.batch, &mut check).await?
+                }
+                Workload::Refresh => {
+                    refresh(&mut session, expected, config.batch, &mut check).await?
+                }
                 Workload::ManyWallets => {}
             }
         }
@@ -199,18 +232,28 @@ async fn wallet_session(
 /// run: a wallet cannot ask anything before it.
 async fn negotiate(session: &mut Session, address: &str) -> Result<ServerInfo, BenchError> {
     let result = session
-        .call(method::VERSION, json!([CLIENT_NAME, [PROTOCOL_MIN, PROTOCOL_MAX]]))
+        .call(
+            method::VERSION,
+            json!([CLIENT_NAME, [PROTOCOL_MIN, PROTOCOL_MAX]]),
+        )
         .await?;
-    let (Some(software), Some(protocol)) =
-        (result.get(0).and_then(Value::as_str), result.get(1).and_then(Value::as_str))
-    else {
+    let (Some(software), Some(protocol)) = (
+        result.get(0).and_then(Value::as_str),
+        result.get(1).and_then(Value::as_str),
+    ) else {
         return Err(BenchError::Protocol {
             server: session.server().to_owned(),
             method: method::VERSION.to_owned(),
-            detail: format!("expected [software, protocol], got {}", excerpt(&result.to_string(), 200)),
+            detail: format!(
+                "expected [software, protocol], got {}",
+                excerpt(&result.to_string(), 200)
+            ),
         });
     };
-    let info = ServerInfo { software: software.to_owned(), protocol: protocol.to_owned() };
+    let info = ServerInfo {
+        software: software.to_owned(),
+        protocol: protocol.to_owned(),
+    };
     session.set_server(format!("{} at {address}", info.software));
     Ok(info)
 }
@@ -244,8 +287,15 @@ async fn initial_load(
 
 /// After a wrong status, asks for the address's history to say what differs:
 /// "status X, expected Y" alone does not tell an operator what is wrong.
-async fn diagnose_status(session: &mut Session, expected: &Expected, address: &ExpectedAddress) -> String {
-    let Ok(mut results) = session.batch(method::GET_HISTORY, vec![json!([address.scripthash])]).await else {
+async fn diagnose_status(
+    session: &mut Session,
+    expected: &Expected,
+    address: &ExpectedAddress,
+) -> String {
+    let Ok(mut results) = session
+        .batch(method::GET_HISTORY, vec![json!([address.scripthash])])
+        .await
+    else {
         return String::new();
     };
     let result = results.pop().unwrap_or(Value::Null);
@@ -274,7 +324,9 @@ async fn refresh(
         let results = session.batch(method::GET_HISTORY, params).await?;
         let started = Instant::now();
         for (address, result) in chunk.iter().zip(&results) {
-            let history = expected.check_history(address, result).named(session.server(), method::GET_HISTORY)?;
+            let history = expected
+                .check_history(address, result)
+                .named(session.server(), method::GET_HISTORY)?;
             for (txid, height) in history {
                 // check_history admits only heights of the manifest (1..=tip).
                 heights.insert(u32::try_from(height).unwrap_or(0));
@@ -291,7 +343,9 @@ async fn refresh(
         let results = session.batch(method::TRANSACTION_GET, params).await?;
         let started = Instant::now();
         for (txid, result) in chunk.iter().zip(&results) {
-            expected.check_transaction(txid, result).named(session.server(), method::TRANSACTION_GET)?;
+            expected
+                .check_transaction(txid, result)
+                .named(session.server(), method::TRANSACTION_GET)?;
         }
         check_notifications(session, expected)?;
         *check += started.elapsed();
@@ -302,7 +356,9 @@ async fn refresh(
         let results = session.batch(method::BLOCK_HEADER, params).await?;
         let started = Instant::now();
         for (height, result) in chunk.iter().zip(&results) {
-            expected.check_header(*height, result).named(session.server(), method::BLOCK_HEADER)?;
+            expected
+                .check_header(*height, result)
+                .named(session.server(), method::BLOCK_HEADER)?;
         }
         check_notifications(session, expected)?;
         *check += started.elapsed();
@@ -327,10 +383,20 @@ async fn many_wallets(address: &str, expected: Arc<Expected>, config: Config) ->
     let start = Arc::new(tokio::sync::Barrier::new(sessions));
     let mut tasks = Vec::with_capacity(sessions);
     for _ in 0..sessions {
-        let (address, expected, start) = (address.to_owned(), Arc::clone(&expected), Arc::clone(&start));
+        let (address, expected, start) = (
+            address.to_owned(),
+            Arc::clone(&expected),
+            Arc::clone(&start),
+        );
         tasks.push(tokio::spawn(async move {
-            wallet_session(&address, &[Workload::InitialLoad, Workload::Refresh], &expected, config, Some(&start))
-                .await
+            wallet_session(
+                &address,
+                &[Workload::InitialLoad, Workload::Refresh],
+                &expected,
+                config,
+                Some(&start),
+            )
+            .await
         }));
     }
     let mut measured = Vec::with_capacity(sessions);
@@ -351,5 +417,8 @@ async fn many_wallets(address: &str, expected: Arc<Expected>, config: Config) ->
             }
         }
     }
-    Outcome { measured: Measured::of_sessions(&measured, false), error }
+    Outcome {
+        measured: Measured::of_sessions(&measured, false),
+        error,
+    }
 }
