@@ -1,0 +1,1383 @@
+//! The chain generator: turns a seed and a [`Shape`] into valid regtest
+//! blocks and the manifest of the big wallet's expected answers.
+//!
+//! Each block is made in three steps. Planning is sequential and holds all
+//! the randomness: which coins are spent, where value goes, fees, which
+//! wallet addresses are used. Building is a pure function of a plan and runs
+//! on every core with rayon: derive fresh keys, assemble and sign the
+//! transaction. Connecting is sequential again: register the new coins,
+//! record wallet history, add the coinbase, commitments and proof of work.
+//! So the same seed gives byte-identical blocks whatever the thread count.
+//!
+//! Coins are only spent in a later block than the one creating them, so the
+//! transactions of a block never depend on each other and can be signed in
+//! any order.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bitcoin::absolute::LockTime;
+use bitcoin::block::Header;
+use bitcoin::blockdata::constants::genesis_block;
+use bitcoin::hashes::Hash;
+use bitcoin::script::{Builder, PushBytesBuf};
+use bitcoin::transaction::Version;
+use bitcoin::{
+    Amount, Block, BlockHash, Network, OutPoint, ScriptBuf, Sequence, Transaction, TxIn,
+    TxMerkleNode, TxOut, Txid, Witness,
+};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+
+use crate::blkfile::{BlkError, BlkWriter};
+use crate::manifest::{Manifest, WalletAddress, WalletManifest};
+use crate::params::{
+    self, COINBASE_MATURITY, MAX_BLOCK_SIGOPS_COST, MAX_BLOCK_WEIGHT, REGTEST_MAGIC,
+};
+use crate::shape::Shape;
+use crate::sign::{sign_transaction, Key, ScriptKind, Spend};
+use crate::wallet::{BigWallet, CHANGE, RECEIVE};
+
+/// Smallest output the generator creates: above every dust limit (546 sats
+/// for P2PKH), so every transaction is relay-standard.
+const MIN_OUTPUT_SATS: u64 = 1_000;
+/// Outputs to scripts nobody spends (cold storage) take little value, so the
+/// spendable supply does not drain away over millions of transactions.
+const FOREIGN_OUTPUT_MAX_SATS: u64 = 200_000;
+/// Coinbase outputs worth less than this are not spent (late regtest blocks
+/// earn almost nothing).
+const MIN_SPENDABLE_COINBASE_SATS: u64 = 10_000;
+/// Most inputs one transaction takes; keeps every transaction far below the
+/// standard size limit.
+const MAX_INPUTS: usize = 20;
+/// Planning stops when a block is this close to a consensus limit, which no
+/// single planned transaction can exceed (20 inputs, 20 outputs).
+const BLOCK_WEIGHT_RESERVE: u64 = 40_000;
+const BLOCK_SIGOPS_RESERVE: u64 = 400;
+/// Number of miner payout scripts; coinbases pick one, so they are reused.
+const MINERS: usize = 6;
+/// Key family of the miners and exchanges (fresh keys use the seed).
+const FIXED_KEYS_SEED: u64 = u64::MAX;
+
+/// Who controls a coin, which decides how it is spent later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// Anyone in the "world": the general pool.
+    World,
+    /// The big wallet's address at m/84'/1'/0'/chain/index.
+    Wallet { chain: u32, index: u32 },
+    /// Exchange number `n`: one script, a very long history.
+    Exchange(u32),
+}
+
+/// An unspent output the generator can spend.
+#[derive(Clone, Debug)]
+struct Coin {
+    outpoint: OutPoint,
+    spend: Spend,
+    owner: Owner,
+}
+
+impl AsRef<Spend> for Coin {
+    fn as_ref(&self) -> &Spend {
+        &self.spend
+    }
+}
+
+/// Where one planned output goes.
+#[derive(Clone, Debug)]
+enum Dest {
+    /// A script whose key is known already (reuse, wallet, exchange).
+    Known {
+        key: Key,
+        kind: ScriptKind,
+        script: ScriptBuf,
+        owner: Owner,
+    },
+    /// A never used key of the seed's key family; derived while building.
+    Fresh { index: u64, kind: ScriptKind },
+    /// A script nobody will spend.
+    Foreign(ScriptBuf),
+    /// A data carrier output (zero value).
+    OpReturn(Vec<u8>),
+}
+
+impl Dest {
+    /// Upper bound of the serialized output size.
+    fn output_size(&self) -> usize {
+        let script_len = match self {
+            Dest::Known { script, .. } | Dest::Foreign(script) => script.len(),
+            Dest::Fresh { .. } => 34,
+            // OP_RETURN, then a push opcode of one or two bytes.
+            Dest::OpReturn(data) => 3 + data.len(),
+        };
+        8 + 1 + script_len
+    }
+
+    /// Sigops cost the output's script adds to a block (legacy count x4).
+    fn sigops_cost(&self) -> u64 {
+        match self {
+            Dest::Known {
+                kind: ScriptKind::P2pkh,
+                ..
+            }
+            | Dest::Fresh {
+                kind: ScriptKind::P2pkh,
+                ..
+            } => 4,
+            Dest::Foreign(script) if script.is_p2pkh() => 4,
+            _ => 0,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct OutPlan {
+    value: u64,
+    dest: Dest,
+}
+
+/// Everything needed to build and sign one transaction.
+#[derive(Clone, Debug)]
+struct TxPlan {
+    inputs: Vec<Coin>,
+    outputs: Vec<OutPlan>,
+    lock_time: u32,
+}
+
+/// A signed transaction and the coins it creates for later blocks.
+struct BuiltTx {
+    tx: Transaction,
+    txid: Txid,
+    /// For each output: the key and kind when we can spend it later.
+    new_coins: Vec<Option<(Key, ScriptKind, Owner)>>,
+}
+
+/// Upper bound of a transaction's virtual size.
+fn vsize_max(
+    inputs: &[ScriptKind],
+    output_sizes: impl Iterator<Item = usize>,
+    outputs: usize,
+) -> u64 {
+    let varint = |n: usize| if n < 0xfd { 1 } else { 3 };
+    let mut base = 8 + varint(inputs.len()) + varint(outputs);
+    base += output_sizes.sum::<usize>();
+    base += inputs
+        .iter()
+        .map(|k| k.input_base_size_max())
+        .sum::<usize>();
+    let witness = if inputs.iter().any(|k| k.needs_witness()) {
+        2 + inputs
+            .iter()
+            .map(|k| k.input_witness_size_max())
+            .sum::<usize>()
+    } else {
+        0
+    };
+    let weight = 4 * base + witness;
+    weight.div_ceil(4) as u64
+}
+
+/// Builds and signs one planned transaction. Pure: runs on any thread.
+fn build_tx(fresh_seed: u64, plan: &TxPlan) -> BuiltTx {
+    let mut output = Vec::with_capacity(plan.outputs.len());
+    let mut new_coins = Vec::with_capacity(plan.outputs.len());
+    for out in &plan.outputs {
+        let (script, coin) = match &out.dest {
+            Dest::Known {
+                key,
+                kind,
+                script,
+                owner,
+            } => (script.clone(), Some((*key, *kind, *owner))),
+            Dest::Fresh { index, kind } => {
+                let key = Key::from_seed(fresh_seed, *index);
+                (key.script_pubkey(*kind), Some((key, *kind, Owner::World)))
+            }
+            Dest::Foreign(script) => (script.clone(), None),
+            Dest::OpReturn(data) => {
+                let data = PushBytesBuf::try_from(data.clone())
+                    .expect("op_return data is at most 80 bytes");
+                (ScriptBuf::new_op_return(data), None)
+            }
+        };
+        output.push(TxOut {
+            value: Amount::from_sat(out.value),
+            script_pubkey: script,
+        });
+        new_coins.push(coin);
+    }
+    let input = plan
+        .inputs
+        .iter()
+        .map(|coin| TxIn {
+            previous_output: coin.outpoint,
+            script_sig: ScriptBuf::new(),
+            // Opts in to RBF like most wallets; also disables BIP68 relative
+            // lock times and keeps nLockTime enforced.
+            sequence: Sequence::ENABLE_RBF_NO_LOCKTIME,
+            witness: Witness::new(),
+        })
+        .collect();
+    let mut tx = Transaction {
+        version: Version::TWO,
+        lock_time: LockTime::from_consensus(plan.lock_time),
+        input,
+        output,
+    };
+    sign_transaction(&mut tx, &plan.inputs).expect("plans carry one spent output per input");
+    let txid = tx.compute_txid();
+    BuiltTx {
+        tx,
+        txid,
+        new_coins,
+    }
+}
+
+/// A schedule that spreads `total` events evenly over heights
+/// `start..=end`.
+#[derive(Clone, Debug)]
+struct Quota {
+    total: u64,
+    start: u32,
+    end: u32,
+    done: u64,
+}
+
+impl Quota {
+    fn new(total: u64, start: u32, end: u32) -> Quota {
+        Quota {
+            total,
+            start,
+            end,
+            done: 0,
+        }
+    }
+
+    /// Events owed by height `height` and not done yet.
+    fn due(&self, height: u32) -> u64 {
+        if height < self.start || self.end < self.start || self.total == 0 {
+            return 0;
+        }
+        let span = u64::from(self.end - self.start) + 1;
+        let elapsed = u64::from(height.min(self.end) - self.start) + 1;
+        (self.total * elapsed / span).saturating_sub(self.done)
+    }
+}
+
+/// Samples an index with probability proportional to `1 / (i + 1)`.
+fn zipf(rng: &mut ChaCha8Rng, n: usize) -> usize {
+    let harmonic: f64 = (1..=n).map(|i| 1.0 / i as f64).sum();
+    let mut x = rng.gen::<f64>() * harmonic;
+    for i in 0..n {
+        x -= 1.0 / (i + 1) as f64;
+        if x <= 0.0 {
+            return i;
+        }
+    }
+    n - 1
+}
+
+/// The big wallet as the chain sees it: keys handed out so far and each
+/// address's history.
+struct WalletState {
+    wallet: BigWallet,
+    /// Keys and scripts of used addresses, per chain, by index.
+    keys: [Vec<(Key, ScriptBuf)>; 2],
+    /// Confirmed history per chain and index: (txid, height) in chain order.
+    history: [Vec<Vec<(Txid, u32)>>; 2],
+    receive_fresh_target: u32,
+    receive_events: Quota,
+    spend_events: Quota,
+}
+
+impl WalletState {
+    fn new(shape: &Shape) -> WalletState {
+        let first_spend = params::SEGWIT_HEIGHT.max(COINBASE_MATURITY + 2);
+        let receives_start = COINBASE_MATURITY + 1;
+        let can_spend = shape.blocks > first_spend + 1;
+        let addresses = u64::from(shape.wallet_addresses);
+        // Three of five used addresses are receive addresses; every spend
+        // sends change to a new change address and makes up the rest.
+        let receive_fresh = if can_spend {
+            addresses * 3 / 5
+        } else {
+            addresses
+        };
+        let spends = addresses - receive_fresh;
+        // One receive in four goes to an address that was used before.
+        let receives = receive_fresh + receive_fresh / 3;
+        WalletState {
+            wallet: BigWallet::new(),
+            keys: [Vec::new(), Vec::new()],
+            history: [Vec::new(), Vec::new()],
+            receive_fresh_target: receive_fresh as u32,
+            receive_events: Quota::new(receives, receives_start, shape.blocks),
+            spend_events: Quota::new(spends, first_spend, shape.blocks),
+        }
+    }
+
+    /// Hands out the next unused address of `chain`.
+    fn next_address(&mut self, chain: u32) -> Dest {
+        let index = self.keys[chain as usize].len() as u32;
+        let key = self.wallet.key(chain, index);
+        let script = key.script_pubkey(ScriptKind::P2wpkh);
+        self.keys[chain as usize].push((key, script.clone()));
+        self.history[chain as usize].push(Vec::new());
+        Dest::Known {
+            key,
+            kind: ScriptKind::P2wpkh,
+            script,
+            owner: Owner::Wallet { chain, index },
+        }
+    }
+
+    /// The destination of an incoming payment: mostly the next fresh
+    /// receive address, sometimes one used before (address reuse).
+    fn receive_dest(&mut self, rng: &mut ChaCha8Rng) -> Dest {
+        let used = self.keys[RECEIVE as usize].len() as u64;
+        let fresh_owed = u64::from(self.receive_fresh_target).saturating_sub(used);
+        let events_left = self
+            .receive_events
+            .total
+            .saturating_sub(self.receive_events.done)
+            .max(1);
+        // Fresh with the probability that keeps both targets on schedule.
+        if used == 0 || rng.gen_range(0..events_left) < fresh_owed {
+            return self.next_address(RECEIVE);
+        }
+        let index = rng.gen_range(0..used) as u32;
+        let (key, script) = self.keys[RECEIVE as usize][index as usize].clone();
+        Dest::Known {
+            key,
+            kind: ScriptKind::P2wpkh,
+            script,
+            owner: Owner::Wallet {
+                chain: RECEIVE,
+                index,
+            },
+        }
+    }
+
+    fn record(&mut self, chain: u32, index: u32, txid: Txid, height: u32) {
+        let history = &mut self.history[chain as usize][index as usize];
+        // A transaction touching an address twice is listed once.
+        if history.last().map(|(t, _)| *t) != Some(txid) {
+            history.push((txid, height));
+        }
+    }
+}
+
+/// Live coins by who may spend them. Coins enter at the end of the block
+/// creating them, so a block never spends its own outputs.
+#[derive(Default)]
+struct Pools {
+    /// World coins spendable before segwit activates (P2PKH).
+    legacy: Vec<Coin>,
+    /// World coins that need witness data to spend.
+    witness: Vec<Coin>,
+    wallet: Vec<Coin>,
+    exchange: Vec<Vec<Coin>>,
+    /// Coinbase outputs waiting for maturity: (height, coin).
+    immature: VecDeque<(u32, Coin)>,
+}
+
+impl Pools {
+    fn add(&mut self, coin: Coin) {
+        match coin.owner {
+            Owner::World if coin.spend.kind.needs_witness() => self.witness.push(coin),
+            Owner::World => self.legacy.push(coin),
+            Owner::Wallet { .. } => self.wallet.push(coin),
+            Owner::Exchange(n) => self.exchange[n as usize].push(coin),
+        }
+    }
+
+    /// World coins a block at this segwit state may spend.
+    fn world_len(&self, segwit: bool) -> usize {
+        self.legacy.len() + if segwit { self.witness.len() } else { 0 }
+    }
+}
+
+/// Where a transaction's inputs come from.
+#[derive(Clone, Copy)]
+enum Source {
+    World,
+    Wallet,
+    Exchange(u32),
+}
+
+/// Running totals of one block's consensus limits.
+#[derive(Default)]
+struct Budget {
+    weight: u64,
+    sigops: u64,
+}
+
+impl Budget {
+    fn full(&self) -> bool {
+        self.weight + BLOCK_WEIGHT_RESERVE > MAX_BLOCK_WEIGHT
+            || self.sigops + BLOCK_SIGOPS_RESERVE > MAX_BLOCK_SIGOPS_COST
+    }
+
+    fn add(&mut self, plan: &TxPlan) {
+        let kinds: Vec<ScriptKind> = plan.inputs.iter().map(|c| c.spend.kind).collect();
+        let vsize = vsize_max(
+            &kinds,
+            plan.outputs.iter().map(|o| o.dest.output_size()),
+            plan.outputs.len(),
+        );
+        self.weight += 4 * vsize;
+        // Witness inputs count one sigop each; P2PKH outputs four.
+        self.sigops += kinds.iter().filter(|k| **k != ScriptKind::P2tr).count() as u64
+            + plan
+                .outputs
+                .iter()
+                .map(|o| o.dest.sigops_cost())
+                .sum::<u64>();
+    }
+}
+
+/// Progress of a running generation, passed to the caller's callback
+/// after every block.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    pub height: u32,
+    pub tip_height: u32,
+    /// Transactions so far, coinbases included.
+    pub txs: u64,
+    /// Non-coinbase transactions created and signed so far.
+    pub transfers: u64,
+    pub bytes: u64,
+    pub elapsed: Duration,
+    /// Time spent building and signing transfers (wall clock, all cores).
+    pub signing: Duration,
+}
+
+impl Progress {
+    /// Transfers created and signed per second of signing wall time.
+    pub fn signed_per_sec(&self) -> f64 {
+        self.transfers as f64 / self.signing.as_secs_f64().max(1e-9)
+    }
+
+    /// Transactions of every kind per second, end to end.
+    pub fn txs_per_sec(&self) -> f64 {
+        self.txs as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// What a generation run is asked for.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Preset name recorded in the manifest ("custom" when overridden).
+    pub preset: String,
+    pub seed: u64,
+    pub shape: Shape,
+}
+
+/// Why generation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GenError {
+    #[error(transparent)]
+    Blk(#[from] BlkError),
+    #[error("writing manifest to {path}: {source}")]
+    Manifest {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid shape: {0}")]
+    Shape(String),
+}
+
+/// Produces the chain block by block: genesis first, then heights
+/// `1..=shape.blocks`.
+pub struct Generator {
+    config: Config,
+    rng: ChaCha8Rng,
+    /// Height of the next block [`Generator::next_block`] returns.
+    next_height: u32,
+    prev_hash: BlockHash,
+    genesis_time: u32,
+    pools: Pools,
+    next_fresh_key: u64,
+    miners: Vec<(Key, ScriptBuf)>,
+    exchanges: Vec<(Key, ScriptKind, ScriptBuf)>,
+    wallet: WalletState,
+    pool_target: usize,
+    block_hashes: Vec<BlockHash>,
+    tx_count: u64,
+    transfer_count: u64,
+    input_count: u64,
+    output_count: u64,
+    signing: Duration,
+}
+
+impl Generator {
+    /// Sets up a generator for `config`.
+    ///
+    /// # Errors
+    /// When the shape cannot make a chain (no blocks).
+    pub fn new(config: Config) -> Result<Generator, GenError> {
+        let shape = &config.shape;
+        if shape.blocks == 0 {
+            return Err(GenError::Shape(
+                "a chain needs at least one block after genesis".into(),
+            ));
+        }
+        if shape.wallet_addresses > 1 << 30 {
+            return Err(GenError::Shape(
+                "wallet_addresses must stay below 2^30".into(),
+            ));
+        }
+        let miners = (0..MINERS as u64)
+            .map(|i| {
+                let key = Key::from_seed(FIXED_KEYS_SEED, i);
+                (key, key.script_pubkey(ScriptKind::P2pkh))
+            })
+            .collect();
+        // Exchange kinds cycle so the biggest histories cover several kinds,
+        // the biggest of all a legacy script like mainnet's.
+        let exchange_kinds = [
+            ScriptKind::P2pkh,
+            ScriptKind::P2wpkh,
+            ScriptKind::P2shP2wpkh,
+            ScriptKind::P2tr,
+            ScriptKind::P2wsh,
+        ];
+        let exchanges = (0..shape.exchanges as u64)
+            .map(|i| {
+                let key = Key::from_seed(FIXED_KEYS_SEED, 1_000 + i);
+                let kind = exchange_kinds[i as usize % exchange_kinds.len()];
+                (key, kind, key.script_pubkey(kind))
+            })
+            .collect();
+        let genesis = genesis_block(Network::Regtest);
+        let pools = Pools {
+            exchange: vec![Vec::new(); shape.exchanges as usize],
+            ..Pools::default()
+        };
+        Ok(Generator {
+            rng: ChaCha8Rng::seed_from_u64(config.seed),
+            next_height: 0,
+            prev_hash: genesis.block_hash(),
+            genesis_time: genesis.header.time,
+            pools,
+            next_fresh_key: 0,
+            miners,
+            exchanges,
+            wallet: WalletState::new(shape),
+            pool_target: (40 * shape.txs_per_block as usize).max(2_000),
+            block_hashes: Vec::with_capacity(shape.blocks as usize + 1),
+            tx_count: 0,
+            transfer_count: 0,
+            input_count: 0,
+            output_count: 0,
+            signing: Duration::ZERO,
+            config,
+        })
+    }
+
+    /// Height of the last block the chain will have.
+    pub fn tip_height(&self) -> u32 {
+        self.config.shape.blocks
+    }
+
+    /// Returns the next block (genesis first), or `None` past the tip.
+    pub fn next_block(&mut self) -> Option<Block> {
+        let height = self.next_height;
+        if height > self.config.shape.blocks {
+            return None;
+        }
+        let block = if height == 0 {
+            genesis_block(Network::Regtest)
+        } else {
+            self.make_block(height)
+        };
+        self.tx_count += block.txdata.len() as u64;
+        for tx in &block.txdata {
+            self.input_count += tx.input.len() as u64;
+            self.output_count += tx.output.len() as u64;
+        }
+        self.prev_hash = block.block_hash();
+        self.block_hashes.push(self.prev_hash);
+        self.next_height += 1;
+        Some(block)
+    }
+
+    fn make_block(&mut self, height: u32) -> Block {
+        let plans = self.plan_block(height);
+        let started = Instant::now();
+        let seed = self.config.seed;
+        // Per-transaction work is ~50-100 us; chunks of 4 keep rayon's
+        // overhead small without starving the second core on small blocks.
+        let built: Vec<BuiltTx> = plans
+            .par_iter()
+            .with_min_len(4)
+            .map(|plan| build_tx(seed, plan))
+            .collect();
+        self.signing += started.elapsed();
+        self.transfer_count += built.len() as u64;
+
+        let mut fees = 0u64;
+        let mut txdata = Vec::with_capacity(built.len() + 1);
+        txdata.push(Transaction {
+            version: Version::TWO,
+            lock_time: LockTime::ZERO,
+            input: vec![],
+            output: vec![],
+        });
+        let mut touched: Vec<(u32, u32)> = Vec::new();
+        for (plan, built) in plans.into_iter().zip(built) {
+            let out_sum: u64 = built.tx.output.iter().map(|o| o.value.to_sat()).sum();
+            let in_sum: u64 = plan
+                .inputs
+                .iter()
+                .map(|c| c.spend.txout.value.to_sat())
+                .sum();
+            fees += in_sum - out_sum;
+            touched.clear();
+            for coin in &plan.inputs {
+                if let Owner::Wallet { chain, index } = coin.owner {
+                    touched.push((chain, index));
+                }
+            }
+            for (vout, (new, txout)) in built
+                .new_coins
+                .into_iter()
+                .zip(&built.tx.output)
+                .enumerate()
+            {
+                let Some((key, kind, owner)) = new else {
+                    continue;
+                };
+                if let Owner::Wallet { chain, index } = owner {
+                    touched.push((chain, index));
+                }
+                self.pools.add(Coin {
+                    outpoint: OutPoint {
+                        txid: built.txid,
+                        vout: vout as u32,
+                    },
+                    spend: Spend {
+                        txout: txout.clone(),
+                        key,
+                        kind,
+                    },
+                    owner,
+                });
+            }
+            for &(chain, index) in &touched {
+                self.wallet.record(chain, index, built.txid, height);
+            }
+            txdata.push(built.tx);
+        }
+
+        let (miner_key, miner_script) = self.miners[zipf(&mut self.rng, MINERS)].clone();
+        let reward = params::subsidy(height).to_sat() + fees;
+        let segwit = params::segwit_active(height);
+        let mut script_sig = Builder::new()
+            .push_int(i64::from(height))
+            .push_slice(b"/osprey-chaingen/");
+        // Keeps coinbases of different seeds distinct, like an extranonce.
+        script_sig = script_sig.push_slice(self.config.seed.to_le_bytes());
+        let mut coinbase = Transaction {
+            version: Version::TWO,
+            lock_time: LockTime::ZERO,
+            input: vec![TxIn {
+                previous_output: OutPoint::null(),
+                script_sig: script_sig.into_script(),
+                sequence: Sequence::MAX,
+                witness: Witness::new(),
+            }],
+            output: vec![TxOut {
+                value: Amount::from_sat(reward),
+                script_pubkey: miner_script.clone(),
+            }],
+        };
+        if segwit {
+            // BIP141: the coinbase witness holds the 32-byte reserved value.
+            coinbase.input[0].witness.push([0u8; 32]);
+        }
+        txdata[0] = coinbase;
+        let mut block = Block {
+            header: Header {
+                version: params::block_version(height),
+                prev_blockhash: self.prev_hash,
+                merkle_root: TxMerkleNode::all_zeros(),
+                time: params::block_time(self.genesis_time, height),
+                bits: params::regtest_bits(),
+                nonce: 0,
+            },
+            txdata,
+        };
+        if segwit {
+            let witness_root = block.witness_root().expect("block has a coinbase");
+            let commitment = Block::compute_witness_commitment(&witness_root, &[0u8; 32]);
+            let mut data = vec![0xaa, 0x21, 0xa9, 0xed];
+            data.extend_from_slice(commitment.as_byte_array());
+            let data = PushBytesBuf::try_from(data).expect("36 bytes");
+            block.txdata[0].output.push(TxOut {
+                value: Amount::ZERO,
+                script_pubkey: ScriptBuf::new_op_return(data),
+            });
+        }
+        block.header.merkle_root = block.compute_merkle_root().expect("block has a coinbase");
+        let target = block.header.target();
+        while !target.is_met_by(block.header.block_hash()) {
+            // Regtest difficulty: about two tries per block.
+            block.header.nonce += 1;
+        }
+
+        if reward >= MIN_SPENDABLE_COINBASE_SATS {
+            let coin = Coin {
+                outpoint: OutPoint {
+                    txid: block.txdata[0].compute_txid(),
+                    vout: 0,
+                },
+                spend: Spend {
+                    txout: block.txdata[0].output[0].clone(),
+                    key: miner_key,
+                    kind: ScriptKind::P2pkh,
+                },
+                owner: Owner::World,
+            };
+            self.pools.immature.push_back((height, coin));
+        }
+        block
+    }
+
+    /// Chooses every transaction of the block at `height`.
+    fn plan_block(&mut self, height: u32) -> Vec<TxPlan> {
+        while let Some((h, _)) = self.pools.immature.front() {
+            if h + COINBASE_MATURITY > height {
+                break;
+            }
+            let (_, coin) = self.pools.immature.pop_front().expect("front exists");
+            self.pools.add(coin);
+        }
+        let segwit = params::segwit_active(height);
+        let mut budget = Budget::default();
+        let mut plans = Vec::new();
+        let target = self.target_txs(height);
+
+        // The big wallet spends...
+        if segwit {
+            let due = self.wallet.spend_events.due(height);
+            for _ in 0..due {
+                if self.pools.wallet.is_empty() || budget.full() {
+                    break;
+                }
+                let Some(plan) = self.plan_wallet_spend(height) else {
+                    break;
+                };
+                self.wallet.spend_events.done += 1;
+                budget.add(&plan);
+                plans.push(plan);
+            }
+        }
+
+        // ...exchanges pay out in batches...
+        let max_withdrawals = (target / 40).max(1);
+        for n in 0..self.exchanges.len() {
+            let kind = self.exchanges[n].1;
+            if kind.needs_witness() && !segwit {
+                continue;
+            }
+            for _ in 0..max_withdrawals {
+                if self.pools.exchange[n].len() < 4 || budget.full() {
+                    break;
+                }
+                let Some(plan) = self.plan_exchange_withdrawal(height, n as u32) else {
+                    break;
+                };
+                budget.add(&plan);
+                plans.push(plan);
+            }
+        }
+
+        // ...and the world pays each other, the wallet among them.
+        let mut receives_due = self.wallet.receive_events.due(height);
+        let mut world_txs = 0usize;
+        while (world_txs < target || receives_due > 0) && !budget.full() {
+            let receive = receives_due > 0;
+            let Some(plan) = self.plan_world_tx(height, receive) else {
+                break;
+            };
+            if receive {
+                receives_due -= 1;
+                self.wallet.receive_events.done += 1;
+            }
+            budget.add(&plan);
+            plans.push(plan);
+            world_txs += 1;
+        }
+
+        plans.shuffle(&mut self.rng);
+        plans
+    }
+
+    /// Number of world transactions wanted at `height`: zero until coins
+    /// mature, then ramping from 30% to 170% of the average over the chain
+    /// (blocks fill up over time like mainnet's), with +-30% noise.
+    fn target_txs(&mut self, height: u32) -> usize {
+        let first = COINBASE_MATURITY + 1;
+        if height < first {
+            return 0;
+        }
+        let span = f64::from(self.config.shape.blocks.saturating_sub(first).max(1));
+        let progress = f64::from(height - first) / span;
+        let ramp = 0.3 + 1.4 * progress.min(1.0);
+        let noise = self.rng.gen_range(0.7..1.3);
+        (f64::from(self.config.shape.txs_per_block) * ramp * noise).round() as usize
+    }
+
+    /// Output kind weights at `height` (P2PKH, P2SH-P2WPKH, P2WPKH, P2WSH,
+    /// P2TR): legacy before segwit, drifting towards P2WPKH and P2TR.
+    fn sample_kind(&mut self, height: u32) -> ScriptKind {
+        let weights: [f64; 5] = if !params::segwit_active(height) {
+            [85.0, 6.0, 6.0, 2.0, 1.0]
+        } else {
+            let early = [45.0, 20.0, 25.0, 5.0, 5.0];
+            let late = [15.0, 10.0, 45.0, 8.0, 22.0];
+            let span = f64::from(
+                self.config
+                    .shape
+                    .blocks
+                    .saturating_sub(params::SEGWIT_HEIGHT)
+                    .max(1),
+            );
+            let t = (f64::from(height - params::SEGWIT_HEIGHT) / span).min(1.0);
+            std::array::from_fn(|i| early[i] + (late[i] - early[i]) * t)
+        };
+        let mut x = self.rng.gen::<f64>() * weights.iter().sum::<f64>();
+        for (kind, w) in ScriptKind::ALL.into_iter().zip(weights) {
+            x -= w;
+            if x <= 0.0 {
+                return kind;
+            }
+        }
+        ScriptKind::P2wpkh
+    }
+
+    fn fresh(&mut self, kind: ScriptKind) -> Dest {
+        self.next_fresh_key += 1;
+        Dest::Fresh {
+            index: self.next_fresh_key,
+            kind,
+        }
+    }
+
+    /// A script nobody holds the key of: random hash or key bytes.
+    fn foreign(&mut self, kind: ScriptKind) -> Dest {
+        let bytes: [u8; 32] = self.rng.gen();
+        let hash20: [u8; 20] = bytes[..20].try_into().expect("20 bytes");
+        let script = match kind {
+            ScriptKind::P2pkh => {
+                ScriptBuf::new_p2pkh(&bitcoin::PubkeyHash::from_byte_array(hash20))
+            }
+            ScriptKind::P2shP2wpkh => {
+                ScriptBuf::new_p2sh(&bitcoin::ScriptHash::from_byte_array(hash20))
+            }
+            ScriptKind::P2wpkh => {
+                ScriptBuf::new_p2wpkh(&bitcoin::WPubkeyHash::from_byte_array(hash20))
+            }
+            ScriptKind::P2wsh => {
+                ScriptBuf::new_p2wsh(&bitcoin::WScriptHash::from_byte_array(bytes))
+            }
+            ScriptKind::P2tr => Builder::new()
+                .push_opcode(bitcoin::opcodes::all::OP_PUSHNUM_1)
+                .push_slice(bytes)
+                .into_script(),
+        };
+        Dest::Foreign(script)
+    }
+
+    /// An already used world script, picked in proportion to its live
+    /// coins: preferential attachment, which gives reuse a heavy tail.
+    fn reused(&mut self) -> Option<Dest> {
+        let len = self.pools.world_len(true);
+        if len == 0 {
+            return None;
+        }
+        let i = self.rng.gen_range(0..len);
+        let coin = if i < self.pools.legacy.len() {
+            &self.pools.legacy[i]
+        } else {
+            &self.pools.witness[i - self.pools.legacy.len()]
+        };
+        Some(Dest::Known {
+            key: coin.spend.key,
+            kind: coin.spend.kind,
+            script: coin.spend.txout.script_pubkey.clone(),
+            owner: Owner::World,
+        })
+    }
+
+    fn exchange_dest(&mut self) -> Option<Dest> {
+        if self.exchanges.is_empty() {
+            return None;
+        }
+        let n = zipf(&mut self.rng, self.exchanges.len());
+        let (key, kind, script) = self.exchanges[n].clone();
+        Some(Dest::Known {
+            key,
+            kind,
+            script,
+            owner: Owner::Exchange(n as u32),
+        })
+    }
+
+    /// A payment destination of the world: an exchange deposit, a reused
+    /// script, a cold-storage script, or (mostly) a fresh key.
+    fn world_dest(&mut self, height: u32) -> Dest {
+        let reuse = self.config.shape.reuse_percent.min(100) * 10;
+        let r = self.rng.gen_range(0..1000);
+        if r < 40 {
+            if let Some(dest) = self.exchange_dest() {
+                return dest;
+            }
+        } else if r < 40 + reuse {
+            if let Some(dest) = self.reused() {
+                return dest;
+            }
+        } else if r < 140 + reuse {
+            let kind = self.sample_kind(height);
+            return self.foreign(kind);
+        }
+        let kind = self.sample_kind(height);
+        self.fresh(kind)
+    }
+
+    fn take_coin(&mut self, source: Source, segwit: bool) -> Option<Coin> {
+        let rng = &mut self.rng;
+        let pick = |rng: &mut ChaCha8Rng, pool: &mut Vec<Coin>| {
+            (!pool.is_empty()).then(|| {
+                let i = rng.gen_range(0..pool.len());
+                pool.swap_remove(i)
+            })
+        };
+        match source {
+            Source::World => {
+                let len = self.pools.world_len(segwit);
+                if len == 0 {
+                    return None;
+                }
+                let i = rng.gen_range(0..len);
+                Some(if i < self.pools.legacy.len() {
+                    self.pools.legacy.swap_remove(i)
+                } else {
+                    self.pools.witness.swap_remove(i - self.pools.legacy.len())
+                })
+            }
+            Source::Wallet => pick(rng, &mut self.pools.wallet),
+            Source::Exchange(n) => pick(rng, &mut self.pools.exchange[n as usize]),
+        }
+    }
+
+    /// Number of inputs of a world transaction: mostly one or two, a tail
+    /// of consolidations, and more while the pool is above its target size
+    /// (which keeps memory bounded on long chains).
+    fn world_input_count(&mut self, segwit: bool) -> usize {
+        let r = self.rng.gen_range(0..100);
+        let mut n = match r {
+            0..=49 => 1,
+            50..=79 => 2,
+            80..=91 => 3,
+            92..=96 => 4,
+            _ => self.rng.gen_range(5..=12),
+        };
+        let pressure = self.pools.world_len(segwit) as f64 / self.pool_target as f64;
+        if pressure > 1.0 && self.rng.gen::<f64>() < (pressure - 1.0).min(1.0) {
+            n += self.rng.gen_range(1..=3);
+        }
+        n
+    }
+
+    /// Number of value outputs (payments plus change) of a world
+    /// transaction; averages about 2.7.
+    fn world_output_count(&mut self) -> usize {
+        match self.rng.gen_range(0..100) {
+            0..=7 => 1,
+            8..=69 => 2,
+            70..=86 => 3,
+            87..=95 => self.rng.gen_range(4..=6),
+            _ => self.rng.gen_range(7..=15),
+        }
+    }
+
+    fn fee_rate(&mut self) -> u64 {
+        // sat/vB: mostly 1-5, a tail up to ~40, never below the relay floor.
+        1 + (self.rng.gen::<f64>().powi(3) * 40.0) as u64
+    }
+
+    fn plan_world_tx(&mut self, height: u32, wallet_receive: bool) -> Option<TxPlan> {
+        let segwit = params::segwit_active(height);
+        let n_in = self.world_input_count(segwit);
+        let mut inputs = Vec::with_capacity(n_in);
+        for _ in 0..n_in {
+            match self.take_coin(Source::World, segwit) {
+                Some(coin) => inputs.push(coin),
+                None => break,
+            }
+        }
+        if inputs.is_empty() {
+            return None;
+        }
+        let wanted = self.world_output_count();
+        let change_kind = if self.rng.gen_range(0..10) < 7 {
+            inputs[0].spend.kind
+        } else {
+            self.sample_kind(height)
+        };
+        self.finish_plan(
+            height,
+            inputs,
+            Source::World,
+            wanted,
+            |g, i| {
+                if i == 0 && wallet_receive {
+                    g.wallet.receive_dest(&mut g.rng)
+                } else {
+                    g.world_dest(height)
+                }
+            },
+            move |g| g.fresh(change_kind),
+        )
+    }
+
+    fn plan_wallet_spend(&mut self, height: u32) -> Option<TxPlan> {
+        let n_in = match self.rng.gen_range(0..100) {
+            0..=59 => 1,
+            60..=84 => 2,
+            _ => self.rng.gen_range(3..=5),
+        };
+        let inputs: Vec<Coin> = (0..n_in)
+            .filter_map(|_| self.take_coin(Source::Wallet, true))
+            .collect();
+        if inputs.is_empty() {
+            return None;
+        }
+        let payments = if self.rng.gen_range(0..100) < 85 {
+            1
+        } else {
+            2
+        };
+        self.finish_plan(
+            height,
+            inputs,
+            Source::Wallet,
+            payments + 1,
+            |g, _| {
+                let r = g.rng.gen_range(0..100);
+                let dest = if r < 30 {
+                    g.exchange_dest()
+                } else if r < 40 {
+                    g.reused()
+                } else {
+                    None
+                };
+                dest.unwrap_or_else(|| {
+                    let kind = g.sample_kind(height);
+                    g.fresh(kind)
+                })
+            },
+            |g| g.wallet.next_address(CHANGE),
+        )
+    }
+
+    fn plan_exchange_withdrawal(&mut self, height: u32, n: u32) -> Option<TxPlan> {
+        let segwit = params::segwit_active(height);
+        let n_in = self.rng.gen_range(2..=8);
+        let inputs: Vec<Coin> = (0..n_in)
+            .filter_map(|_| self.take_coin(Source::Exchange(n), segwit))
+            .collect();
+        if inputs.is_empty() {
+            return None;
+        }
+        let payouts = self.rng.gen_range(2..=12);
+        let (key, kind, script) = self.exchanges[n as usize].clone();
+        self.finish_plan(
+            height,
+            inputs,
+            Source::Exchange(n),
+            payouts + 1,
+            |g, _| {
+                let r = g.rng.gen_range(0..100);
+                if r < 10 {
+                    if let Some(dest) = g.reused() {
+                        return dest;
+                    }
+                }
+                let kind = g.sample_kind(height);
+                if r < 25 {
+                    g.foreign(kind)
+                } else {
+                    g.fresh(kind)
+                }
+            },
+            move |_| Dest::Known {
+                key,
+                kind,
+                script,
+                owner: Owner::Exchange(n),
+            },
+        )
+    }
+
+    /// Completes a plan: decides how many outputs the inputs can pay for
+    /// (taking more inputs from `source` if they cannot pay for one), picks
+    /// destinations (`payment(g, i)`, then `change(g)` last when there is
+    /// room for it) and splits the value. Returns the coins to their pool
+    /// and `None` when even one output is unaffordable.
+    fn finish_plan(
+        &mut self,
+        height: u32,
+        mut inputs: Vec<Coin>,
+        source: Source,
+        wanted_outputs: usize,
+        mut payment: impl FnMut(&mut Generator, usize) -> Dest,
+        change: impl FnOnce(&mut Generator) -> Dest,
+    ) -> Option<TxPlan> {
+        let segwit = params::segwit_active(height);
+        let fee_rate = self.fee_rate();
+        let op_return = (self.rng.gen_range(0..1000) < 15).then(|| {
+            let len = self.rng.gen_range(8..=80);
+            (0..len).map(|_| self.rng.gen::<u8>()).collect::<Vec<u8>>()
+        });
+        let op_return_size = op_return
+            .as_ref()
+            .map_or(0, |d| Dest::OpReturn(d.clone()).output_size());
+        // Fee and minimum value of `k` value outputs, at the largest
+        // output size, so the real transaction can only be cheaper.
+        let cost = |inputs: &[Coin], k: usize| {
+            let kinds: Vec<ScriptKind> = inputs.iter().map(|c| c.spend.kind).collect();
+            let outs = k + usize::from(op_return.is_some());
+            let vsize = vsize_max(
+                &kinds,
+                std::iter::repeat_n(43, k).chain([op_return_size]),
+                outs,
+            );
+            fee_rate * vsize + k as u64 * MIN_OUTPUT_SATS
+        };
+        let total_in = |inputs: &[Coin]| {
+            inputs
+                .iter()
+                .map(|c| c.spend.txout.value.to_sat())
+                .sum::<u64>()
+        };
+        while total_in(&inputs) < cost(&inputs, 1) && inputs.len() < MAX_INPUTS {
+            match self.take_coin(source, segwit) {
+                Some(coin) => inputs.push(coin),
+                None => break,
+            }
+        }
+        let total = total_in(&inputs);
+        let mut k = wanted_outputs.max(1);
+        while k > 0 && total < cost(&inputs, k) {
+            k -= 1;
+        }
+        if k == 0 {
+            for coin in inputs {
+                self.pools.add(coin);
+            }
+            return None;
+        }
+        // The change goes last and exists when there is room for it.
+        let has_change = wanted_outputs >= 2 && k >= 2;
+        let payments = if has_change { k - 1 } else { k };
+        let mut dests: Vec<Dest> = (0..payments).map(|i| payment(self, i)).collect();
+        if has_change {
+            dests.push(change(self));
+        }
+        if dests.iter().all(|d| matches!(d, Dest::Foreign(_))) {
+            // Somebody must receive the bulk of the value, or cold storage
+            // would drain the spendable supply.
+            let kind = self.sample_kind(height);
+            *dests.last_mut().expect("k >= 1") = self.fresh(kind);
+        }
+
+        // Exact-ish fee from the real output sizes; still an upper bound.
+        let kinds: Vec<ScriptKind> = inputs.iter().map(|c| c.spend.kind).collect();
+        let n_outs = dests.len() + usize::from(op_return.is_some());
+        let vsize = vsize_max(
+            &kinds,
+            dests.iter().map(Dest::output_size).chain([op_return_size]),
+            n_outs,
+        );
+        let fee = fee_rate * vsize;
+        let spare = total - fee - dests.len() as u64 * MIN_OUTPUT_SATS;
+        // Payments take a skewed share (mostly small), change the rest.
+        let weights: Vec<f64> = dests
+            .iter()
+            .enumerate()
+            .map(|(i, _)| {
+                let u = self.rng.gen::<f64>();
+                if has_change && i == dests.len() - 1 {
+                    0.2 + u
+                } else {
+                    0.05 + u * u
+                }
+            })
+            .collect();
+        let weight_sum: f64 = weights.iter().sum();
+        let mut values: Vec<u64> = weights
+            .iter()
+            .map(|w| MIN_OUTPUT_SATS + (spare as f64 * w / weight_sum) as u64)
+            .collect();
+        let assigned: u64 = values.iter().sum();
+        *values.last_mut().expect("k >= 1") += total - fee - assigned;
+        // Cold storage takes little; the excess moves to the last output
+        // that somebody will spend.
+        if let Some(sink) = dests.iter().rposition(|d| !matches!(d, Dest::Foreign(_))) {
+            for i in 0..dests.len() {
+                if matches!(dests[i], Dest::Foreign(_)) && values[i] > FOREIGN_OUTPUT_MAX_SATS {
+                    let excess = values[i] - FOREIGN_OUTPUT_MAX_SATS;
+                    values[i] -= excess;
+                    values[sink] += excess;
+                }
+            }
+        }
+        let mut outputs: Vec<OutPlan> = dests
+            .into_iter()
+            .zip(values)
+            .map(|(dest, value)| OutPlan { value, dest })
+            .collect();
+        if let Some(data) = op_return {
+            let at = self.rng.gen_range(0..=outputs.len());
+            outputs.insert(
+                at,
+                OutPlan {
+                    value: 0,
+                    dest: Dest::OpReturn(data),
+                },
+            );
+        }
+        // Half the wallets set nLockTime to the tip height against fee
+        // sniping; the input sequence keeps it enforced.
+        let lock_time = if self.rng.gen_bool(0.5) {
+            height - 1
+        } else {
+            0
+        };
+        Some(TxPlan {
+            inputs,
+            outputs,
+            lock_time,
+        })
+    }
+
+    /// The manifest of the chain generated so far (call after the last
+    /// block); `blk_files` are the file names the blocks were written to.
+    pub fn manifest(&self, blk_files: Vec<String>) -> Manifest {
+        let wallet = &self.wallet;
+        let mut balances: [Vec<(u64, u32)>; 2] = [
+            vec![(0, 0); wallet.keys[0].len()],
+            vec![(0, 0); wallet.keys[1].len()],
+        ];
+        for coin in &self.pools.wallet {
+            if let Owner::Wallet { chain, index } = coin.owner {
+                let entry = &mut balances[chain as usize][index as usize];
+                entry.0 += coin.spend.txout.value.to_sat();
+                entry.1 += 1;
+            }
+        }
+        let mut addresses = Vec::new();
+        for chain in [RECEIVE, CHANGE] {
+            for (index, (key, script)) in wallet.keys[chain as usize].iter().enumerate() {
+                let history = &wallet.history[chain as usize][index];
+                if history.is_empty() {
+                    continue;
+                }
+                let (balance, utxo_count) = balances[chain as usize][index];
+                addresses.push(WalletAddress {
+                    address: key
+                        .address(ScriptKind::P2wpkh, Network::Regtest)
+                        .to_string(),
+                    scripthash: osprey_core::ScriptHash::from_script(script.as_bytes()).to_string(),
+                    chain,
+                    index: index as u32,
+                    history: history
+                        .iter()
+                        .map(|(txid, h)| (txid.to_string(), *h))
+                        .collect(),
+                    balance,
+                    utxo_count,
+                });
+            }
+        }
+        let tip_hash = self
+            .block_hashes
+            .last()
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        Manifest {
+            network: "regtest".to_string(),
+            preset: self.config.preset.clone(),
+            seed: self.config.seed,
+            tip_height: self.block_hashes.len().saturating_sub(1) as u32,
+            tip_hash,
+            block_hashes: self.block_hashes.iter().map(|h| h.to_string()).collect(),
+            tx_count: self.tx_count,
+            input_count: self.input_count,
+            output_count: self.output_count,
+            blk_files,
+            wallet: WalletManifest {
+                receive_descriptor: wallet.wallet.descriptor(RECEIVE),
+                change_descriptor: wallet.wallet.descriptor(CHANGE),
+                addresses,
+            },
+        }
+    }
+
+    fn progress(&self, started: Instant, bytes: u64) -> Progress {
+        Progress {
+            height: self.next_height.saturating_sub(1),
+            tip_height: self.config.shape.blocks,
+            txs: self.tx_count,
+            transfers: self.transfer_count,
+            bytes,
+            elapsed: started.elapsed(),
+            signing: self.signing,
+        }
+    }
+}
+
+/// Generates the chain of `config` into `out_dir`: `out_dir/blocks/blk*.dat`
+/// (genesis first) and `out_dir/manifest.json`. Calls `progress` after every
+/// block and returns the manifest.
+///
+/// # Errors
+/// When the shape is invalid or a file cannot be written.
+pub fn generate(
+    config: Config,
+    out_dir: &Path,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(Manifest, Progress), GenError> {
+    let started = Instant::now();
+    let mut generator = Generator::new(config)?;
+    let mut writer = BlkWriter::create(&out_dir.join("blocks"), REGTEST_MAGIC)?;
+    while let Some(block) = generator.next_block() {
+        writer.write_block(&bitcoin::consensus::serialize(&block))?;
+        progress(&generator.progress(started, writer.bytes_written()));
+    }
+    let bytes = writer.bytes_written();
+    let files = writer.finish()?;
+    let manifest = generator.manifest(files);
+    manifest
+        .save(out_dir)
+        .map_err(|source| GenError::Manifest {
+            path: out_dir.join(crate::manifest::MANIFEST_FILE),
+            source,
+        })?;
+    let stats = generator.progress(started, bytes);
+    tracing::info!(
+        height = manifest.tip_height,
+        txs = manifest.tx_count,
+        transfers = stats.transfers,
+        signed_per_sec = stats.signed_per_sec() as u64,
+        "chain generated"
+    );
+    Ok((manifest, stats))
+}

@@ -1,0 +1,103 @@
+//! What a generated chain looks like: the presets and the knobs that
+//! override them. Plain data; the generator reads it.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Size and shape of a chain. Every field has a preset value; flags may
+/// override any of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Height of the last block (the chain has `blocks + 1` blocks with
+    /// genesis).
+    pub blocks: u32,
+    /// Average number of non-coinbase transactions per block once coins
+    /// are mature (early blocks carry fewer, late blocks more, like mainnet).
+    pub txs_per_block: u32,
+    /// Used addresses (receive plus change) the big wallet should end with.
+    pub wallet_addresses: u32,
+    /// Number of "exchange" scripts that collect very long histories.
+    pub exchanges: u32,
+    /// Percent of payments that go to an already used script.
+    pub reuse_percent: u32,
+}
+
+/// Named shapes: `tiny` for tests, then roughly 100k, 1M and 10M
+/// transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Preset {
+    Tiny,
+    Small,
+    Medium,
+    Large,
+}
+
+impl Preset {
+    pub const ALL: [Preset; 4] = [Preset::Tiny, Preset::Small, Preset::Medium, Preset::Large];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Tiny => "tiny",
+            Preset::Small => "small",
+            Preset::Medium => "medium",
+            Preset::Large => "large",
+        }
+    }
+
+    /// The preset's shape.
+    pub fn shape(self) -> Shape {
+        match self {
+            // Just past btcd's segwit activation (432) so witness spends are
+            // exercised; a second to generate in a debug build.
+            Preset::Tiny => Shape {
+                blocks: 480,
+                txs_per_block: 2,
+                wallet_addresses: 24,
+                exchanges: 3,
+                reuse_percent: 15,
+            },
+            Preset::Small => Shape {
+                blocks: 1_000,
+                txs_per_block: 110,
+                wallet_addresses: 300,
+                exchanges: 6,
+                reuse_percent: 15,
+            },
+            Preset::Medium => Shape {
+                blocks: 2_500,
+                txs_per_block: 420,
+                wallet_addresses: 3_000,
+                exchanges: 10,
+                reuse_percent: 15,
+            },
+            Preset::Large => Shape {
+                blocks: 5_000,
+                txs_per_block: 2_050,
+                wallet_addresses: 3_000,
+                exchanges: 12,
+                reuse_percent: 15,
+            },
+        }
+    }
+}
+
+impl fmt::Display for Preset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown preset name.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown preset {0:?}: expected tiny, small, medium or large")]
+pub struct UnknownPreset(pub String);
+
+impl FromStr for Preset {
+    type Err = UnknownPreset;
+    fn from_str(s: &str) -> Result<Preset, UnknownPreset> {
+        Preset::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| UnknownPreset(s.to_string()))
+    }
+}
