@@ -108,7 +108,7 @@ impl fmt::Display for RpcCode {
 /// A wrong answer found by `check`, before the caller names server and method.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wrong {
-    /// What was asked about: "scripthash <hex>", "txid <hex>", "height <n>".
+    /// What was asked about: `scripthash <hex>`, `txid <hex>`, `height <n>`.
     pub subject: String,
     /// The difference between the answer and the manifest.
     pub detail: String,

@@ -13,8 +13,23 @@
 //! - [`workload`]: the workloads, as a wallet runs them;
 //! - [`stats`], [`machine`], [`report`], [`svg`]: numbers, context and output.
 //!
-//! [`run`] ties them together: servers are measured one after the other,
-//! never at once, so they do not compete for the machine.
+//! [`run`] ties them together. Servers are measured one after the other,
+//! never at once, so they do not compete for the machine; and each server's
+//! runs are kept together rather than interleaved with other servers', so
+//! its warm runs find its caches as its previous run left them, as in the
+//! public benchmark.
+//!
+//! ```text
+//! osprey bench --server 127.0.0.1:50001 --server 127.0.0.1:50002 \
+//!     --manifest chain/manifest.json --out runs/today [--runs 3] [--batch 50] \
+//!     [--wallets 10] [--workload initial-load|refresh|many-wallets|all] [--timeout-secs 60]
+//! ```
+//!
+//! Writes into `--out`: `<host>-<port>.<workload>.<run>.json` per run
+//! ([`report::RunRecord`]: wall seconds, requests, bytes, batch latencies and
+//! their histogram), [`REPORT_FILE`] (one table per workload: cold, run
+//! 1..N, median; machine, date, ratios between servers) and [`CHART_FILE`]
+//! (batch latency distribution per server).
 
 pub mod args;
 pub mod check;

@@ -24,7 +24,7 @@ pub struct ServerRef {
 /// One run of one workload against one server: the content of a JSON file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
-    /// "osprey-bench <version>".
+    /// `osprey-bench <version>`.
     pub bench: String,
     /// Start of the bench (UTC).
     pub date: String,
@@ -299,7 +299,8 @@ impl Report {
         let _ = writeln!(md, "- Tool: osprey-bench {}\n", env!("CARGO_PKG_VERSION"));
         let _ = writeln!(
             md,
-            "Seconds from the first request to the last response on a fresh connection, lower is better. \
+            "Seconds from the first request (`server.version`) to the last response on a fresh \
+             connection, without the bench's own checking time; lower is better. \
              \"Cold\" is the first run of a workload in this bench (truly cold only if the server was \
              just started); \"Median\" is the median of the warm runs.\n"
         );

@@ -125,7 +125,26 @@ fn draw_panel(svg: &mut String, title: &str, per_server: &[Vec<f64>], top: f64) 
         );
         decade += 1.0;
     }
-    for (fraction, label) in [(0.0, "0%"), (0.5, "50%"), (0.99, "99%"), (1.0, "100%")] {
+    // Minor grid at 2x and 5x each decade, so values between decades can be read.
+    let mut minor = lo;
+    while minor < hi - 1e-9 {
+        for factor in [2f64, 5.0] {
+            let x = LEFT + (minor + factor.log10() - lo) / (hi - lo) * plot_width;
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{x:.1}" y1="{top}" x2="{x:.1}" y2="{bottom}" stroke="#f0f0f0"/>"##
+            );
+        }
+        minor += 1.0;
+    }
+    // The p99 line has no label: it would overprint "100%".
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{LEFT}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#ccc" stroke-dasharray="4 3"/>"##,
+        LEFT + plot_width,
+        y = y_of(0.99)
+    );
+    for (fraction, label) in [(0.0, "0%"), (0.5, "50%"), (1.0, "100%")] {
         let y = y_of(fraction);
         let _ = writeln!(
             svg,
@@ -137,7 +156,7 @@ fn draw_panel(svg: &mut String, title: &str, per_server: &[Vec<f64>], top: f64) 
     }
     let _ = writeln!(
         svg,
-        r#"<text x="{}" y="{}" text-anchor="middle">batch latency (log scale)</text>"#,
+        r#"<text x="{}" y="{}" text-anchor="middle">batch latency (log scale); dashed line: 99th percentile</text>"#,
         LEFT + plot_width / 2.0,
         bottom + 30.0
     );
