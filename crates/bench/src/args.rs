@@ -94,7 +94,10 @@ impl Plan {
         if args.servers.is_empty() {
             bail!("no server to measure: give --server HOST:PORT (repeat it to compare servers)");
         }
-        for server in &args.servers {
+        for (i, server) in args.servers.iter().enumerate() {
+            if args.servers[..i].contains(server) {
+                bail!("--server {server} is given twice");
+            }
             let (host, port) = server
                 .rsplit_once(':')
                 .with_context(|| format!("--server {server:?}: expected HOST:PORT"))?;
@@ -192,6 +195,16 @@ mod tests {
         let err = plan(&["bench", "--manifest", "m"]).unwrap_err().to_string();
         assert!(err.contains("--server"), "{err}");
         assert!(plan(&["bench", "--server", "nohost", "--manifest", "m"]).is_err());
+        let twice = plan(&[
+            "bench",
+            "--server",
+            "h:1",
+            "--server",
+            "h:1",
+            "--manifest",
+            "m",
+        ]);
+        assert!(twice.unwrap_err().to_string().contains("twice"));
         assert!(plan(&["bench", "--server", "h:notaport", "--manifest", "m"]).is_err());
         assert!(plan(&["bench", "--server", "h:1"])
             .unwrap_err()

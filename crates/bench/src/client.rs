@@ -13,6 +13,10 @@ use tokio::net::TcpStream;
 /// Characters of server-supplied text quoted in an error message.
 const EXCERPT_CHARS: usize = 300;
 
+/// Notifications kept between two checks. A still chain sends none; a server
+/// flooding them must not grow the bench's memory until the timeout.
+const NOTIFICATIONS_MAX: usize = 10_000;
+
 /// Limits that keep a broken or hostile server from hanging the bench or
 /// exhausting its memory.
 #[derive(Clone, Copy, Debug)]
@@ -255,6 +259,14 @@ impl Session {
         let id = object.get("id").cloned().unwrap_or(Value::Null);
         if id.is_null() {
             if object.contains_key("method") {
+                if self.notifications.len() >= NOTIFICATIONS_MAX {
+                    return Err(self.protocol_error(
+                        method,
+                        format!(
+                            "more than {NOTIFICATIONS_MAX} notifications while waiting for a batch"
+                        ),
+                    ));
+                }
                 self.notifications.push(Value::Object(object));
                 return Ok(());
             }
