@@ -1,0 +1,267 @@
+//! Encodes and decodes index rows. Knows key layouts; knows nothing about
+//! RocksDB handles. `docs/schema.md` describes the same layouts in prose and
+//! changes in the same commit as this file.
+//!
+//! Script hashes are identified by [`SCRIPT_ID_LEN`] bytes: the first
+//! [`SCRIPTHASH_PREFIX_LEN`] lead the key (so one prefix scan finds a
+//! script's rows in chain order) and the rest are check bytes at the start of
+//! the value, compared on every read so that two scripts sharing a key prefix
+//! are never confused. The `short-prefixes` feature moves bytes from the key
+//! to the check bytes, which makes prefix collisions common on a tiny chain
+//! without changing any answer.
+
+use bitcoin::hashes::Hash;
+use bitcoin::Txid;
+use osprey_core::{ScriptHash, TxNum};
+
+/// Bytes of a script hash kept per history row (96 bits: a false match needs
+/// a second preimage of that many bits).
+pub const SCRIPT_ID_LEN: usize = 12;
+#[cfg(not(feature = "short-prefixes"))]
+pub const SCRIPTHASH_PREFIX_LEN: usize = 8;
+#[cfg(feature = "short-prefixes")]
+pub const SCRIPTHASH_PREFIX_LEN: usize = 1;
+const CHECK_LEN: usize = SCRIPT_ID_LEN - SCRIPTHASH_PREFIX_LEN;
+
+/// Bytes of a txid leading a `txid` key; matches are confirmed against the
+/// full txid in the txids file.
+#[cfg(not(feature = "short-prefixes"))]
+pub const TXID_PREFIX_LEN: usize = 8;
+#[cfg(feature = "short-prefixes")]
+pub const TXID_PREFIX_LEN: usize = 1;
+
+/// Bytes of the spent txid kept in a spending row: enough to pair a spend
+/// with the script's own funding rows; the rare ambiguity is resolved
+/// exactly by the query layer.
+#[cfg(not(feature = "short-prefixes"))]
+pub const SPENT_TXID_PREFIX_LEN: usize = 4;
+#[cfg(feature = "short-prefixes")]
+pub const SPENT_TXID_PREFIX_LEN: usize = 1;
+
+/// What one history row says about one transaction and one script.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowKind {
+    /// Output `vout` of the transaction pays `amount` to the script.
+    Funding { vout: u32, amount: u64 },
+    /// Input `input` of the transaction spends `prev_vout` of a transaction
+    /// whose txid starts with `prev_txid_prefix`, locked by the script.
+    Spending {
+        input: u32,
+        prev_txid_prefix: [u8; SPENT_TXID_PREFIX_LEN],
+        prev_vout: u32,
+    },
+}
+
+/// A decoded history row (the script hash itself is implied by the scan).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistoryRow {
+    pub tx_num: TxNum,
+    pub kind: RowKind,
+}
+
+impl HistoryRow {
+    pub fn funding(tx_num: TxNum, vout: u32, amount: u64) -> HistoryRow {
+        HistoryRow { tx_num, kind: RowKind::Funding { vout, amount } }
+    }
+
+    pub fn spending(tx_num: TxNum, input: u32, prev_txid: &Txid, prev_vout: u32) -> HistoryRow {
+        let mut prefix = [0u8; SPENT_TXID_PREFIX_LEN];
+        prefix.copy_from_slice(&prev_txid.as_byte_array()[..SPENT_TXID_PREFIX_LEN]);
+        HistoryRow { tx_num, kind: RowKind::Spending { input, prev_txid_prefix: prefix, prev_vout } }
+    }
+
+    /// Encodes the row of `scripthash` as a (key, value) pair.
+    pub fn encode(&self, scripthash: &ScriptHash) -> (Vec<u8>, Vec<u8>) {
+        let mut key = Vec::with_capacity(SCRIPTHASH_PREFIX_LEN + TxNum::LEN + 5);
+        key.extend_from_slice(&scripthash.0[..SCRIPTHASH_PREFIX_LEN]);
+        key.extend_from_slice(&self.tx_num.to_bytes());
+        let mut value = Vec::with_capacity(CHECK_LEN + 10);
+        value.extend_from_slice(&scripthash.0[SCRIPTHASH_PREFIX_LEN..SCRIPT_ID_LEN]);
+        match self.kind {
+            RowKind::Funding { vout, amount } => {
+                write_varint(&mut key, u64::from(vout) << 1);
+                write_varint(&mut value, amount);
+            }
+            RowKind::Spending { input, prev_txid_prefix, prev_vout } => {
+                write_varint(&mut key, (u64::from(input) << 1) | 1);
+                value.extend_from_slice(&prev_txid_prefix);
+                write_varint(&mut value, u64::from(prev_vout));
+            }
+        }
+        (key, value)
+    }
+
+    /// Decodes a row found by a prefix scan for `scripthash`; returns `None`
+    /// when the row belongs to another script sharing the key prefix.
+    ///
+    /// # Errors
+    /// When the bytes are not a history row (a corrupt database).
+    pub fn decode(
+        scripthash: &ScriptHash,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<HistoryRow>, CodecError> {
+        let bad = || CodecError::History(key.to_vec());
+        if key.len() < SCRIPTHASH_PREFIX_LEN + TxNum::LEN + 1 || value.len() < CHECK_LEN {
+            return Err(bad());
+        }
+        if value[..CHECK_LEN] != scripthash.0[SCRIPTHASH_PREFIX_LEN..SCRIPT_ID_LEN] {
+            return Ok(None);
+        }
+        let tx_num_bytes: [u8; TxNum::LEN] = key
+            [SCRIPTHASH_PREFIX_LEN..SCRIPTHASH_PREFIX_LEN + TxNum::LEN]
+            .try_into()
+            .expect("slice has TxNum::LEN bytes by construction");
+        let tx_num = TxNum::from_bytes(tx_num_bytes);
+        let mut key_rest = &key[SCRIPTHASH_PREFIX_LEN + TxNum::LEN..];
+        let tagged = read_varint(&mut key_rest).ok_or_else(bad)?;
+        let index = u32::try_from(tagged >> 1).map_err(|_| bad())?;
+        let mut rest = &value[CHECK_LEN..];
+        let kind = if tagged & 1 == 0 {
+            RowKind::Funding { vout: index, amount: read_varint(&mut rest).ok_or_else(bad)? }
+        } else {
+            if rest.len() < SPENT_TXID_PREFIX_LEN {
+                return Err(bad());
+            }
+            let mut prefix = [0u8; SPENT_TXID_PREFIX_LEN];
+            prefix.copy_from_slice(&rest[..SPENT_TXID_PREFIX_LEN]);
+            rest = &rest[SPENT_TXID_PREFIX_LEN..];
+            let prev_vout = u32::try_from(read_varint(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
+            RowKind::Spending { input: index, prev_txid_prefix: prefix, prev_vout }
+        };
+        if !key_rest.is_empty() || !rest.is_empty() {
+            return Err(bad());
+        }
+        Ok(Some(HistoryRow { tx_num, kind }))
+    }
+}
+
+/// The key prefix under which all rows of `scripthash` (and of any script
+/// sharing its prefix) are stored.
+pub fn history_prefix(scripthash: &ScriptHash) -> &[u8] {
+    &scripthash.0[..SCRIPTHASH_PREFIX_LEN]
+}
+
+/// The `txid` column family key of a transaction.
+pub fn txid_key(txid: &Txid, tx_num: TxNum) -> Vec<u8> {
+    let mut key = Vec::with_capacity(TXID_PREFIX_LEN + TxNum::LEN);
+    key.extend_from_slice(&txid.as_byte_array()[..TXID_PREFIX_LEN]);
+    key.extend_from_slice(&tx_num.to_bytes());
+    key
+}
+
+pub fn txid_prefix(txid: &Txid) -> &[u8] {
+    &txid.as_byte_array()[..TXID_PREFIX_LEN]
+}
+
+/// Decodes the tx_num of a `txid` column family key.
+///
+/// # Errors
+/// When the key has the wrong length (a corrupt database).
+pub fn decode_txid_key(key: &[u8]) -> Result<TxNum, CodecError> {
+    let bytes: [u8; TxNum::LEN] = key
+        .get(TXID_PREFIX_LEN..)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| CodecError::Txid(key.to_vec()))?;
+    Ok(TxNum::from_bytes(bytes))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    #[error("corrupt history row with key {}", hex_string(.0))]
+    History(Vec<u8>),
+    #[error("corrupt txid row with key {}", hex_string(.0))]
+    Txid(Vec<u8>),
+}
+
+fn hex_string(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// LEB128: small numbers (most vouts, input indexes) take one byte.
+pub(crate) fn write_varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+pub(crate) fn read_varint(input: &mut &[u8]) -> Option<u64> {
+    let mut n = 0u64;
+    for (i, &byte) in input.iter().enumerate().take(10) {
+        n |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            *input = &input[i + 1..];
+            return Some(n);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(first: u8, check: u8) -> ScriptHash {
+        let mut b = [7u8; 32];
+        b[0] = first;
+        b[SCRIPT_ID_LEN - 1] = check;
+        ScriptHash(b)
+    }
+
+    #[test]
+    fn rows_round_trip() {
+        let txid: Txid = "a6c9c361bd0bc536d6a22648efbf8f9b200e425ef6c3a7a9669dc444c532a347".parse().unwrap();
+        let s = sh(1, 2);
+        for row in [
+            HistoryRow::funding(TxNum(0), 0, 0),
+            HistoryRow::funding(TxNum(TxNum::MAX), u32::MAX, u64::MAX),
+            HistoryRow::spending(TxNum(12345), 300, &txid, 70000),
+        ] {
+            let (k, v) = row.encode(&s);
+            assert!(k.starts_with(history_prefix(&s)));
+            assert_eq!(HistoryRow::decode(&s, &k, &v).unwrap(), Some(row));
+        }
+    }
+
+    #[test]
+    fn rows_of_a_colliding_script_are_filtered_by_check_bytes() {
+        let (a, b) = (sh(1, 2), sh(1, 3));
+        assert_eq!(history_prefix(&a), history_prefix(&b));
+        let (k, v) = HistoryRow::funding(TxNum(5), 1, 1000).encode(&a);
+        assert_eq!(HistoryRow::decode(&b, &k, &v).unwrap(), None);
+    }
+
+    #[test]
+    fn keys_sort_in_chain_order_within_a_script() {
+        let s = sh(9, 9);
+        let k1 = HistoryRow::funding(TxNum(255), 200, 1).encode(&s).0;
+        let k2 = HistoryRow::funding(TxNum(256), 0, 1).encode(&s).0;
+        assert!(k1 < k2);
+    }
+
+    #[test]
+    fn corrupt_rows_are_errors_not_panics() {
+        let s = sh(1, 2);
+        let (k, v) = HistoryRow::funding(TxNum(5), 1, 1000).encode(&s);
+        assert!(HistoryRow::decode(&s, &k[..k.len() - 1], &v).is_err());
+        assert!(HistoryRow::decode(&s, &k, &v[..v.len() - 1]).is_err());
+        let mut long = v.clone();
+        long.push(0);
+        assert!(HistoryRow::decode(&s, &k, &long).is_err());
+        assert!(decode_txid_key(&[1, 2]).is_err());
+    }
+
+    #[test]
+    fn varint_round_trips() {
+        for n in [0u64, 1, 127, 128, 300, u32::MAX as u64, u64::MAX] {
+            let mut buf = Vec::new();
+            write_varint(&mut buf, n);
+            let mut slice = buf.as_slice();
+            assert_eq!(read_varint(&mut slice), Some(n));
+            assert!(slice.is_empty());
+        }
+        assert_eq!(read_varint(&mut &[0x80u8][..]), None);
+    }
+}

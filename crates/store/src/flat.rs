@@ -1,0 +1,87 @@
+//! Append-only files of fixed-size records (headers, txids, tx counts).
+//!
+//! Records are appended before the database commit that covers them and
+//! synced with it; on open, anything beyond the committed tip is cut off,
+//! so a crash can leave a file ahead of the tip but never behind it.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+pub(crate) struct FlatFile {
+    path: PathBuf,
+    file: File,
+    record_len: u64,
+    records: u64,
+    /// Appended bytes not yet written to the file.
+    pending: Vec<u8>,
+}
+
+impl FlatFile {
+    pub(crate) fn open(path: &Path, record_len: usize) -> io::Result<FlatFile> {
+        let file = OpenOptions::new().read(true).append(true).create(true).open(path)?;
+        let len = file.metadata()?.len();
+        let record_len = record_len as u64;
+        Ok(FlatFile { path: path.to_path_buf(), file, record_len, records: len / record_len, pending: Vec::new() })
+    }
+
+    /// Records on disk plus those appended but not yet flushed.
+    pub(crate) fn len(&self) -> u64 {
+        self.records + self.pending.len() as u64 / self.record_len
+    }
+
+    pub(crate) fn append(&mut self, record: &[u8]) {
+        assert_eq!(record.len() as u64, self.record_len, "{}: wrong record size", self.path.display());
+        self.pending.extend_from_slice(record);
+    }
+
+    /// Writes pending records and makes them durable.
+    pub(crate) fn flush_and_sync(&mut self) -> io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.file.write_all(&self.pending)?;
+        self.file.sync_data()?;
+        self.records += self.pending.len() as u64 / self.record_len;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Cuts the file back to `records` records (a crash or a reorg left more).
+    pub(crate) fn truncate(&mut self, records: u64) -> io::Result<()> {
+        self.pending.clear();
+        if records < self.records || self.file.metadata()?.len() != records * self.record_len {
+            self.file.set_len(records * self.record_len)?;
+            self.file.sync_data()?;
+        }
+        self.records = records;
+        Ok(())
+    }
+
+    pub(crate) fn read(&self, index: u64, out: &mut [u8]) -> io::Result<()> {
+        self.read_many(index, out)
+    }
+
+    /// Reads consecutive records starting at `index` into `out` (a multiple
+    /// of the record length).
+    pub(crate) fn read_many(&self, index: u64, out: &mut [u8]) -> io::Result<()> {
+        let count = out.len() as u64 / self.record_len;
+        if index + count > self.records {
+            // Still in the pending buffer (only within the writer's batch).
+            let start = index.checked_sub(self.records).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::UnexpectedEof, "read spans flushed and pending records")
+            })?;
+            let start = (start * self.record_len) as usize;
+            let src = self.pending.get(start..start + out.len()).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("{}: record {index} beyond end", self.path.display()),
+                )
+            })?;
+            out.copy_from_slice(src);
+            return Ok(());
+        }
+        self.file.read_exact_at(out, index * self.record_len)
+    }
+}

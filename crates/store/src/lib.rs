@@ -1,0 +1,583 @@
+//! The index on disk: RocksDB column families plus flat files, committed
+//! atomically per batch of blocks. The only crate that knows RocksDB.
+//!
+//! Layout (see `docs/schema.md`):
+//! - `headers.dat`: 80-byte headers by height;
+//! - `txcounts.dat`: cumulative transaction count after each height;
+//! - `txids.dat`: 32-byte txids by tx_num;
+//! - column family `history`: rows of [`codec::HistoryRow`];
+//! - column family `txid`: txid prefix + tx_num;
+//! - column family `undo`: the history keys each recent block wrote;
+//! - column family `meta`: schema version and the committed tip, which is the
+//!   only truth: flat files are cut back to it on open.
+
+pub mod codec;
+mod flat;
+
+use bitcoin::block::Header;
+use bitcoin::consensus::{deserialize, serialize};
+use bitcoin::hashes::Hash;
+use bitcoin::{BlockHash, Txid};
+use codec::{CodecError, HistoryRow};
+use flat::FlatFile;
+use osprey_core::{Height, ScriptHash, TxNum};
+use rocksdb::{ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use std::path::{Path, PathBuf};
+use std::sync::{RwLock, RwLockReadGuard};
+
+/// Bumped whenever any key, value or file layout changes; a database with
+/// another version is refused and must be rebuilt (`--reindex`).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The prefix configuration is part of the format: a database built with
+/// short test prefixes must never be read by a normal build.
+fn schema_tag() -> Vec<u8> {
+    let mut tag = SCHEMA_VERSION.to_be_bytes().to_vec();
+    tag.extend_from_slice(&[
+        codec::SCRIPTHASH_PREFIX_LEN as u8,
+        codec::TXID_PREFIX_LEN as u8,
+        codec::SPENT_TXID_PREFIX_LEN as u8,
+    ]);
+    tag
+}
+
+const CF_META: &str = "meta";
+const CF_HISTORY: &str = "history";
+const CF_TXID: &str = "txid";
+const CF_UNDO: &str = "undo";
+const META_SCHEMA: &[u8] = b"schema";
+const META_TIP: &[u8] = b"tip";
+const META_NETWORK: &[u8] = b"network";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("database error: {0}")]
+    Db(#[from] rocksdb::Error),
+    #[error("index file {path}: {source}")]
+    File { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    #[error("index at {path} has format {found}, this build writes format {expected}: delete it or start with --reindex")]
+    Schema { path: PathBuf, found: String, expected: String },
+    #[error("index at {path} is for network {found}, not {expected}")]
+    Network { path: PathBuf, found: String, expected: String },
+    #[error("index is inconsistent: {0}")]
+    Corrupt(String),
+    #[error("cannot undo block {height}: its undo data was pruned (reorg deeper than --reorg-depth-max); rebuild with --reindex")]
+    UndoPruned { height: Height },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Tunables of the store.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// Blocks below the tip whose undo data is kept; a deeper reorg needs a
+    /// reindex.
+    pub reorg_depth_max: u32,
+    /// RocksDB block cache, in bytes.
+    pub cache_bytes: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig { reorg_depth_max: 1000, cache_bytes: 256 << 20 }
+    }
+}
+
+/// One block turned into rows by the indexer, ready to commit.
+pub struct IndexedBlock {
+    pub height: Height,
+    pub header: Header,
+    pub txids: Vec<Txid>,
+    /// Encoded history rows (see [`HistoryRow::encode`]).
+    pub rows: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// In-memory view of the chain part of the index, swapped under one lock so
+/// readers never see headers and tx counts of different tips.
+struct Chain {
+    headers: Vec<Header>,
+    hashes: Vec<BlockHash>,
+    /// `tx_counts[h]` = transactions in blocks `0..=h`.
+    tx_counts: Vec<u64>,
+}
+
+struct Files {
+    headers: FlatFile,
+    txcounts: FlatFile,
+    txids: FlatFile,
+}
+
+pub struct Store {
+    db: DB,
+    path: PathBuf,
+    config: StoreConfig,
+    chain: RwLock<Chain>,
+    files: RwLock<Files>,
+}
+
+impl Store {
+    /// Opens (or creates) the index in `dir` for `network`, and cuts the flat
+    /// files back to the committed tip.
+    ///
+    /// # Errors
+    /// On I/O errors, a format or network mismatch, or an inconsistent index.
+    pub fn open(dir: &Path, network: &str, config: StoreConfig) -> Result<Store> {
+        let file_err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| Error::File { path, source }
+        };
+        std::fs::create_dir_all(dir).map_err(file_err(dir))?;
+        let db_path = dir.join("rocksdb");
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.set_max_open_files(256);
+        opts.set_keep_log_file_num(4);
+        opts.increase_parallelism(2);
+        // Rows are appended in tx_num order only within a script, so writes
+        // land all over the key space; larger memtables mean fewer, larger
+        // sorted runs and less rewriting during the initial sync.
+        opts.set_write_buffer_size(128 << 20);
+        opts.set_max_write_buffer_number(3);
+        opts.set_target_file_size_base(128 << 20);
+        opts.set_max_bytes_for_level_base(1 << 30);
+        opts.set_level_compaction_dynamic_level_bytes(true);
+        let cache = rocksdb::Cache::new_lru_cache(config.cache_bytes);
+        let cf = |name: &str, prefix_len: Option<usize>| {
+            let mut o = Options::default();
+            o.set_write_buffer_size(128 << 20);
+            o.set_target_file_size_base(128 << 20);
+            let mut table = rocksdb::BlockBasedOptions::default();
+            table.set_block_cache(&cache);
+            table.set_bloom_filter(10.0, false);
+            table.set_cache_index_and_filter_blocks(true);
+            if let Some(len) = prefix_len {
+                // Lookups are prefix scans: prefix blooms let a scan skip
+                // files that cannot hold the script or txid at all.
+                o.set_prefix_extractor(rocksdb::SliceTransform::create_fixed_prefix(len));
+                table.set_whole_key_filtering(false);
+            }
+            o.set_block_based_table_factory(&table);
+            ColumnFamilyDescriptor::new(name, o)
+        };
+        let cfs = vec![
+            cf(CF_META, None),
+            cf(CF_HISTORY, Some(codec::SCRIPTHASH_PREFIX_LEN)),
+            cf(CF_TXID, Some(codec::TXID_PREFIX_LEN)),
+            cf(CF_UNDO, None),
+        ];
+        let db = DB::open_cf_descriptors(&opts, &db_path, cfs)?;
+        let meta = db.cf_handle(CF_META).expect("meta cf opened above");
+
+        let tag = schema_tag();
+        match db.get_cf(meta, META_SCHEMA)? {
+            None => {
+                db.put_cf(meta, META_SCHEMA, &tag)?;
+                db.put_cf(meta, META_NETWORK, network.as_bytes())?;
+            }
+            Some(found) if found != tag => {
+                return Err(Error::Schema {
+                    path: dir.to_path_buf(),
+                    found: hex(&found),
+                    expected: hex(&tag),
+                })
+            }
+            Some(_) => {
+                let found = db.get_cf(meta, META_NETWORK)?.unwrap_or_default();
+                if found != network.as_bytes() {
+                    return Err(Error::Network {
+                        path: dir.to_path_buf(),
+                        found: String::from_utf8_lossy(&found).into_owned(),
+                        expected: network.to_string(),
+                    });
+                }
+            }
+        }
+        let tip_height = match db.get_cf(meta, META_TIP)? {
+            None => None,
+            Some(v) => Some(Height(u32::from_be_bytes(
+                v.get(..4)
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or_else(|| Error::Corrupt("bad tip record".into()))?,
+            ))),
+        };
+        let blocks = tip_height.map_or(0, |h| u64::from(h.0) + 1);
+
+        let open_flat = |name: &str, len: usize| {
+            let path = dir.join(name);
+            FlatFile::open(&path, len).map_err(file_err(&path))
+        };
+        let mut files = Files {
+            headers: open_flat("headers.dat", 80)?,
+            txcounts: open_flat("txcounts.dat", 8)?,
+            txids: open_flat("txids.dat", 32)?,
+        };
+        if files.headers.len() < blocks || files.txcounts.len() < blocks {
+            return Err(Error::Corrupt(format!(
+                "tip is height {} but the flat files hold {} headers and {} tx counts",
+                blocks.saturating_sub(1),
+                files.headers.len(),
+                files.txcounts.len()
+            )));
+        }
+        let truncated = files.headers.len() > blocks;
+        files.headers.truncate(blocks).map_err(file_err(&dir.join("headers.dat")))?;
+        files.txcounts.truncate(blocks).map_err(file_err(&dir.join("txcounts.dat")))?;
+
+        let mut raw = vec![0u8; blocks as usize * 80];
+        files.headers.read_many(0, &mut raw).map_err(file_err(&dir.join("headers.dat")))?;
+        let headers: Vec<Header> = raw
+            .chunks_exact(80)
+            .map(|c| deserialize(c).map_err(|e| Error::Corrupt(format!("bad header: {e}"))))
+            .collect::<Result<_>>()?;
+        let mut raw = vec![0u8; blocks as usize * 8];
+        files.txcounts.read_many(0, &mut raw).map_err(file_err(&dir.join("txcounts.dat")))?;
+        let tx_counts: Vec<u64> =
+            raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk"))).collect();
+        let txs = tx_counts.last().copied().unwrap_or(0);
+        if files.txids.len() < txs {
+            return Err(Error::Corrupt(format!("{} txids on file, {txs} expected", files.txids.len())));
+        }
+        files.txids.truncate(txs).map_err(file_err(&dir.join("txids.dat")))?;
+        if truncated {
+            tracing::info!(blocks, "cut flat files back to the committed tip");
+        }
+        let hashes = headers.iter().map(Header::block_hash).collect();
+        Ok(Store {
+            db,
+            path: dir.to_path_buf(),
+            config,
+            chain: RwLock::new(Chain { headers, hashes, tx_counts }),
+            files: RwLock::new(files),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn chain(&self) -> RwLockReadGuard<'_, Chain> {
+        self.chain.read().expect("chain lock poisoned")
+    }
+
+    /// The committed tip, or `None` for an empty index.
+    pub fn tip(&self) -> Option<(Height, BlockHash)> {
+        let chain = self.chain();
+        chain.hashes.last().map(|h| (Height(chain.hashes.len() as u32 - 1), *h))
+    }
+
+    pub fn header(&self, height: Height) -> Option<Header> {
+        self.chain().headers.get(height.as_usize()).copied()
+    }
+
+    /// Up to `count` headers from `start`, serialized, stopping at the tip.
+    pub fn raw_headers(&self, start: Height, count: usize) -> Vec<[u8; 80]> {
+        let chain = self.chain();
+        let from = start.as_usize().min(chain.headers.len());
+        let to = from.saturating_add(count).min(chain.headers.len());
+        chain.headers[from..to]
+            .iter()
+            .map(|h| serialize(h).try_into().expect("a header is 80 bytes"))
+            .collect()
+    }
+
+    pub fn block_hash(&self, height: Height) -> Option<BlockHash> {
+        self.chain().hashes.get(height.as_usize()).copied()
+    }
+
+    /// Block hashes from `start` up to `end` inclusive (clamped to the tip).
+    pub fn block_hashes(&self, start: Height, end: Height) -> Vec<BlockHash> {
+        let chain = self.chain();
+        let to = (end.as_usize() + 1).min(chain.hashes.len());
+        chain.hashes.get(start.as_usize()..to).map(<[_]>::to_vec).unwrap_or_default()
+    }
+
+    pub fn height_of(&self, hash: &BlockHash) -> Option<Height> {
+        let chain = self.chain();
+        // Lookups are for recent blocks (reorg handling), so search from the tip.
+        chain.hashes.iter().rposition(|h| h == hash).map(|i| Height(i as u32))
+    }
+
+    /// The tx_nums of the block at `height`: `first..end`.
+    pub fn block_tx_nums(&self, height: Height) -> Option<std::ops::Range<u64>> {
+        let chain = self.chain();
+        let end = *chain.tx_counts.get(height.as_usize())?;
+        let first = if height.0 == 0 { 0 } else { chain.tx_counts[height.as_usize() - 1] };
+        Some(first..end)
+    }
+
+    /// Total transactions indexed (the next tx_num).
+    pub fn tx_count(&self) -> u64 {
+        self.chain().tx_counts.last().copied().unwrap_or(0)
+    }
+
+    /// The height of the block holding `tx_num`, and its position in it.
+    pub fn locate(&self, tx_num: TxNum) -> Option<(Height, u32)> {
+        let chain = self.chain();
+        let h = chain.tx_counts.partition_point(|&count| count <= tx_num.0);
+        let first = if h == 0 { 0 } else { *chain.tx_counts.get(h - 1)? };
+        chain.tx_counts.get(h)?;
+        Some((Height(h as u32), (tx_num.0 - first) as u32))
+    }
+
+    /// The txid of `tx_num`.
+    ///
+    /// # Errors
+    /// When the txids file cannot be read.
+    pub fn txid(&self, tx_num: TxNum) -> Result<Txid> {
+        let mut buf = [0u8; 32];
+        let files = self.files.read().expect("files lock poisoned");
+        files
+            .txids
+            .read(tx_num.0, &mut buf)
+            .map_err(|source| Error::File { path: self.path.join("txids.dat"), source })?;
+        Ok(Txid::from_byte_array(buf))
+    }
+
+    /// Txids of consecutive tx_nums (a whole block, for merkle proofs).
+    ///
+    /// # Errors
+    /// When the txids file cannot be read.
+    pub fn txids(&self, range: std::ops::Range<u64>) -> Result<Vec<Txid>> {
+        let mut buf = vec![0u8; (range.end - range.start) as usize * 32];
+        let files = self.files.read().expect("files lock poisoned");
+        files
+            .txids
+            .read_many(range.start, &mut buf)
+            .map_err(|source| Error::File { path: self.path.join("txids.dat"), source })?;
+        Ok(buf.chunks_exact(32).map(|c| Txid::from_byte_array(c.try_into().expect("32 bytes"))).collect())
+    }
+
+    /// Finds the tx_num of a confirmed transaction. Every prefix match is
+    /// confirmed against the full txid; with duplicate txids (BIP30) the
+    /// later transaction wins, as the earlier one can no longer be spent.
+    ///
+    /// # Errors
+    /// On database or file errors.
+    pub fn find_tx_num(&self, txid: &Txid) -> Result<Option<TxNum>> {
+        let cf = self.db.cf_handle(CF_TXID).expect("txid cf");
+        let prefix = codec::txid_prefix(txid);
+        let mut found = None;
+        for item in self.db.prefix_iterator_cf(cf, prefix) {
+            let (key, _) = item?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            let tx_num = codec::decode_txid_key(&key)?;
+            if self.txid(tx_num)? == *txid {
+                found = Some(tx_num);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Returns the history rows of `scripthash` in key order (chain order),
+    /// or `None` if there are more than `limit` of them.
+    ///
+    /// # Errors
+    /// On database errors or corrupt rows.
+    pub fn history(&self, scripthash: &ScriptHash, limit: usize) -> Result<Option<Vec<HistoryRow>>> {
+        let cf = self.db.cf_handle(CF_HISTORY).expect("history cf");
+        let prefix = codec::history_prefix(scripthash);
+        let mut rows = Vec::new();
+        for item in self.db.prefix_iterator_cf(cf, prefix) {
+            let (key, value) = item?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            if let Some(row) = HistoryRow::decode(scripthash, &key, &value)? {
+                if rows.len() == limit {
+                    return Ok(None);
+                }
+                rows.push(row);
+            }
+        }
+        Ok(Some(rows))
+    }
+
+    /// Commits blocks on top of the tip in one atomic write.
+    ///
+    /// # Errors
+    /// On I/O or database errors; the committed tip is then unchanged.
+    ///
+    /// # Panics
+    /// When a block does not extend the tip (a bug in the caller).
+    pub fn apply(&self, blocks: &[IndexedBlock], sync: bool) -> Result<()> {
+        let Some(last) = blocks.last() else { return Ok(()) };
+        let (mut next_height, mut tx_count) = {
+            let chain = self.chain();
+            (chain.headers.len() as u32, chain.tx_counts.last().copied().unwrap_or(0))
+        };
+        let history = self.db.cf_handle(CF_HISTORY).expect("history cf");
+        let txid_cf = self.db.cf_handle(CF_TXID).expect("txid cf");
+        let undo = self.db.cf_handle(CF_UNDO).expect("undo cf");
+        let meta = self.db.cf_handle(CF_META).expect("meta cf");
+        let mut batch = WriteBatch::default();
+        let mut new_counts = Vec::with_capacity(blocks.len());
+        {
+            let mut files = self.files.write().expect("files lock poisoned");
+            for block in blocks {
+                assert_eq!(block.height.0, next_height, "blocks must extend the tip");
+                files.headers.append(&serialize(&block.header));
+                let mut undo_record = Vec::new();
+                for (key, value) in &block.rows {
+                    batch.put_cf(history, key, value);
+                    undo_record.push(key.len() as u8);
+                    undo_record.extend_from_slice(key);
+                }
+                for txid in &block.txids {
+                    files.txids.append(txid.as_byte_array());
+                    batch.put_cf(txid_cf, codec::txid_key(txid, TxNum(tx_count)), []);
+                    tx_count += 1;
+                }
+                files.txcounts.append(&tx_count.to_le_bytes());
+                new_counts.push(tx_count);
+                batch.put_cf(undo, block.height.0.to_be_bytes(), undo_record);
+                next_height += 1;
+            }
+            // The flat files must be durable before the tip that covers them.
+            let res = files
+                .headers
+                .flush_and_sync()
+                .and_then(|()| files.txcounts.flush_and_sync())
+                .and_then(|()| files.txids.flush_and_sync());
+            if let Err(source) = res {
+                return Err(Error::File { path: self.path.clone(), source });
+            }
+        }
+        let mut tip = last.height.0.to_be_bytes().to_vec();
+        tip.extend_from_slice(last.header.block_hash().as_byte_array());
+        batch.put_cf(meta, META_TIP, tip);
+        if let Some(prune_below) = last.height.0.checked_sub(self.config.reorg_depth_max) {
+            batch.delete_range_cf(undo, 0u32.to_be_bytes(), prune_below.to_be_bytes());
+        }
+        let mut opts = WriteOptions::default();
+        opts.set_sync(sync);
+        self.db.write_opt(batch, &opts)?;
+
+        let mut chain = self.chain.write().expect("chain lock poisoned");
+        for (block, count) in blocks.iter().zip(new_counts) {
+            chain.headers.push(block.header);
+            chain.hashes.push(block.header.block_hash());
+            chain.tx_counts.push(count);
+        }
+        Ok(())
+    }
+
+    /// Undoes every block above `height`, leaving the index exactly as if
+    /// they had never been applied.
+    ///
+    /// # Errors
+    /// When a block's undo data was pruned, or on I/O or database errors.
+    pub fn rollback_to(&self, height: Height) -> Result<()> {
+        let (tip, first_removed_tx) = {
+            let chain = self.chain();
+            let Some(tip) = chain.headers.len().checked_sub(1) else { return Ok(()) };
+            if height.as_usize() >= tip {
+                return Ok(());
+            }
+            (tip as u32, chain.tx_counts[height.as_usize()])
+        };
+        let total = self.tx_count();
+        let history = self.db.cf_handle(CF_HISTORY).expect("history cf");
+        let txid_cf = self.db.cf_handle(CF_TXID).expect("txid cf");
+        let undo = self.db.cf_handle(CF_UNDO).expect("undo cf");
+        let meta = self.db.cf_handle(CF_META).expect("meta cf");
+        let mut batch = WriteBatch::default();
+        for h in height.0 + 1..=tip {
+            let record = self.db.get_cf(undo, h.to_be_bytes())?.ok_or(Error::UndoPruned { height: Height(h) })?;
+            let mut rest = record.as_slice();
+            while let Some((&len, tail)) = rest.split_first() {
+                let key = tail
+                    .get(..len as usize)
+                    .ok_or_else(|| Error::Corrupt(format!("bad undo record at height {h}")))?;
+                batch.delete_cf(history, key);
+                rest = &tail[len as usize..];
+            }
+            batch.delete_cf(undo, h.to_be_bytes());
+        }
+        for (i, txid) in self.txids(first_removed_tx..total)?.iter().enumerate() {
+            batch.delete_cf(txid_cf, codec::txid_key(txid, TxNum(first_removed_tx + i as u64)));
+        }
+        let mut tip_record = height.0.to_be_bytes().to_vec();
+        tip_record.extend_from_slice(
+            self.block_hash(height).expect("height is below the tip").as_byte_array(),
+        );
+        batch.put_cf(meta, META_TIP, tip_record);
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        self.db.write_opt(batch, &opts)?;
+
+        // The new tip is committed; now cut the files back to it. A crash
+        // before this point is repaired by `open` in the same way.
+        let blocks = u64::from(height.0) + 1;
+        {
+            let mut files = self.files.write().expect("files lock poisoned");
+            let res = files
+                .headers
+                .truncate(blocks)
+                .and_then(|()| files.txcounts.truncate(blocks))
+                .and_then(|()| files.txids.truncate(first_removed_tx));
+            if let Err(source) = res {
+                return Err(Error::File { path: self.path.clone(), source });
+            }
+        }
+        let mut chain = self.chain.write().expect("chain lock poisoned");
+        chain.headers.truncate(blocks as usize);
+        chain.hashes.truncate(blocks as usize);
+        chain.tx_counts.truncate(blocks as usize);
+        Ok(())
+    }
+
+    /// A digest of every row and file of the index, to check that two
+    /// indexes (one reorged, one fresh) are the same byte for byte. Undo
+    /// records are excluded: they depend on how far back blocks were kept.
+    ///
+    /// # Errors
+    /// On database or file errors.
+    pub fn digest(&self) -> Result<[u8; 32]> {
+        use bitcoin::hashes::{sha256, HashEngine};
+        let mut engine = sha256::Hash::engine();
+        for name in [CF_HISTORY, CF_TXID] {
+            let cf = self.db.cf_handle(name).expect("cf exists");
+            engine.input(name.as_bytes());
+            for item in self.db.iterator_cf(cf, IteratorMode::Start) {
+                let (k, v) = item?;
+                engine.input(&(k.len() as u32).to_le_bytes());
+                engine.input(&k);
+                engine.input(&(v.len() as u32).to_le_bytes());
+                engine.input(&v);
+            }
+        }
+        let chain = self.chain();
+        for (header, count) in chain.headers.iter().zip(&chain.tx_counts) {
+            engine.input(&serialize(header));
+            engine.input(&count.to_le_bytes());
+        }
+        drop(chain);
+        for txid in self.txids(0..self.tx_count())? {
+            engine.input(txid.as_byte_array());
+        }
+        Ok(sha256::Hash::from_engine(engine).to_byte_array())
+    }
+
+    /// Flushes memtables so the on-disk size reflects the whole index.
+    ///
+    /// # Errors
+    /// On database errors.
+    pub fn flush(&self) -> Result<()> {
+        for name in [CF_META, CF_HISTORY, CF_TXID, CF_UNDO] {
+            self.db.flush_cf(self.db.cf_handle(name).expect("cf exists"))?;
+        }
+        Ok(())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests;

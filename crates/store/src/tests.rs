@@ -1,0 +1,143 @@
+use super::*;
+use bitcoin::block::Version;
+use bitcoin::hashes::Hash;
+use bitcoin::{CompactTarget, TxMerkleNode};
+
+fn header(height: u32, prev: BlockHash) -> Header {
+    Header {
+        version: Version::TWO,
+        prev_blockhash: prev,
+        merkle_root: TxMerkleNode::all_zeros(),
+        time: height,
+        bits: CompactTarget::from_consensus(0x207fffff),
+        nonce: 0,
+    }
+}
+
+fn txid(n: u64, fork: u8) -> Txid {
+    let mut b = [fork; 32];
+    b[..8].copy_from_slice(&n.to_le_bytes());
+    Txid::from_byte_array(b)
+}
+
+fn script(n: u8) -> ScriptHash {
+    ScriptHash([n; 32])
+}
+
+/// A chain of `len` blocks where block h has 2 transactions, paying scripts
+/// `h % 3`, the second spending the first output of the previous block.
+fn blocks(from: u32, len: u32, prev: Option<BlockHash>, fork: u8, first_tx: u64) -> Vec<IndexedBlock> {
+    let mut prev = prev.unwrap_or_else(BlockHash::all_zeros);
+    let mut tx = first_tx;
+    (from..from + len)
+        .map(|h| {
+            let hdr = header(h + u32::from(fork) * 1000, prev);
+            prev = hdr.block_hash();
+            let txids = vec![txid(tx, fork), txid(tx + 1, fork)];
+            let s = script((h % 3) as u8);
+            let mut rows = vec![HistoryRow::funding(TxNum(tx), 0, 50).encode(&s)];
+            if tx >= 2 {
+                rows.push(HistoryRow::spending(TxNum(tx + 1), 0, &txid(tx - 2, fork), 0).encode(&s));
+            }
+            tx += 2;
+            IndexedBlock { height: Height(h), header: hdr, txids, rows }
+        })
+        .collect()
+}
+
+#[test]
+fn apply_then_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    assert_eq!(store.tip(), None);
+    let chain = blocks(0, 10, None, 0, 0);
+    store.apply(&chain[..4], false).unwrap();
+    store.apply(&chain[4..], true).unwrap();
+    assert_eq!(store.tip(), Some((Height(9), chain[9].header.block_hash())));
+    assert_eq!(store.tx_count(), 20);
+    assert_eq!(store.locate(TxNum(7)), Some((Height(3), 1)));
+    assert_eq!(store.locate(TxNum(20)), None);
+    assert_eq!(store.block_tx_nums(Height(2)), Some(4..6));
+    assert_eq!(store.txid(TxNum(13)).unwrap(), txid(13, 0));
+    assert_eq!(store.find_tx_num(&txid(13, 0)).unwrap(), Some(TxNum(13)));
+    assert_eq!(store.find_tx_num(&txid(99, 0)).unwrap(), None);
+    let rows = store.history(&script(1), 100).unwrap().unwrap();
+    // Heights 1, 4, 7 pay script 1; each of them also spends.
+    assert_eq!(rows.len(), 6);
+    assert!(rows.windows(2).all(|w| w[0].tx_num <= w[1].tx_num));
+    assert_eq!(store.history(&script(1), 5).unwrap(), None, "limit must be enforced");
+    assert_eq!(store.history(&script(7), 5).unwrap(), Some(vec![]));
+}
+
+#[test]
+fn reopen_cuts_files_that_ran_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let chain = blocks(0, 6, None, 0, 0);
+    {
+        let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+        store.apply(&chain[..5], true).unwrap();
+    }
+    // Simulate a crash after the flat files were written but before the
+    // database commit: append garbage records.
+    for (name, len) in [("headers.dat", 80), ("txcounts.dat", 8), ("txids.dat", 32 * 3)] {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(dir.path().join(name)).unwrap();
+        f.write_all(&vec![0xAB; len]).unwrap();
+    }
+    let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    assert_eq!(store.tip().unwrap().0, Height(4));
+    assert_eq!(std::fs::metadata(dir.path().join("txids.dat")).unwrap().len(), 10 * 32);
+    store.apply(&chain[5..], true).unwrap();
+    assert_eq!(store.txid(TxNum(11)).unwrap(), txid(11, 0));
+}
+
+#[test]
+fn rollback_equals_fresh_index() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let reorged = Store::open(a.path(), "regtest", StoreConfig::default()).unwrap();
+    let fresh = Store::open(b.path(), "regtest", StoreConfig::default()).unwrap();
+    let main = blocks(0, 8, None, 0, 0);
+    reorged.apply(&main, true).unwrap();
+    reorged.rollback_to(Height(4)).unwrap();
+    let fork = blocks(5, 4, Some(main[4].header.block_hash()), 1, 10);
+    reorged.apply(&fork, true).unwrap();
+
+    fresh.apply(&blocks(0, 5, None, 0, 0), true).unwrap();
+    fresh.apply(&fork, true).unwrap();
+    assert_eq!(reorged.digest().unwrap(), fresh.digest().unwrap());
+    assert_eq!(reorged.find_tx_num(&txid(12, 0)).unwrap(), None);
+    assert_eq!(reorged.find_tx_num(&txid(12, 1)).unwrap(), Some(TxNum(12)));
+    drop(reorged);
+    let reopened = Store::open(a.path(), "regtest", StoreConfig::default()).unwrap();
+    assert_eq!(reopened.digest().unwrap(), fresh.digest().unwrap());
+}
+
+#[test]
+fn rollback_past_pruned_undo_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig { reorg_depth_max: 3, ..StoreConfig::default() };
+    let store = Store::open(dir.path(), "regtest", config).unwrap();
+    store.apply(&blocks(0, 10, None, 0, 0), true).unwrap();
+    assert!(matches!(store.rollback_to(Height(2)), Err(Error::UndoPruned { .. })));
+    assert_eq!(store.tip().unwrap().0, Height(9), "a refused rollback changes nothing");
+    store.rollback_to(Height(7)).unwrap();
+    assert_eq!(store.tip().unwrap().0, Height(7));
+}
+
+#[test]
+fn wrong_network_or_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap());
+    assert!(matches!(
+        Store::open(dir.path(), "bitcoin", StoreConfig::default()),
+        Err(Error::Network { .. })
+    ));
+    {
+        let db = DB::open_cf(&Options::default(), dir.path().join("rocksdb"), [CF_META, CF_HISTORY, CF_TXID, CF_UNDO]).unwrap();
+        db.put_cf(db.cf_handle(CF_META).unwrap(), META_SCHEMA, [0, 0, 0, 0, 8, 8, 4]).unwrap();
+    }
+    let err = Store::open(dir.path(), "regtest", StoreConfig::default()).err().unwrap();
+    assert!(matches!(err, Error::Schema { .. }), "{err}");
+    assert!(err.to_string().contains("--reindex"));
+}
