@@ -1,0 +1,219 @@
+//! A chain read from `blk*.dat` files with no node at all: what `osprey
+//! demo` indexes and serves. Blocks must be stored in chain order (as
+//! `osprey chaingen` writes them), without XOR obfuscation.
+//!
+//! There is no undo data, so spent outputs are resolved from an in-memory
+//! map of unspent outputs built while blocks are handed out in order. That
+//! suits generated chains; it is not meant for mainnet-sized ones.
+
+use crate::source::{BlockWithPrevouts, ChainSource, MempoolTx, TxLocation};
+use crate::Error;
+use bitcoin::block::Header;
+use bitcoin::consensus::{deserialize, serialize};
+use bitcoin::{Block, BlockHash, OutPoint, TxOut, Txid};
+use osprey_core::{Height, Network};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+struct BlockPos {
+    file: usize,
+    offset: u64,
+    len: u32,
+    hash: BlockHash,
+}
+
+struct Unspent {
+    outputs: HashMap<OutPoint, TxOut>,
+    /// The next height whose outputs are not yet in `outputs`.
+    next: u32,
+}
+
+pub struct BlkFiles {
+    files: Vec<PathBuf>,
+    blocks: Vec<BlockPos>,
+    unspent: Mutex<Unspent>,
+}
+
+impl BlkFiles {
+    /// Scans `blocks_dir` for `blk*.dat` files and indexes the blocks in them.
+    ///
+    /// # Errors
+    /// When a file cannot be read, holds another network's blocks, or the
+    /// blocks are not a chain starting at `network`'s genesis block.
+    pub fn open(blocks_dir: &Path, network: Network) -> Result<BlkFiles, Error> {
+        let io = |p: &Path| {
+            let p = p.to_path_buf();
+            move |e: std::io::Error| Error::persistent(format!("{}: {e}", p.display()))
+        };
+        let mut files: Vec<PathBuf> = std::fs::read_dir(blocks_dir)
+            .map_err(io(blocks_dir))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("blk") && n.ends_with(".dat"))
+            })
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(Error::persistent(format!("no blk*.dat files in {}", blocks_dir.display())));
+        }
+        let magic = network.bitcoin().magic().to_bytes();
+        let mut blocks: Vec<BlockPos> = Vec::new();
+        for (index, path) in files.iter().enumerate() {
+            let data = std::fs::read(path).map_err(io(path))?;
+            let mut pos = 0usize;
+            while pos + 8 <= data.len() {
+                if data[pos..pos + 4] == [0, 0, 0, 0] {
+                    break; // Core pre-allocates files with zeros.
+                }
+                if data[pos..pos + 4] != magic {
+                    return Err(Error::persistent(format!(
+                        "{}: bad magic at offset {pos} (not a {network} blk file?)",
+                        path.display()
+                    )));
+                }
+                let len = u32::from_le_bytes(data[pos + 4..pos + 8].try_into().expect("4 bytes"));
+                let start = pos + 8;
+                let end = start + len as usize;
+                if len < 80 || end > data.len() {
+                    return Err(Error::persistent(format!("{}: truncated block at offset {pos}", path.display())));
+                }
+                let header: Header = deserialize(&data[start..start + 80])
+                    .map_err(|e| Error::persistent(format!("{}: bad header at {pos}: {e}", path.display())))?;
+                let expected_prev = blocks.last().map(|b| b.hash);
+                if let Some(prev) = expected_prev {
+                    if header.prev_blockhash != prev {
+                        return Err(Error::persistent(format!(
+                            "{}: block at offset {pos} does not extend the previous one (files must be in chain order)",
+                            path.display()
+                        )));
+                    }
+                }
+                blocks.push(BlockPos { file: index, offset: start as u64, len, hash: header.block_hash() });
+                pos = end;
+            }
+        }
+        match blocks.first() {
+            Some(b) if b.hash == network.genesis_hash() => {}
+            _ => return Err(Error::persistent(format!("{} does not start with the {network} genesis block", blocks_dir.display()))),
+        }
+        Ok(BlkFiles { files, blocks, unspent: Mutex::new(Unspent { outputs: HashMap::new(), next: 0 }) })
+    }
+
+    fn read_block(&self, height: Height) -> Result<(Block, usize), Error> {
+        let pos = self
+            .blocks
+            .get(height.as_usize())
+            .ok_or_else(|| Error::persistent(format!("no block at height {height}")))?;
+        let path = &self.files[pos.file];
+        let mut buf = vec![0u8; pos.len as usize];
+        File::open(path)
+            .and_then(|f| f.read_exact_at(&mut buf, pos.offset))
+            .map_err(|e| Error::persistent(format!("{}: {e}", path.display())))?;
+        let block = deserialize(&buf).map_err(|e| Error::persistent(format!("block {height} does not parse: {e}")))?;
+        Ok((block, buf.len()))
+    }
+
+    /// Adds the outputs of `block` to the unspent map and returns the outputs
+    /// its inputs spend.
+    fn connect(unspent: &mut Unspent, height: u32, block: &Block) -> Result<Vec<TxOut>, Error> {
+        let mut prevouts = Vec::new();
+        for (i, tx) in block.txdata.iter().enumerate() {
+            if i > 0 {
+                for input in &tx.input {
+                    let out = unspent.outputs.remove(&input.previous_output).ok_or_else(|| {
+                        Error::persistent(format!("block {height} spends unknown output {}", input.previous_output))
+                    })?;
+                    prevouts.push(out);
+                }
+            }
+            let txid = tx.compute_txid();
+            for (vout, out) in tx.output.iter().enumerate() {
+                if !out.script_pubkey.is_op_return() {
+                    unspent.outputs.insert(OutPoint { txid, vout: vout as u32 }, out.clone());
+                }
+            }
+        }
+        unspent.next = height + 1;
+        Ok(prevouts)
+    }
+}
+
+impl ChainSource for BlkFiles {
+    fn best_block(&self) -> Result<(Height, BlockHash), Error> {
+        let tip = self.blocks.last().expect("at least the genesis block, checked on open");
+        Ok((Height(self.blocks.len() as u32 - 1), tip.hash))
+    }
+
+    fn block_hashes(&self, start: Height, count: u32) -> Result<Vec<BlockHash>, Error> {
+        Ok(self.blocks.iter().skip(start.as_usize()).take(count as usize).map(|b| b.hash).collect())
+    }
+
+    fn blocks(&self, blocks: &[(Height, BlockHash)]) -> Result<Vec<BlockWithPrevouts>, Error> {
+        let mut unspent = self.unspent.lock().expect("unspent lock poisoned");
+        let mut result = Vec::with_capacity(blocks.len());
+        for &(height, hash) in blocks {
+            if height.0 < unspent.next {
+                // Asked again (a restart mid-chain): rebuild the map from scratch.
+                *unspent = Unspent { outputs: HashMap::new(), next: 0 };
+            }
+            while unspent.next < height.0 {
+                let next = unspent.next;
+                let (block, _) = self.read_block(Height(next))?;
+                Self::connect(&mut unspent, next, &block)?;
+            }
+            let (block, size) = self.read_block(height)?;
+            if block.block_hash() != hash {
+                return Err(Error::persistent(format!("block {height} is not {hash}")));
+            }
+            let prevouts = Self::connect(&mut unspent, height.0, &block)?;
+            result.push(BlockWithPrevouts { height, block, prevouts, size });
+        }
+        Ok(result)
+    }
+
+    fn transaction(&self, txid: &Txid, location: Option<TxLocation>) -> Result<Vec<u8>, Error> {
+        let loc = location.ok_or_else(|| Error::persistent(format!("transaction {txid} not found")))?;
+        let (block, _) = self.read_block(loc.height)?;
+        block
+            .txdata
+            .get(loc.position as usize)
+            .map(serialize)
+            .ok_or_else(|| Error::persistent(format!("transaction {txid} not found")))
+    }
+
+    fn transaction_verbose(&self, _txid: &Txid, _location: Option<TxLocation>) -> Result<serde_json::Value, Error> {
+        Err(no_node("verbose transactions"))
+    }
+
+    fn mempool_txids(&self) -> Result<Vec<Txid>, Error> {
+        Ok(Vec::new())
+    }
+
+    fn mempool_transactions(&self, _txids: &[Txid]) -> Result<Vec<MempoolTx>, Error> {
+        Ok(Vec::new())
+    }
+
+    fn broadcast(&self, _raw_hex: &str) -> Result<Txid, Error> {
+        Err(no_node("broadcasting"))
+    }
+
+    fn broadcast_package(&self, _raw_hexes: &[String]) -> Result<serde_json::Value, Error> {
+        Err(no_node("broadcasting"))
+    }
+
+    fn estimate_fee(&self, _blocks: u16, _mode: Option<&str>) -> Result<Option<f64>, Error> {
+        Ok(None)
+    }
+
+    fn relay_fee(&self) -> Result<f64, Error> {
+        // Bitcoin Core's default minimum relay fee: 1 sat/vB.
+        Ok(0.00001)
+    }
+}
+
+fn no_node(what: &str) -> Error {
+    Error::persistent(format!("{what} needs a node; this server reads blk files only (osprey demo)"))
+}

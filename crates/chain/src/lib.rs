@@ -1,0 +1,14 @@
+//! Everything that talks to the node: JSON-RPC, block sources (a node over
+//! RPC, or `blk*.dat` files) with the spent outputs each block needs. No
+//! other crate talks to bitcoind or btcd.
+
+mod blkfiles;
+mod daemon;
+mod error;
+pub mod rpc;
+mod source;
+
+pub use blkfiles::BlkFiles;
+pub use daemon::{Daemon, NodeKind};
+pub use error::{Error, ErrorKind};
+pub use source::{BlockWithPrevouts, ChainSource, MempoolTx, TxLocation};

@@ -1,0 +1,109 @@
+//! What the indexer and the query layer need from a chain, whoever serves
+//! it: a node over JSON-RPC ([`crate::Daemon`]) or, with no node at all,
+//! `blk*.dat` files ([`crate::BlkFiles`], used by `osprey demo`).
+
+use crate::Error;
+use bitcoin::{Block, BlockHash, Transaction, TxOut, Txid};
+use osprey_core::Height;
+
+/// A block with the outputs its inputs spend (its "undo data"): one
+/// [`TxOut`] per input of every non-coinbase transaction, in block order.
+pub struct BlockWithPrevouts {
+    pub height: Height,
+    pub block: Block,
+    pub prevouts: Vec<TxOut>,
+    /// Serialized size of the block, for throughput reports.
+    pub size: usize,
+}
+
+/// Where a confirmed transaction sits, when the index knows it; sources
+/// without a transaction index use it to find the bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct TxLocation {
+    pub block_hash: BlockHash,
+    pub height: Height,
+    pub position: u32,
+}
+
+/// A mempool transaction as the node reports it.
+pub struct MempoolTx {
+    pub txid: Txid,
+    pub tx: Transaction,
+}
+
+/// A chain to index and a node to relay to.
+pub trait ChainSource: Send + Sync {
+    /// The best block the source has.
+    ///
+    /// # Errors
+    /// When the source cannot be reached.
+    fn best_block(&self) -> Result<(Height, BlockHash), Error>;
+
+    /// Hashes of blocks `start..start+count` on the best chain (fewer if the
+    /// chain is shorter).
+    ///
+    /// # Errors
+    /// When the source cannot be reached.
+    fn block_hashes(&self, start: Height, count: u32) -> Result<Vec<BlockHash>, Error>;
+
+    /// The blocks with these hashes (heights given alongside), each with
+    /// the outputs its inputs spend.
+    ///
+    /// # Errors
+    /// When a block or a spent output cannot be had.
+    fn blocks(&self, blocks: &[(Height, BlockHash)]) -> Result<Vec<BlockWithPrevouts>, Error>;
+
+    /// Raw bytes of a transaction; `location` is set for confirmed ones.
+    ///
+    /// # Errors
+    /// When the transaction is unknown to the source.
+    fn transaction(&self, txid: &Txid, location: Option<TxLocation>) -> Result<Vec<u8>, Error>;
+
+    /// The node's verbose JSON for a transaction (`getrawtransaction … true`).
+    ///
+    /// # Errors
+    /// When the source has no node or the node does not know the transaction.
+    fn transaction_verbose(
+        &self,
+        txid: &Txid,
+        location: Option<TxLocation>,
+    ) -> Result<serde_json::Value, Error>;
+
+    /// Txids in the node's mempool.
+    ///
+    /// # Errors
+    /// When the node cannot be reached.
+    fn mempool_txids(&self) -> Result<Vec<Txid>, Error>;
+
+    /// The mempool transactions with these txids; ones that left the mempool
+    /// meanwhile are skipped.
+    ///
+    /// # Errors
+    /// When the node cannot be reached.
+    fn mempool_transactions(&self, txids: &[Txid]) -> Result<Vec<MempoolTx>, Error>;
+
+    /// Relays a transaction and returns its txid.
+    ///
+    /// # Errors
+    /// The node's rejection, with its message.
+    fn broadcast(&self, raw_hex: &str) -> Result<Txid, Error>;
+
+    /// Relays a package (`submitpackage`); returns the node's answer.
+    ///
+    /// # Errors
+    /// The node's rejection, or "not supported" for nodes without it.
+    fn broadcast_package(&self, raw_hexes: &[String]) -> Result<serde_json::Value, Error>;
+
+    /// Fee rate in BTC/kvB to confirm within `blocks`, or `None` when the
+    /// node has no estimate.
+    ///
+    /// # Errors
+    /// When the node cannot be reached.
+    fn estimate_fee(&self, blocks: u16, mode: Option<&str>) -> Result<Option<f64>, Error>;
+
+    /// The node's minimum relay fee rate, in BTC/kvB.
+    ///
+    /// # Errors
+    /// When the node cannot be reached.
+    fn relay_fee(&self) -> Result<f64, Error>;
+}
