@@ -1,0 +1,148 @@
+//! Turns one block and the outputs its inputs spend into index rows. Pure
+//! functions: no I/O, no reads of the index, so blocks can be processed in
+//! parallel and the ingest rate does not depend on the size of the index.
+
+use bitcoin::hashes::Hash;
+use osprey_chain::BlockWithPrevouts;
+use osprey_core::{Height, ScriptHash, TxNum};
+use osprey_store::codec::HistoryRow;
+use osprey_store::IndexedBlock;
+
+/// Rows of one block, and the script hashes it touched (for notifications).
+pub struct BlockRows {
+    pub indexed: IndexedBlock,
+    pub touched: Vec<ScriptHash>,
+}
+
+/// Builds the rows of `block`, whose first transaction is `first_tx_num`.
+///
+/// The genesis coinbase is unspendable and, as the Electrum protocol
+/// notes, not indexed; provably unspendable `OP_RETURN` outputs are not
+/// indexed either (nothing can pay from them, and no wallet asks).
+///
+/// # Panics
+/// When `block.prevouts` does not hold one output per non-coinbase input
+/// (the chain source guarantees it).
+pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> BlockRows {
+    let txids: Vec<_> = block.block.txdata.iter().map(|tx| tx.compute_txid()).collect();
+    let mut rows = Vec::new();
+    let mut touched = Vec::new();
+    if block.height != Height(0) {
+        let mut prevouts = block.prevouts.iter();
+        for (i, tx) in block.block.txdata.iter().enumerate() {
+            let tx_num = TxNum(first_tx_num.0 + i as u64);
+            if i > 0 {
+                for (input_index, input) in tx.input.iter().enumerate() {
+                    let spent = prevouts.next().expect("one prevout per non-coinbase input");
+                    let scripthash = ScriptHash::from_script(spent.script_pubkey.as_bytes());
+                    let op = input.previous_output;
+                    rows.push(HistoryRow::spending(tx_num, input_index as u32, &op.txid, op.vout).encode(&scripthash));
+                    touched.push(scripthash);
+                }
+            }
+            for (vout, output) in tx.output.iter().enumerate() {
+                if output.script_pubkey.is_op_return() {
+                    continue;
+                }
+                let scripthash = ScriptHash::from_script(output.script_pubkey.as_bytes());
+                rows.push(HistoryRow::funding(tx_num, vout as u32, output.value.to_sat()).encode(&scripthash));
+                touched.push(scripthash);
+            }
+        }
+        assert!(prevouts.next().is_none(), "more prevouts than inputs in block {}", block.height);
+    }
+    // Sorted rows make the write batch a sorted run for the memtable.
+    rows.sort_unstable();
+    touched.sort_unstable();
+    touched.dedup();
+    BlockRows { indexed: IndexedBlock { height: block.height, header: block.block.header, txids, rows }, touched }
+}
+
+/// Checks that a source handed over one prevout per non-coinbase input, so
+/// that a buggy or lying source is an error rather than a panic.
+pub fn prevouts_match(block: &BlockWithPrevouts) -> bool {
+    let inputs: usize = block.block.txdata.iter().skip(1).map(|tx| tx.input.len()).sum();
+    inputs == block.prevouts.len() && block.block.txdata.first().is_some_and(|tx| tx.is_coinbase())
+}
+
+/// Returns whether the block's transactions hash to its merkle root, so a
+/// corrupt block file or reply is caught before it is indexed.
+pub fn merkle_root_matches(block: &BlockWithPrevouts) -> bool {
+    block.block.compute_merkle_root().is_some_and(|root| root.to_byte_array() == block.block.header.merkle_root.to_byte_array())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bitcoin::absolute::LockTime;
+    use bitcoin::block::{Header, Version};
+    use bitcoin::transaction::Version as TxVersion;
+    use bitcoin::{Amount, Block, BlockHash, CompactTarget, OutPoint, ScriptBuf, Sequence, Transaction, TxIn, TxMerkleNode, TxOut, Witness};
+    use osprey_store::codec::RowKind;
+
+    fn tx(inputs: Vec<OutPoint>, outputs: Vec<(ScriptBuf, u64)>) -> Transaction {
+        Transaction {
+            version: TxVersion::TWO,
+            lock_time: LockTime::ZERO,
+            input: inputs
+                .into_iter()
+                .map(|previous_output| TxIn { previous_output, script_sig: ScriptBuf::new(), sequence: Sequence::MAX, witness: Witness::new() })
+                .collect(),
+            output: outputs.into_iter().map(|(script_pubkey, v)| TxOut { value: Amount::from_sat(v), script_pubkey }).collect(),
+        }
+    }
+
+    #[test]
+    fn rows_cover_every_output_and_input_except_op_return() {
+        let alice = ScriptBuf::from_bytes(vec![0x51]);
+        let bob = ScriptBuf::from_bytes(vec![0x52]);
+        let op_return = ScriptBuf::new_op_return([1u8; 4]);
+        let funding = OutPoint { txid: bitcoin::Txid::all_zeros(), vout: 3 };
+        let coinbase = tx(vec![OutPoint::null()], vec![(alice.clone(), 50)]);
+        let spend = tx(vec![funding], vec![(bob.clone(), 30), (op_return, 0), (alice.clone(), 19)]);
+        let block = Block {
+            header: Header {
+                version: Version::TWO,
+                prev_blockhash: BlockHash::all_zeros(),
+                merkle_root: TxMerkleNode::all_zeros(),
+                time: 0,
+                bits: CompactTarget::from_consensus(0x207fffff),
+                nonce: 0,
+            },
+            txdata: vec![coinbase, spend],
+        };
+        let input = BlockWithPrevouts {
+            height: Height(7),
+            block,
+            prevouts: vec![TxOut { value: Amount::from_sat(50), script_pubkey: bob.clone() }],
+            size: 0,
+        };
+        assert!(prevouts_match(&input));
+        let rows = block_rows(&input, TxNum(100));
+        assert_eq!(rows.indexed.txids.len(), 2);
+        assert_eq!(rows.indexed.rows.len(), 4, "coinbase out, spend in, two spendable outs");
+        let alice_sh = ScriptHash::from_script(alice.as_bytes());
+        let bob_sh = ScriptHash::from_script(bob.as_bytes());
+        assert_eq!(rows.touched.len(), 2);
+        let decode = |sh: &ScriptHash| -> Vec<HistoryRow> {
+            rows.indexed.rows.iter().filter_map(|(k, v)| HistoryRow::decode(sh, k, v).unwrap()).collect()
+        };
+        let bob_rows = decode(&bob_sh);
+        assert_eq!(bob_rows.len(), 2);
+        assert!(bob_rows.contains(&HistoryRow::funding(TxNum(101), 0, 30)));
+        assert!(bob_rows.iter().any(|r| r.tx_num == TxNum(101)
+            && matches!(r.kind, RowKind::Spending { input: 0, prev_vout: 3, .. })));
+        let alice_rows = decode(&alice_sh);
+        assert_eq!(alice_rows, vec![HistoryRow::funding(TxNum(100), 0, 50), HistoryRow::funding(TxNum(101), 2, 19)]);
+    }
+
+    #[test]
+    fn genesis_is_not_indexed() {
+        let genesis = bitcoin::constants::genesis_block(bitcoin::Network::Regtest);
+        let input = BlockWithPrevouts { height: Height(0), block: genesis, prevouts: vec![], size: 0 };
+        assert!(merkle_root_matches(&input));
+        let rows = block_rows(&input, TxNum(0));
+        assert!(rows.indexed.rows.is_empty());
+        assert_eq!(rows.indexed.txids.len(), 1);
+    }
+}

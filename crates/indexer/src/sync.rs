@@ -1,0 +1,272 @@
+//! Brings the index to the source's best block: undoes blocks the source
+//! no longer has (reorgs of any depth the undo data covers), then indexes
+//! new blocks in batches. Fetching runs one chunk ahead of row building,
+//! and rows are built on all cores.
+
+use crate::rows::{block_rows, merkle_root_matches, prevouts_match};
+use crate::Error;
+use osprey_chain::{BlockWithPrevouts, ChainSource};
+use osprey_core::{Height, ScriptHash, TxNum};
+use osprey_store::{IndexedBlock, Store};
+use rayon::prelude::*;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct IndexerConfig {
+    /// Blocks fetched from the source per request.
+    pub fetch_blocks: u32,
+    /// A batch is committed once it holds this many history rows…
+    pub batch_rows_max: usize,
+    /// …or this many blocks.
+    pub batch_blocks_max: usize,
+    /// Script hashes remembered per sync for notifications; past this, the
+    /// report says "everything may have changed" instead.
+    pub touched_max: usize,
+}
+
+impl Default for IndexerConfig {
+    fn default() -> Self {
+        IndexerConfig { fetch_blocks: 16, batch_rows_max: 2_000_000, batch_blocks_max: 2000, touched_max: 1_000_000 }
+    }
+}
+
+/// What one call to [`Indexer::sync`] changed.
+#[derive(Debug, Default)]
+pub struct SyncReport {
+    pub connected: u32,
+    pub disconnected: u32,
+    /// Script hashes touched by connected blocks.
+    pub touched: Vec<ScriptHash>,
+    /// Set when blocks were disconnected or too many scripts were touched
+    /// to list: every script's status may have changed.
+    pub all_touched: bool,
+}
+
+/// Figures of one committed batch, for progress reports and benchmarks.
+#[derive(Clone, Debug)]
+pub struct BatchStats {
+    pub height: Height,
+    pub source_height: Height,
+    pub blocks: u32,
+    pub txs: u64,
+    pub rows: u64,
+    pub block_bytes: u64,
+    pub elapsed: Duration,
+}
+
+pub struct Indexer {
+    store: Arc<Store>,
+    source: Arc<dyn ChainSource>,
+    config: IndexerConfig,
+}
+
+impl Indexer {
+    pub fn new(store: Arc<Store>, source: Arc<dyn ChainSource>, config: IndexerConfig) -> Indexer {
+        Indexer { store, source, config }
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Indexes up to the source's best block, calling `on_batch` after each
+    /// commit.
+    ///
+    /// # Errors
+    /// Source errors (see [`Error::is_transient`]), store errors, and blocks
+    /// that fail validation. Everything committed before an error stays.
+    pub fn sync(&mut self, on_batch: &mut dyn FnMut(&BatchStats)) -> Result<SyncReport, Error> {
+        let mut report = SyncReport::default();
+        let (source_height, source_hash) = self.source.best_block()?;
+        if self.store.tip().map(|(_, h)| h) == Some(source_hash) {
+            return Ok(report);
+        }
+        report.disconnected = self.undo_stale_blocks()?;
+        report.all_touched = report.disconnected > 0;
+        let next = self.store.tip().map_or(0, |(h, _)| h.0 + 1);
+        if next > source_height.0 {
+            return Ok(report);
+        }
+        self.connect(next, source_height, &mut report, on_batch)?;
+        Ok(report)
+    }
+
+    /// Rolls back to the highest block the source still has on its best
+    /// chain; returns the number of blocks undone.
+    fn undo_stale_blocks(&mut self) -> Result<u32, Error> {
+        let Some((tip, _)) = self.store.tip() else { return Ok(0) };
+        let mut high = tip.0;
+        loop {
+            let low = high.saturating_sub(63);
+            let ours = self.store.block_hashes(Height(low), Height(high));
+            let theirs = self.source.block_hashes(Height(low), high - low + 1)?;
+            // `theirs` is shorter when the source's chain is shorter than ours.
+            let matching = ours.iter().zip(&theirs).rposition(|(a, b)| a == b);
+            if let Some(i) = matching {
+                let fork = Height(low + i as u32);
+                if fork != tip {
+                    tracing::warn!(fork = fork.0, undone = tip.0 - fork.0, "chain reorganised: undoing blocks");
+                    self.store.rollback_to(fork)?;
+                }
+                return Ok(tip.0 - fork.0);
+            }
+            if low == 0 {
+                return Err(Error::BadBlock("the source's chain shares no block with the index, not even genesis".into()));
+            }
+            high = low - 1;
+        }
+    }
+
+    fn connect(
+        &mut self,
+        from: u32,
+        source_height: Height,
+        report: &mut SyncReport,
+        on_batch: &mut dyn FnMut(&BatchStats),
+    ) -> Result<(), Error> {
+        let chunk = self.config.fetch_blocks.max(1);
+        let source = Arc::clone(&self.source);
+        // One chunk is fetched while the previous one is indexed.
+        let (tx, rx) = mpsc::sync_channel::<Result<Vec<BlockWithPrevouts>, Error>>(2);
+        let fetcher = std::thread::Builder::new()
+            .name("fetch".into())
+            .spawn(move || {
+                let mut start = from;
+                while start <= source_height.0 {
+                    let count = chunk.min(source_height.0 - start + 1);
+                    let result = source.block_hashes(Height(start), count).map_err(Error::from).and_then(|hashes| {
+                        let wanted: Vec<_> =
+                            hashes.iter().enumerate().map(|(i, h)| (Height(start + i as u32), *h)).collect();
+                        source.blocks(&wanted).map_err(Error::from)
+                    });
+                    let stop = match &result {
+                        Ok(blocks) => blocks.len() < count as usize,
+                        Err(_) => true,
+                    };
+                    if tx.send(result).is_err() || stop {
+                        return;
+                    }
+                    start += count;
+                }
+            })
+            .expect("spawning a thread");
+
+        let mut batch: Vec<IndexedBlock> = Vec::new();
+        let mut stats = BatchStats {
+            height: Height(from),
+            source_height,
+            blocks: 0,
+            txs: 0,
+            rows: 0,
+            block_bytes: 0,
+            elapsed: Duration::ZERO,
+        };
+        let mut batch_rows = 0usize;
+        let mut started = Instant::now();
+        let mut next_tx_num = self.store.tx_count();
+        let mut prev_hash = self.store.tip().map(|(_, h)| h);
+        let mut result = Ok(());
+        for chunk in rx {
+            let blocks = match chunk {
+                Ok(b) => b,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            // Validate links and first tx_nums sequentially; build in parallel.
+            let mut firsts = Vec::with_capacity(blocks.len());
+            for block in &blocks {
+                if let Some(prev) = prev_hash {
+                    if block.block.header.prev_blockhash != prev {
+                        // The source reorganised while we fetched: stop here,
+                        // the next sync undoes and retries.
+                        tracing::info!(height = block.height.0, "source chain changed during sync");
+                        result = Err(Error::Reorged);
+                        break;
+                    }
+                }
+                if !prevouts_match(block) || !merkle_root_matches(block) {
+                    result = Err(Error::BadBlock(format!(
+                        "block {} ({}) from the source is malformed or its spent outputs do not match its inputs",
+                        block.height,
+                        block.block.block_hash()
+                    )));
+                    break;
+                }
+                firsts.push(TxNum(next_tx_num));
+                next_tx_num += block.block.txdata.len() as u64;
+                prev_hash = Some(block.block.block_hash());
+            }
+            let built: Vec<_> = blocks[..firsts.len()]
+                .par_iter()
+                .zip(firsts.par_iter())
+                .map(|(block, first)| (block_rows(block, *first), block.size))
+                .collect();
+            for (rows, size) in built {
+                stats.txs += rows.indexed.txids.len() as u64;
+                stats.block_bytes += size as u64;
+                stats.blocks += 1;
+                batch_rows += rows.indexed.rows.len();
+                if !report.all_touched {
+                    report.touched.extend(rows.touched);
+                    if report.touched.len() > self.config.touched_max {
+                        report.touched = Vec::new();
+                        report.all_touched = true;
+                    }
+                }
+                batch.push(rows.indexed);
+            }
+            let last = batch.last().map(|b| b.height);
+            let at_tip = last.is_some_and(|h| h.0 + 8 >= source_height.0);
+            if result.is_err() || batch_rows >= self.config.batch_rows_max || batch.len() >= self.config.batch_blocks_max || at_tip {
+                self.commit(&mut batch, &mut stats, &mut batch_rows, &mut started, at_tip, report, on_batch)?;
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        self.commit(&mut batch, &mut stats, &mut batch_rows, &mut started, true, report, on_batch)?;
+        fetcher.join().expect("fetch thread does not panic");
+        if report.all_touched {
+            report.touched.clear();
+        } else {
+            report.touched.sort_unstable();
+            report.touched.dedup();
+        }
+        match result {
+            Err(Error::Reorged) => Ok(()),
+            other => other,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)] // the loop state of `connect`, kept together there
+    fn commit(
+        &mut self,
+        batch: &mut Vec<IndexedBlock>,
+        stats: &mut BatchStats,
+        batch_rows: &mut usize,
+        started: &mut Instant,
+        sync: bool,
+        report: &mut SyncReport,
+        on_batch: &mut dyn FnMut(&BatchStats),
+    ) -> Result<(), Error> {
+        let Some(last) = batch.last().map(|b| b.height) else { return Ok(()) };
+        let _span = tracing::info_span!("index", from = batch[0].height.0, to = last.0).entered();
+        self.store.apply(batch, sync)?;
+        report.connected += batch.len() as u32;
+        stats.height = last;
+        stats.rows = *batch_rows as u64;
+        stats.elapsed = started.elapsed();
+        on_batch(stats);
+        batch.clear();
+        *batch_rows = 0;
+        stats.blocks = 0;
+        stats.txs = 0;
+        stats.block_bytes = 0;
+        *started = Instant::now();
+        Ok(())
+    }
+}
