@@ -1,0 +1,40 @@
+//! Errors a query can end in, in terms a client can be told.
+
+use bitcoin::Txid;
+use osprey_core::Height;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("history too large: more than {limit} entries (raise history_entries_max)")]
+    HistoryTooLarge { limit: usize },
+    #[error("transaction {0} not found")]
+    TxNotFound(Txid),
+    #[error("block {0} not found")]
+    BlockNotFound(Height),
+    /// The node refused (a broadcast, a package): its own message.
+    #[error("{0}")]
+    Node(String),
+    /// The node cannot be reached right now.
+    #[error("node unavailable: {0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    NotSupported(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<osprey_store::Error> for Error {
+    fn from(e: osprey_store::Error) -> Self {
+        Error::Internal(e.to_string())
+    }
+}
+
+impl From<osprey_chain::Error> for Error {
+    fn from(e: osprey_chain::Error) -> Self {
+        match e.kind() {
+            osprey_chain::ErrorKind::Transient => Error::Unavailable(e.to_string()),
+            osprey_chain::ErrorKind::Rpc => Error::Node(e.message().to_string()),
+            osprey_chain::ErrorKind::Persistent => Error::Node(e.to_string()),
+        }
+    }
+}

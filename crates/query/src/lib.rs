@@ -1,0 +1,16 @@
+//! Answers about the indexed chain and the mempool: history, status hashes,
+//! balances, unspent outputs, transactions and merkle proofs. Knows nothing
+//! of JSON-RPC or sessions (that is `osprey-electrum`); knows RocksDB only
+//! through `osprey-store` and the node only through `osprey-chain`.
+
+mod error;
+mod mempool;
+mod merkle;
+mod query;
+mod tracker;
+
+pub use error::Error;
+pub use mempool::{Mempool, MempoolEntry};
+pub use merkle::{merkle_branch, MerkleTree};
+pub use query::{Balance, Change, HistoryEntry, MempoolInfo, Query, QueryConfig, TxMerkle, Utxo};
+pub use tracker::Tracker;

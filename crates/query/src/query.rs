@@ -1,0 +1,460 @@
+//! Answers about scripts, transactions, blocks and fees, from the index plus
+//! the mempool overlay.
+
+use crate::mempool::{Mempool, MempoolEntry};
+use crate::merkle::MerkleTree;
+use crate::Error;
+use bitcoin::consensus::{deserialize, serialize};
+use bitcoin::hashes::Hash;
+use bitcoin::{BlockHash, OutPoint, Transaction, TxMerkleNode, Txid};
+use osprey_chain::{ChainSource, TxLocation};
+use osprey_core::{Height, ScriptHash, StatusHash, TxNum};
+use osprey_store::codec::{HistoryRow, RowKind, SPENT_TXID_PREFIX_LEN};
+use osprey_store::Store;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use tokio::sync::broadcast;
+
+#[derive(Clone, Debug)]
+pub struct QueryConfig {
+    /// History rows (one per output received, one per input spent) a
+    /// script may have before queries about it fail with "history too
+    /// large" instead of using unbounded memory and time.
+    pub history_entries_max: usize,
+}
+
+impl Default for QueryConfig {
+    fn default() -> Self {
+        QueryConfig { history_entries_max: 500_000 }
+    }
+}
+
+/// One transaction of a script's history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub txid: Txid,
+    /// The block height; for mempool transactions 0 when every input is
+    /// confirmed and -1 otherwise.
+    pub height: i64,
+    /// The fee in satoshis, for mempool transactions.
+    pub fee: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Balance {
+    pub confirmed: u64,
+    /// What the mempool adds (or, if negative, spends).
+    pub unconfirmed: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Utxo {
+    pub txid: Txid,
+    pub vout: u32,
+    /// 0 for mempool outputs.
+    pub height: u32,
+    pub value: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct TxMerkle {
+    pub block_height: Height,
+    pub block_hash: BlockHash,
+    pub pos: u32,
+    pub branch: Vec<TxMerkleNode>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MempoolInfo {
+    /// BTC/kvB.
+    pub mempoolminfee: f64,
+    pub minrelaytxfee: f64,
+    pub incrementalrelayfee: f64,
+}
+
+/// What changed with a new block, a reorg or a mempool update.
+#[derive(Clone, Debug, Default)]
+pub struct Change {
+    pub new_tip: Option<(Height, [u8; 80])>,
+    /// Script hashes whose status may have changed.
+    pub scripthashes: Vec<ScriptHash>,
+    /// Blocks were undone: every script's status may have changed.
+    pub all_scripthashes: bool,
+}
+
+/// Queries over the index and the mempool. Thread-safe; share as `Arc`.
+pub struct Query {
+    store: Arc<Store>,
+    source: Arc<dyn ChainSource>,
+    config: QueryConfig,
+    pub(crate) mempool: RwLock<Mempool>,
+    changes: broadcast::Sender<Arc<Change>>,
+    /// The block-hash tree of the last `cp_height` asked: wallets use one
+    /// fixed checkpoint, so proofs against it cost a lookup.
+    header_tree: Mutex<Option<(u32, Arc<MerkleTree>)>>,
+}
+
+/// A confirmed output of a script, from its funding row.
+struct Funding {
+    tx_num: TxNum,
+    txid: Txid,
+    vout: u32,
+    value: u64,
+    spent: bool,
+}
+
+impl Query {
+    pub fn new(store: Arc<Store>, source: Arc<dyn ChainSource>, config: QueryConfig) -> Query {
+        let (changes, _) = broadcast::channel(1024);
+        Query {
+            store,
+            source,
+            config,
+            mempool: RwLock::new(Mempool::default()),
+            changes,
+            header_tree: Mutex::new(None),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn source(&self) -> &Arc<dyn ChainSource> {
+        &self.source
+    }
+
+    pub(crate) fn mempool(&self) -> RwLockReadGuard<'_, Mempool> {
+        self.mempool.read().expect("mempool lock poisoned")
+    }
+
+    /// Subscribes to changes (new blocks, reorgs, mempool updates).
+    pub fn changes(&self) -> broadcast::Receiver<Arc<Change>> {
+        self.changes.subscribe()
+    }
+
+    pub(crate) fn publish(&self, change: Change) {
+        // No receiver is fine: nobody is connected yet.
+        let _ = self.changes.send(Arc::new(change));
+    }
+
+    /// The indexed tip (the genesis block before anything is indexed).
+    pub fn tip(&self) -> (Height, BlockHash) {
+        self.store.tip().unwrap_or((Height(0), BlockHash::all_zeros()))
+    }
+
+    pub fn header(&self, height: Height) -> Option<[u8; 80]> {
+        self.store.raw_headers(height, 1).pop()
+    }
+
+    pub fn headers(&self, start: Height, count: usize) -> Vec<[u8; 80]> {
+        self.store.raw_headers(start, count)
+    }
+
+    /// The proof of header `height` against the block-hash tree up to
+    /// `cp_height`: the branch and the root.
+    ///
+    /// # Errors
+    /// When `height > cp_height` or `cp_height` is beyond the tip.
+    pub fn header_proof(&self, height: Height, cp_height: Height) -> Result<(Vec<TxMerkleNode>, TxMerkleNode), Error> {
+        let tip = self.tip().0;
+        if cp_height > tip {
+            return Err(Error::BlockNotFound(cp_height));
+        }
+        if height > cp_height {
+            return Err(Error::Internal(format!("height {height} is above cp_height {cp_height}")));
+        }
+        let mut cache = self.header_tree.lock().expect("header tree lock poisoned");
+        let tree = match cache.as_ref() {
+            Some((cp, tree)) if *cp == cp_height.0 && self.store.block_hash(cp_height).is_some() => Arc::clone(tree),
+            _ => {
+                let leaves = self.store.block_hashes(Height(0), cp_height).iter().map(|h| h.to_byte_array()).collect();
+                let tree = Arc::new(MerkleTree::new(leaves));
+                *cache = Some((cp_height.0, Arc::clone(&tree)));
+                tree
+            }
+        };
+        drop(cache);
+        Ok((tree.branch(height.as_usize()), tree.root()))
+    }
+
+    /// The confirmed history rows of `scripthash`, within the limit.
+    fn rows(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryRow>, Error> {
+        self.store
+            .history(scripthash, self.config.history_entries_max)?
+            .ok_or(Error::HistoryTooLarge { limit: self.config.history_entries_max })
+    }
+
+    /// The confirmed history then the mempool part, in protocol order.
+    ///
+    /// # Errors
+    /// History too large, or a store error.
+    pub fn history(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryEntry>, Error> {
+        let rows = self.rows(scripthash)?;
+        let mut history = Vec::new();
+        let mut last = None;
+        for row in rows {
+            // Rows come in tx_num order: a transaction's rows are adjacent.
+            if last == Some(row.tx_num) {
+                continue;
+            }
+            last = Some(row.tx_num);
+            let (height, _) = self
+                .store
+                .locate(row.tx_num)
+                .ok_or_else(|| Error::Internal(format!("tx_num {} beyond the tip", row.tx_num)))?;
+            history.push(HistoryEntry { txid: self.store.txid(row.tx_num)?, height: i64::from(height.0), fee: None });
+        }
+        history.extend(self.mempool_history(scripthash)?);
+        Ok(history)
+    }
+
+    /// Mempool transactions touching `scripthash`: height 0 (all inputs
+    /// confirmed) before -1, then by txid as displayed (protocol 1.6's
+    /// canonical order).
+    ///
+    /// # Errors
+    /// None today; kept fallible like the other queries.
+    pub fn mempool_history(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryEntry>, Error> {
+        let mut entries: Vec<(i64, String, HistoryEntry)> = self
+            .mempool()
+            .entries_for(scripthash)
+            .iter()
+            .map(|e| {
+                let entry = HistoryEntry { txid: e.txid, height: e.height(), fee: Some(e.fee) };
+                (-e.height(), e.txid.to_string(), entry)
+            })
+            .collect();
+        entries.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        Ok(entries.into_iter().map(|(_, _, e)| e).collect())
+    }
+
+    /// The Electrum status of `scripthash`, `None` for an unused script.
+    ///
+    /// # Errors
+    /// History too large, or a store error.
+    pub fn status(&self, scripthash: &ScriptHash) -> Result<Option<StatusHash>, Error> {
+        let history = self.history(scripthash)?;
+        Ok(StatusHash::of_history(history.iter().map(|e| (&e.txid, e.height))))
+    }
+
+    /// The confirmed outputs of a script, each marked spent or not by the
+    /// confirmed chain.
+    fn confirmed_outputs(&self, scripthash: &ScriptHash) -> Result<Vec<Funding>, Error> {
+        let rows = self.rows(scripthash)?;
+        let mut funding = Vec::new();
+        // (spent txid prefix, vout) -> indexes into `funding`.
+        let mut by_outpoint: HashMap<([u8; SPENT_TXID_PREFIX_LEN], u32), Vec<usize>> = HashMap::new();
+        let mut spends = Vec::new();
+        for row in rows {
+            match row.kind {
+                RowKind::Funding { vout, amount } => {
+                    let txid = self.store.txid(row.tx_num)?;
+                    let mut prefix = [0u8; SPENT_TXID_PREFIX_LEN];
+                    prefix.copy_from_slice(&txid.as_byte_array()[..SPENT_TXID_PREFIX_LEN]);
+                    by_outpoint.entry((prefix, vout)).or_default().push(funding.len());
+                    funding.push(Funding { tx_num: row.tx_num, txid, vout, value: amount, spent: false });
+                }
+                RowKind::Spending { input, prev_txid_prefix, prev_vout } => {
+                    spends.push((row.tx_num, input, prev_txid_prefix, prev_vout));
+                }
+            }
+        }
+        for (tx_num, input, prefix, vout) in spends {
+            let Some(candidates) = by_outpoint.get(&(prefix, vout)) else {
+                continue;
+            };
+            let index = if let [only] = candidates.as_slice() {
+                *only
+            } else {
+                // Two outputs of this script share the spent-txid prefix and
+                // vout: read the spending input itself to tell them apart.
+                let spent = self.spent_outpoint(tx_num, input)?;
+                match candidates.iter().find(|&&i| funding[i].txid == spent.txid) {
+                    Some(&i) => i,
+                    None => continue,
+                }
+            };
+            funding[index].spent = true;
+        }
+        Ok(funding)
+    }
+
+    /// The outpoint input `input` of confirmed transaction `tx_num` spends.
+    fn spent_outpoint(&self, tx_num: TxNum, input: u32) -> Result<OutPoint, Error> {
+        let txid = self.store.txid(tx_num)?;
+        let tx = self.confirmed_transaction(&txid, tx_num)?;
+        tx.input
+            .get(input as usize)
+            .map(|i| i.previous_output)
+            .ok_or_else(|| Error::Internal(format!("transaction {txid} has no input {input}")))
+    }
+
+    fn location(&self, tx_num: TxNum) -> Result<TxLocation, Error> {
+        let (height, position) = self
+            .store
+            .locate(tx_num)
+            .ok_or_else(|| Error::Internal(format!("tx_num {tx_num} beyond the tip")))?;
+        let block_hash = self.store.block_hash(height).ok_or(Error::BlockNotFound(height))?;
+        Ok(TxLocation { block_hash, height, position })
+    }
+
+    fn confirmed_transaction(&self, txid: &Txid, tx_num: TxNum) -> Result<Transaction, Error> {
+        let raw = self.source.transaction(txid, Some(self.location(tx_num)?))?;
+        deserialize(&raw).map_err(|e| Error::Internal(format!("transaction {txid} from the node does not parse: {e}")))
+    }
+
+    /// Confirmed and unconfirmed balance of `scripthash`.
+    ///
+    /// # Errors
+    /// History too large, or a store or node error.
+    pub fn balance(&self, scripthash: &ScriptHash) -> Result<Balance, Error> {
+        let confirmed = self.confirmed_outputs(scripthash)?.iter().filter(|f| !f.spent).map(|f| f.value).sum();
+        let mempool = self.mempool();
+        let mut unconfirmed = 0i64;
+        for entry in mempool.entries_for(scripthash) {
+            unconfirmed += entry.funding.iter().filter(|f| f.0 == *scripthash).map(|f| f.2 as i64).sum::<i64>();
+            unconfirmed -= entry.spending.iter().filter(|s| s.0 == *scripthash).map(|s| s.2 as i64).sum::<i64>();
+        }
+        Ok(Balance { confirmed, unconfirmed })
+    }
+
+    /// Unspent outputs of `scripthash`: confirmed ones in chain order (minus
+    /// those the mempool spends), then mempool ones (height 0).
+    ///
+    /// # Errors
+    /// History too large, or a store or node error.
+    pub fn unspent(&self, scripthash: &ScriptHash) -> Result<Vec<Utxo>, Error> {
+        let outputs = self.confirmed_outputs(scripthash)?;
+        let mempool = self.mempool();
+        let mut utxos = Vec::new();
+        for f in outputs.iter().filter(|f| !f.spent) {
+            if mempool.spender(&OutPoint { txid: f.txid, vout: f.vout }).is_some() {
+                continue;
+            }
+            let (height, _) = self.store.locate(f.tx_num).expect("funding rows are below the tip");
+            utxos.push(Utxo { txid: f.txid, vout: f.vout, height: height.0, value: f.value });
+        }
+        let mut unconfirmed: BTreeMap<(String, u32), Utxo> = BTreeMap::new();
+        for entry in mempool.entries_for(scripthash) {
+            for &(sh, vout, value) in &entry.funding {
+                if sh == *scripthash && mempool.spender(&OutPoint { txid: entry.txid, vout }).is_none() {
+                    unconfirmed.insert((entry.txid.to_string(), vout), Utxo { txid: entry.txid, vout, height: 0, value });
+                }
+            }
+        }
+        utxos.extend(unconfirmed.into_values());
+        Ok(utxos)
+    }
+
+    /// Raw bytes of a mempool or confirmed transaction.
+    ///
+    /// # Errors
+    /// When the transaction is unknown, or the node cannot serve it.
+    pub fn transaction(&self, txid: &Txid) -> Result<Vec<u8>, Error> {
+        if let Some(entry) = self.mempool().get(txid) {
+            return Ok(serialize(&entry.tx));
+        }
+        let tx_num = self.store.find_tx_num(txid)?.ok_or(Error::TxNotFound(*txid))?;
+        Ok(self.source.transaction(txid, Some(self.location(tx_num)?))?)
+    }
+
+    /// The node's verbose JSON of a transaction.
+    ///
+    /// # Errors
+    /// When the transaction is unknown or the source has no node.
+    pub fn transaction_verbose(&self, txid: &Txid) -> Result<serde_json::Value, Error> {
+        let location = match self.store.find_tx_num(txid)? {
+            Some(tx_num) => Some(self.location(tx_num)?),
+            None if self.mempool().get(txid).is_some() => None,
+            None => return Err(Error::TxNotFound(*txid)),
+        };
+        Ok(self.source.transaction_verbose(txid, location)?)
+    }
+
+    /// The merkle proof of a confirmed transaction.
+    ///
+    /// # Errors
+    /// When the transaction is not confirmed (at `height`, if given).
+    pub fn merkle(&self, txid: &Txid, height: Option<Height>) -> Result<TxMerkle, Error> {
+        let tx_num = self.store.find_tx_num(txid)?.ok_or(Error::TxNotFound(*txid))?;
+        let location = self.location(tx_num)?;
+        if height.is_some_and(|h| h != location.height) {
+            return Err(Error::Internal(format!(
+                "transaction {txid} is not in block {}",
+                height.expect("checked above")
+            )));
+        }
+        let branch = self.block_branch(location.height, location.position)?.1;
+        Ok(TxMerkle { block_height: location.height, block_hash: location.block_hash, pos: location.position, branch })
+    }
+
+    /// The txid at `pos` in block `height`, with its merkle branch.
+    ///
+    /// # Errors
+    /// When there is no such block or position.
+    pub fn id_from_pos(&self, height: Height, pos: u32) -> Result<(Txid, Vec<TxMerkleNode>), Error> {
+        self.block_branch(height, pos)
+    }
+
+    fn block_branch(&self, height: Height, pos: u32) -> Result<(Txid, Vec<TxMerkleNode>), Error> {
+        let range = self.store.block_tx_nums(height).ok_or(Error::BlockNotFound(height))?;
+        if u64::from(pos) >= range.end - range.start {
+            return Err(Error::Internal(format!("block {height} has no transaction at position {pos}")));
+        }
+        let txids = self.store.txids(range)?;
+        let txid = txids[pos as usize];
+        let tree = MerkleTree::new(txids.iter().map(|t| t.to_byte_array()).collect());
+        Ok((txid, tree.branch(pos as usize)))
+    }
+
+    /// Relays a transaction through the node.
+    ///
+    /// # Errors
+    /// The node's rejection.
+    pub fn broadcast(&self, raw_hex: &str) -> Result<Txid, Error> {
+        Ok(self.source.broadcast(raw_hex)?)
+    }
+
+    /// Relays a package through the node.
+    ///
+    /// # Errors
+    /// The node's rejection, or no package support.
+    pub fn broadcast_package(&self, raw_hexes: &[String]) -> Result<serde_json::Value, Error> {
+        self.source.broadcast_package(raw_hexes).map_err(|e| {
+            if e.message().contains("does not support") {
+                Error::NotSupported(e.message().to_string())
+            } else {
+                e.into()
+            }
+        })
+    }
+
+    /// # Errors
+    /// When the node cannot be reached.
+    pub fn estimate_fee(&self, blocks: u16, mode: Option<&str>) -> Result<Option<f64>, Error> {
+        Ok(self.source.estimate_fee(blocks, mode)?)
+    }
+
+    /// # Errors
+    /// When the node cannot be reached.
+    pub fn relay_fee(&self) -> Result<f64, Error> {
+        Ok(self.source.relay_fee()?)
+    }
+
+    pub fn fee_histogram(&self) -> Vec<(f64, u64)> {
+        self.mempool().histogram().to_vec()
+    }
+
+    /// # Errors
+    /// When the node cannot be reached.
+    pub fn mempool_info(&self) -> Result<MempoolInfo, Error> {
+        let relay = self.relay_fee()?;
+        Ok(MempoolInfo { mempoolminfee: relay, minrelaytxfee: relay, incrementalrelayfee: relay })
+    }
+
+    /// A mempool entry, for callers that need its details.
+    pub fn mempool_entry(&self, txid: &Txid) -> Option<Arc<MempoolEntry>> {
+        self.mempool().get(txid).cloned()
+    }
+}

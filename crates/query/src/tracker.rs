@@ -1,0 +1,173 @@
+//! Keeps the index and the mempool at the node's state and publishes what
+//! changed: one call to [`Tracker::update`] per poll.
+
+use crate::mempool::MempoolEntry;
+use crate::query::{Change, Query};
+use bitcoin::{Transaction, TxOut, Txid};
+use osprey_chain::MempoolTx;
+use osprey_core::{Height, ScriptHash};
+use osprey_indexer::{BatchStats, Indexer};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+pub struct Tracker {
+    indexer: Indexer,
+    query: Arc<Query>,
+}
+
+impl Tracker {
+    pub fn new(indexer: Indexer, query: Arc<Query>) -> Tracker {
+        Tracker { indexer, query }
+    }
+
+    pub fn query(&self) -> &Arc<Query> {
+        &self.query
+    }
+
+    /// Indexes new blocks (undoing stale ones), then refreshes the mempool,
+    /// then publishes one [`Change`] if anything changed.
+    ///
+    /// # Errors
+    /// What the indexer returns; the mempool is then left as it was.
+    pub fn update(&mut self, on_batch: &mut dyn FnMut(&BatchStats)) -> Result<(), osprey_indexer::Error> {
+        let first_new_tx = self.query.store().tx_count();
+        let report = self.indexer.sync(on_batch)?;
+        let mut touched = report.touched;
+        if report.connected > 0 || report.disconnected > 0 {
+            // Drop transactions the new blocks confirmed right away, so no
+            // answer lists one both confirmed and unconfirmed until the next
+            // mempool poll.
+            let store = self.query.store();
+            let start = first_new_tx.min(store.tx_count());
+            let confirmed = store.txids(start..store.tx_count()).map_err(osprey_indexer::Error::Store)?;
+            let mut mempool = self.query.mempool.write().expect("mempool lock poisoned");
+            for txid in confirmed {
+                mempool.remove(&txid, &mut touched);
+            }
+        }
+        let mempool_touched = self.update_mempool().map_err(osprey_indexer::Error::Chain)?;
+        touched.extend(mempool_touched);
+        touched.sort_unstable();
+        touched.dedup();
+        let new_tip = (report.connected > 0 || report.disconnected > 0)
+            .then(|| {
+                let (height, _) = self.query.tip();
+                self.query.header(height).map(|h| (height, h))
+            })
+            .flatten();
+        if let Some((height, _)) = new_tip {
+            if report.connected <= 8 {
+                tracing::info!(height = height.0, hash = %self.query.tip().1, "new tip");
+            }
+        }
+        if new_tip.is_some() || !touched.is_empty() || report.all_touched {
+            self.query.publish(Change { new_tip, scripthashes: touched, all_scripthashes: report.all_touched });
+        }
+        Ok(())
+    }
+
+    /// Diffs the node's mempool against ours; returns the touched scripts.
+    fn update_mempool(&self) -> Result<Vec<ScriptHash>, osprey_chain::Error> {
+        let source = self.query.source();
+        let current: HashSet<Txid> = source.mempool_txids()?.into_iter().collect();
+        let (removed, added): (Vec<Txid>, Vec<Txid>) = {
+            let mempool = self.query.mempool();
+            let removed = mempool.txids().filter(|t| !current.contains(*t)).copied().collect();
+            let added = current.iter().filter(|t| mempool.get(t).is_none()).copied().collect();
+            (removed, added)
+        };
+        let mut touched = Vec::new();
+        if removed.is_empty() && added.is_empty() {
+            return Ok(touched);
+        }
+        let new_txs = source.mempool_transactions(&added)?;
+        let entries = self.resolve(new_txs)?;
+        let mut mempool = self.query.mempool.write().expect("mempool lock poisoned");
+        for txid in &removed {
+            mempool.remove(txid, &mut touched);
+        }
+        for entry in entries {
+            mempool.add(entry, &mut touched);
+        }
+        mempool.update_histogram();
+        Ok(touched)
+    }
+
+    /// Resolves the spent outputs of new mempool transactions (from the
+    /// mempool itself, or from confirmed transactions through the index)
+    /// and builds their entries. Transactions whose inputs cannot be
+    /// resolved yet (a parent in a block not indexed yet) wait for the next
+    /// poll.
+    fn resolve(&self, new_txs: Vec<MempoolTx>) -> Result<Vec<MempoolEntry>, osprey_chain::Error> {
+        let new_by_txid: HashMap<Txid, &Transaction> = new_txs.iter().map(|m| (m.txid, &m.tx)).collect();
+        let mut confirmed_cache: HashMap<Txid, Option<Transaction>> = HashMap::new();
+        let mut entries = Vec::with_capacity(new_txs.len());
+        'txs: for MempoolTx { txid, tx } in &new_txs {
+            let mut spending = Vec::with_capacity(tx.input.len());
+            let mut has_unconfirmed_inputs = false;
+            let mut input_value = 0u64;
+            for input in &tx.input {
+                let op = input.previous_output;
+                let from_mempool: Option<TxOut> = new_by_txid
+                    .get(&op.txid)
+                    .and_then(|t| t.output.get(op.vout as usize).cloned())
+                    .or_else(|| {
+                        self.query.mempool().get(&op.txid).and_then(|e| e.tx.output.get(op.vout as usize).cloned())
+                    });
+                let out = match from_mempool {
+                    Some(out) => {
+                        has_unconfirmed_inputs = true;
+                        out
+                    }
+                    None => {
+                        let parent = match confirmed_cache.get(&op.txid) {
+                            Some(t) => t.clone(),
+                            None => {
+                                let t = self.confirmed_parent(&op.txid)?;
+                                confirmed_cache.insert(op.txid, t.clone());
+                                t
+                            }
+                        };
+                        match parent.and_then(|t| t.output.get(op.vout as usize).cloned()) {
+                            Some(out) => out,
+                            None => {
+                                tracing::debug!(%txid, spent = %op, "mempool transaction spends an unknown output; retrying later");
+                                continue 'txs;
+                            }
+                        }
+                    }
+                };
+                input_value += out.value.to_sat();
+                spending.push((ScriptHash::from_script(out.script_pubkey.as_bytes()), op, out.value.to_sat()));
+            }
+            let output_value: u64 = tx.output.iter().map(|o| o.value.to_sat()).sum();
+            let funding = tx
+                .output
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| !o.script_pubkey.is_op_return())
+                .map(|(vout, o)| (ScriptHash::from_script(o.script_pubkey.as_bytes()), vout as u32, o.value.to_sat()))
+                .collect();
+            entries.push(MempoolEntry {
+                txid: *txid,
+                tx: tx.clone(),
+                fee: input_value.saturating_sub(output_value),
+                vsize: tx.vsize() as u64,
+                has_unconfirmed_inputs,
+                funding,
+                spending,
+            });
+        }
+        Ok(entries)
+    }
+
+    fn confirmed_parent(&self, txid: &Txid) -> Result<Option<Transaction>, osprey_chain::Error> {
+        let store = self.query.store();
+        let Ok(Some(tx_num)) = store.find_tx_num(txid) else { return Ok(None) };
+        let Some((height, position)) = store.locate(tx_num) else { return Ok(None) };
+        let Some(block_hash) = store.block_hash(height) else { return Ok(None) };
+        let location = osprey_chain::TxLocation { block_hash, height: Height(height.0), position };
+        let raw = self.query.source().transaction(txid, Some(location))?;
+        Ok(bitcoin::consensus::deserialize(&raw).ok())
+    }
+}
