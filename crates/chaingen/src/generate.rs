@@ -38,7 +38,7 @@ use crate::params::{
     self, COINBASE_MATURITY, MAX_BLOCK_SIGOPS_COST, MAX_BLOCK_WEIGHT, REGTEST_MAGIC,
 };
 use crate::shape::Shape;
-use crate::sign::{sign_transaction, Key, ScriptKind, Spend};
+use crate::sign::{sign_transaction, vsize_max, Key, ScriptKind, Spend};
 use crate::wallet::{BigWallet, CHANGE, RECEIVE};
 
 /// Smallest output the generator creates: above every dust limit (546 sats
@@ -46,7 +46,7 @@ use crate::wallet::{BigWallet, CHANGE, RECEIVE};
 const MIN_OUTPUT_SATS: u64 = 1_000;
 /// Outputs to scripts nobody spends (cold storage) take little value, so the
 /// spendable supply does not drain away over millions of transactions.
-const FOREIGN_OUTPUT_MAX_SATS: u64 = 200_000;
+const FOREIGN_OUTPUT_MAX_SATS: u64 = 100_000;
 /// Coinbase outputs worth less than this are not spent (late regtest blocks
 /// earn almost nothing).
 const MIN_SPENDABLE_COINBASE_SATS: u64 = 10_000;
@@ -106,15 +106,15 @@ enum Dest {
 }
 
 impl Dest {
-    /// Upper bound of the serialized output size.
-    fn output_size(&self) -> usize {
-        let script_len = match self {
+    /// Upper bound of the scriptPubKey's length.
+    fn script_len(&self) -> usize {
+        match self {
             Dest::Known { script, .. } | Dest::Foreign(script) => script.len(),
+            // P2WSH and P2TR are the longest kinds.
             Dest::Fresh { .. } => 34,
             // OP_RETURN, then a push opcode of one or two bytes.
             Dest::OpReturn(data) => 3 + data.len(),
-        };
-        8 + 1 + script_len
+        }
     }
 
     /// Sigops cost the output's script adds to a block (legacy count x4).
@@ -154,31 +154,6 @@ struct BuiltTx {
     txid: Txid,
     /// For each output: the key and kind when we can spend it later.
     new_coins: Vec<Option<(Key, ScriptKind, Owner)>>,
-}
-
-/// Upper bound of a transaction's virtual size.
-fn vsize_max(
-    inputs: &[ScriptKind],
-    output_sizes: impl Iterator<Item = usize>,
-    outputs: usize,
-) -> u64 {
-    let varint = |n: usize| if n < 0xfd { 1 } else { 3 };
-    let mut base = 8 + varint(inputs.len()) + varint(outputs);
-    base += output_sizes.sum::<usize>();
-    base += inputs
-        .iter()
-        .map(|k| k.input_base_size_max())
-        .sum::<usize>();
-    let witness = if inputs.iter().any(|k| k.needs_witness()) {
-        2 + inputs
-            .iter()
-            .map(|k| k.input_witness_size_max())
-            .sum::<usize>()
-    } else {
-        0
-    };
-    let weight = 4 * base + witness;
-    weight.div_ceil(4) as u64
 }
 
 /// Builds and signs one planned transaction. Pure: runs on any thread.
@@ -424,11 +399,7 @@ impl Budget {
 
     fn add(&mut self, plan: &TxPlan) {
         let kinds: Vec<ScriptKind> = plan.inputs.iter().map(|c| c.spend.kind).collect();
-        let vsize = vsize_max(
-            &kinds,
-            plan.outputs.iter().map(|o| o.dest.output_size()),
-            plan.outputs.len(),
-        );
+        let vsize = vsize_max(&kinds, plan.outputs.iter().map(|o| o.dest.script_len()));
         self.weight += 4 * vsize;
         // Witness inputs count one sigop each; P2PKH outputs four.
         self.sigops += kinds.iter().filter(|k| **k != ScriptKind::P2tr).count() as u64
@@ -929,8 +900,10 @@ impl Generator {
         })
     }
 
-    /// A payment destination of the world: an exchange deposit, a reused
-    /// script, a cold-storage script, or (mostly) a fresh key.
+    /// A payment destination of the world: an exchange deposit (4%), a
+    /// reused script (`reuse_percent`), a cold-storage script nobody spends
+    /// (20%: the UTXO set grows and inputs average about two), or a fresh
+    /// key.
     fn world_dest(&mut self, height: u32) -> Dest {
         let reuse = self.config.shape.reuse_percent.min(100) * 10;
         let r = self.rng.gen_range(0..1000);
@@ -942,7 +915,7 @@ impl Generator {
             if let Some(dest) = self.reused() {
                 return dest;
             }
-        } else if r < 140 + reuse {
+        } else if r < 240 + reuse {
             let kind = self.sample_kind(height);
             return self.foreign(kind);
         }
@@ -982,10 +955,10 @@ impl Generator {
     fn world_input_count(&mut self, segwit: bool) -> usize {
         let r = self.rng.gen_range(0..100);
         let mut n = match r {
-            0..=49 => 1,
-            50..=79 => 2,
-            80..=91 => 3,
-            92..=96 => 4,
+            0..=54 => 1,
+            55..=82 => 2,
+            83..=92 => 3,
+            93..=96 => 4,
             _ => self.rng.gen_range(5..=12),
         };
         let pressure = self.pools.world_len(segwit) as f64 / self.pool_target as f64;
@@ -996,13 +969,13 @@ impl Generator {
     }
 
     /// Number of value outputs (payments plus change) of a world
-    /// transaction; averages about 2.7.
+    /// transaction; averages about 2.5.
     fn world_output_count(&mut self) -> usize {
         match self.rng.gen_range(0..100) {
-            0..=7 => 1,
-            8..=69 => 2,
-            70..=86 => 3,
-            87..=95 => self.rng.gen_range(4..=6),
+            0..=11 => 1,
+            12..=76 => 2,
+            77..=89 => 3,
+            90..=96 => self.rng.gen_range(4..=6),
             _ => self.rng.gen_range(7..=15),
         }
     }
@@ -1096,7 +1069,7 @@ impl Generator {
         if inputs.is_empty() {
             return None;
         }
-        let payouts = self.rng.gen_range(2..=12);
+        let payouts = self.rng.gen_range(2..=8);
         let (key, kind, script) = self.exchanges[n as usize].clone();
         self.finish_plan(
             height,
@@ -1146,19 +1119,14 @@ impl Generator {
             let len = self.rng.gen_range(8..=80);
             (0..len).map(|_| self.rng.gen::<u8>()).collect::<Vec<u8>>()
         });
-        let op_return_size = op_return
+        let op_return_len = op_return
             .as_ref()
-            .map_or(0, |d| Dest::OpReturn(d.clone()).output_size());
+            .map(|d| Dest::OpReturn(d.clone()).script_len());
         // Fee and minimum value of `k` value outputs, at the largest
         // output size, so the real transaction can only be cheaper.
         let cost = |inputs: &[Coin], k: usize| {
             let kinds: Vec<ScriptKind> = inputs.iter().map(|c| c.spend.kind).collect();
-            let outs = k + usize::from(op_return.is_some());
-            let vsize = vsize_max(
-                &kinds,
-                std::iter::repeat_n(43, k).chain([op_return_size]),
-                outs,
-            );
+            let vsize = vsize_max(&kinds, std::iter::repeat_n(34, k).chain(op_return_len));
             fee_rate * vsize + k as u64 * MIN_OUTPUT_SATS
         };
         let total_in = |inputs: &[Coin]| {
@@ -1200,11 +1168,9 @@ impl Generator {
 
         // Exact-ish fee from the real output sizes; still an upper bound.
         let kinds: Vec<ScriptKind> = inputs.iter().map(|c| c.spend.kind).collect();
-        let n_outs = dests.len() + usize::from(op_return.is_some());
         let vsize = vsize_max(
             &kinds,
-            dests.iter().map(Dest::output_size).chain([op_return_size]),
-            n_outs,
+            dests.iter().map(Dest::script_len).chain(op_return_len),
         );
         let fee = fee_rate * vsize;
         let spare = total - fee - dests.len() as u64 * MIN_OUTPUT_SATS;
@@ -1380,4 +1346,93 @@ pub fn generate(
         "chain generated"
     );
     Ok((manifest, stats))
+}
+
+/// Support for `benches/sign_transactions.rs`: plans transfers once, so the
+/// benchmark times exactly what the generator does on every core per block
+/// (derive fresh keys, assemble, sign, hash).
+#[doc(hidden)]
+pub mod bench_support {
+    use super::*;
+
+    /// Planned transfers spending a mixed pool of every script kind.
+    pub struct Prepared {
+        seed: u64,
+        plans: Vec<TxPlan>,
+    }
+
+    /// Plans `txs` world transfers at a post-segwit height from a pool of
+    /// made-up coins of every kind.
+    pub fn prepare(txs: usize, seed: u64) -> Prepared {
+        let shape = Shape {
+            blocks: 2_000,
+            txs_per_block: txs as u32,
+            ..crate::Preset::Medium.shape()
+        };
+        let mut g = Generator::new(Config {
+            preset: "bench".into(),
+            seed,
+            shape,
+        })
+        .expect("valid shape");
+        let height = 1_500;
+        for i in 0..(3 * txs) as u64 {
+            let kind = g.sample_kind(height);
+            let key = Key::from_seed(seed ^ 0xbe4c, i);
+            let value = g.rng.gen_range(100_000..100_000_000);
+            let txid = Txid::from_byte_array(
+                bitcoin::hashes::sha256d::Hash::hash(&i.to_le_bytes()).to_byte_array(),
+            );
+            g.pools.add(Coin {
+                outpoint: OutPoint { txid, vout: 0 },
+                spend: Spend {
+                    txout: TxOut {
+                        value: Amount::from_sat(value),
+                        script_pubkey: key.script_pubkey(kind),
+                    },
+                    key,
+                    kind,
+                },
+                owner: Owner::World,
+            });
+        }
+        g.pool_target = usize::MAX;
+        let plans = (0..txs)
+            .map_while(|_| g.plan_world_tx(height, false))
+            .collect();
+        Prepared { seed, plans }
+    }
+
+    impl Prepared {
+        pub fn len(&self) -> usize {
+            self.plans.len()
+        }
+
+        pub fn is_empty(&self) -> bool {
+            self.plans.is_empty()
+        }
+
+        /// Inputs over all planned transfers.
+        pub fn inputs(&self) -> usize {
+            self.plans.iter().map(|p| p.inputs.len()).sum()
+        }
+
+        /// Builds and signs every transfer on the current rayon pool and
+        /// returns the signed transactions.
+        pub fn build_parallel(&self) -> Vec<Transaction> {
+            self.plans
+                .par_iter()
+                .with_min_len(4)
+                .map(|p| build_tx(self.seed, p).tx)
+                .collect()
+        }
+
+        /// The same on the calling thread only.
+        pub fn build_serial(&self) -> Vec<Transaction> {
+            self.plans
+                .iter()
+                .map(|p| build_tx(self.seed, p).tx)
+                .collect()
+        }
+    }
 }

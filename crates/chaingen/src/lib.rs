@@ -9,14 +9,17 @@
 //! - [`cli`] is the `osprey chaingen` command.
 
 pub mod blkfile;
+pub mod cli;
 pub mod generate;
 pub mod manifest;
 pub mod params;
 pub mod shape;
 pub mod sign;
+pub mod submit;
 pub mod wallet;
 
 pub use blkfile::{read_blocks, read_raw_blocks, BlkError, RawBlock};
+pub use cli::{run, ChaingenArgs};
 pub use generate::{generate, Config, GenError, Generator, Progress};
 pub use manifest::Manifest;
 pub use shape::{Preset, Shape};

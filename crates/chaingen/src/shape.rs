@@ -58,7 +58,7 @@ impl Preset {
             },
             Preset::Small => Shape {
                 blocks: 1_000,
-                txs_per_block: 110,
+                txs_per_block: 125,
                 wallet_addresses: 300,
                 exchanges: 6,
                 reuse_percent: 15,

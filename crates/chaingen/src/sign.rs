@@ -88,6 +88,38 @@ impl ScriptKind {
     }
 }
 
+/// Upper bound of the virtual size of a transaction spending `inputs` (by
+/// kind) to outputs whose scriptPubKeys have the given lengths. Fees
+/// computed from it never fall below the intended rate.
+pub fn vsize_max(
+    inputs: &[ScriptKind],
+    output_script_lens: impl IntoIterator<Item = usize>,
+) -> u64 {
+    let varint = |n: usize| if n < 0xfd { 1 } else { 3 };
+    let mut outputs = 0;
+    let mut base = 8 + varint(inputs.len());
+    for len in output_script_lens {
+        outputs += 1;
+        base += 8 + varint(len) + len;
+    }
+    base += varint(outputs);
+    base += inputs
+        .iter()
+        .map(|k| k.input_base_size_max())
+        .sum::<usize>();
+    let witness = if inputs.iter().any(|k| k.needs_witness()) {
+        // Segwit marker and flag, then each input's witness.
+        2 + inputs
+            .iter()
+            .map(|k| k.input_witness_size_max())
+            .sum::<usize>()
+    } else {
+        0
+    };
+    let weight = 4 * base + witness;
+    weight.div_ceil(4) as u64
+}
+
 impl std::fmt::Display for ScriptKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -467,6 +499,26 @@ mod tests {
                 )
                 .unwrap();
             }
+        }
+    }
+
+    #[test]
+    fn vsize_bound_holds_for_every_kind_mix() {
+        for n in 1..=ScriptKind::ALL.len() {
+            let kinds = &ScriptKind::ALL[..n];
+            let (mut tx, spends) = spend_tx(kinds);
+            sign_transaction(&mut tx, &spends).unwrap();
+            let bound = vsize_max(kinds, tx.output.iter().map(|o| o.script_pubkey.len()));
+            assert!(
+                tx.vsize() as u64 <= bound,
+                "{n} inputs: {} > {bound}",
+                tx.vsize()
+            );
+            assert!(
+                bound <= tx.vsize() as u64 + 2 * n as u64 + 1,
+                "bound is tight: {bound} vs {}",
+                tx.vsize()
+            );
         }
     }
 

@@ -1,0 +1,304 @@
+//! The `osprey chaingen` command: flags, progress lines on stderr, and the
+//! two actions (generate a chain, submit one to a node). The binary's
+//! `main` parses [`ChaingenArgs`] and calls [`run`].
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use osprey_chain::rpc::{Auth, RpcClient};
+
+use crate::generate::{generate, Config, Progress};
+use crate::shape::Preset;
+use crate::submit::{submit_chain, SubmitLimits, SubmitProgress};
+
+/// `osprey chaingen --preset P --seed S --out DIR` generates a chain;
+/// `osprey chaingen submit --dir DIR ...` feeds one to a node.
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct ChaingenArgs {
+    #[command(subcommand)]
+    pub command: Option<ChaingenCommand>,
+    #[command(flatten)]
+    pub generate: GenerateArgs,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ChaingenCommand {
+    /// Submit a generated chain to a running regtest node (btcd or Bitcoin
+    /// Core) with `submitblock`, skipping blocks it already has.
+    Submit(SubmitArgs),
+}
+
+/// Flags of chain generation. Shape flags override the preset.
+#[derive(clap::Args, Debug)]
+pub struct GenerateArgs {
+    /// Chain size: tiny (tests), small (~100k txs), medium (~1M), large (~10M).
+    #[arg(long, default_value = "tiny")]
+    pub preset: Preset,
+    /// Seed of the chain: the same seed gives byte-identical blocks.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output directory: receives `blocks/blk*.dat` and `manifest.json`.
+    #[arg(long, required = true)]
+    pub out: Option<PathBuf>,
+    /// Height of the last block.
+    #[arg(long)]
+    pub blocks: Option<u32>,
+    /// Average transfers per block once coins are mature.
+    #[arg(long)]
+    pub txs_per_block: Option<u32>,
+    /// Used addresses of the big wallet (receive + change).
+    #[arg(long)]
+    pub wallet_addresses: Option<u32>,
+    /// Number of exchange scripts with very long histories.
+    #[arg(long)]
+    pub exchanges: Option<u32>,
+    /// Percent of payments to an already used script.
+    #[arg(long)]
+    pub reuse_percent: Option<u32>,
+    /// Worker threads for signing (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// Flags of `osprey chaingen submit`.
+#[derive(clap::Args, Debug)]
+pub struct SubmitArgs {
+    /// Directory written by `osprey chaingen --out`.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// The node's JSON-RPC address (btcd regtest: 18334, Core regtest: 18443).
+    #[arg(long, default_value = "127.0.0.1:18443")]
+    pub daemon_rpc_addr: String,
+    /// RPC credentials as USER:PASS.
+    #[arg(
+        long,
+        env = "OSPREY_DAEMON_AUTH",
+        conflicts_with = "cookie_file",
+        hide_env_values = true
+    )]
+    pub auth: Option<String>,
+    /// Bitcoin Core's cookie file, instead of --auth.
+    #[arg(long)]
+    pub cookie_file: Option<PathBuf>,
+}
+
+/// Runs `osprey chaingen`.
+///
+/// # Errors
+/// Anything that stops generation or submission, with context.
+pub fn run(args: ChaingenArgs) -> anyhow::Result<()> {
+    match args.command {
+        Some(ChaingenCommand::Submit(submit)) => run_submit(submit),
+        None => run_generate(args.generate),
+    }
+}
+
+/// Calls `f` at most once per second (and always for the last call).
+struct Throttle {
+    last: Option<Instant>,
+}
+
+impl Throttle {
+    fn due(&mut self, last_call: bool) -> bool {
+        let due = last_call
+            || self
+                .last
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+        if due {
+            self.last = Some(Instant::now());
+        }
+        due
+    }
+}
+
+// The command's whole output is progress for the person running it, on
+// stderr so stdout stays clean for scripts.
+#[allow(clippy::print_stderr)]
+fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
+    let out = args.out.context("--out DIR is required")?;
+    let mut shape = args.preset.shape();
+    let overrides = [
+        (args.blocks, &mut shape.blocks),
+        (args.txs_per_block, &mut shape.txs_per_block),
+        (args.wallet_addresses, &mut shape.wallet_addresses),
+        (args.exchanges, &mut shape.exchanges),
+        (args.reuse_percent, &mut shape.reuse_percent),
+    ];
+    let mut custom = false;
+    for (value, field) in overrides {
+        if let Some(value) = value {
+            *field = value;
+            custom = true;
+        }
+    }
+    if shape.reuse_percent > 100 {
+        bail!("--reuse-percent must be at most 100");
+    }
+    let preset = if custom {
+        "custom".to_string()
+    } else {
+        args.preset.name().to_string()
+    };
+    let config = Config {
+        preset,
+        seed: args.seed,
+        shape,
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads.unwrap_or(0))
+        .build()
+        .context("starting signing threads")?;
+    eprintln!(
+        "chaingen: {} chain, seed {}, {} blocks, ~{} txs/block, {} wallet addresses, {} threads -> {}",
+        config.preset,
+        config.seed,
+        config.shape.blocks,
+        config.shape.txs_per_block,
+        config.shape.wallet_addresses,
+        pool.current_num_threads(),
+        out.display()
+    );
+    let mut throttle = Throttle { last: None };
+    let mut report = |p: &Progress| {
+        if throttle.due(p.height == p.tip_height) {
+            eprintln!(
+                "height {:>7}/{}  txs {:>10}  {:>8.0} tx/s  signed {:>8.0} tx/s  {:>7.1} MB",
+                p.height,
+                p.tip_height,
+                p.txs,
+                p.txs_per_sec(),
+                p.signed_per_sec(),
+                p.bytes as f64 / 1e6
+            );
+        }
+    };
+    let (manifest, stats) = pool
+        .install(|| generate(config, &out, &mut report))
+        .with_context(|| format!("generating chain into {}", out.display()))?;
+    eprintln!(
+        "done: {} blocks, {} txs ({} inputs, {} outputs), {:.1} MB in {} files, {:.1} s; \
+         {} transfers created and signed at {:.0} tx/s; wallet: {} used addresses; tip {}",
+        manifest.tip_height + 1,
+        manifest.tx_count,
+        manifest.input_count,
+        manifest.output_count,
+        stats.bytes as f64 / 1e6,
+        manifest.blk_files.len(),
+        stats.elapsed.as_secs_f64(),
+        stats.transfers,
+        stats.signed_per_sec(),
+        manifest.wallet.addresses.len(),
+        manifest.tip_hash
+    );
+    Ok(())
+}
+
+#[allow(clippy::print_stderr)] // progress for the person running the command
+fn run_submit(args: SubmitArgs) -> anyhow::Result<()> {
+    let auth = match (args.auth, args.cookie_file) {
+        (Some(auth), _) => {
+            let (user, pass) = auth.split_once(':').context("--auth must be USER:PASS")?;
+            Auth::UserPass(user.to_string(), pass.to_string())
+        }
+        (None, Some(cookie)) => Auth::CookieFile(cookie),
+        (None, None) => {
+            bail!("give the node's credentials with --auth USER:PASS or --cookie-file PATH")
+        }
+    };
+    let rpc = RpcClient::new(&args.daemon_rpc_addr, auth);
+    let blocks_dir = args.dir.join("blocks");
+    let manifest = crate::Manifest::load(&args.dir).ok();
+    let tip_height = manifest.as_ref().map(|m| m.tip_height);
+    let mut throttle = Throttle { last: None };
+    let mut report = |p: &SubmitProgress| {
+        if throttle.due(Some(p.height) == tip_height) {
+            let secs = p.elapsed.as_secs_f64().max(1e-9);
+            eprintln!(
+                "height {:>7}/{}  submitted {:>7}  {:>6.0} blocks/s  {:>6.1} MB/s",
+                p.height,
+                tip_height.map_or("?".to_string(), |h| h.to_string()),
+                p.submitted,
+                f64::from(p.submitted) / secs,
+                p.bytes as f64 / 1e6 / secs
+            );
+        }
+    };
+    let done = submit_chain(&blocks_dir, &rpc, &SubmitLimits::default(), &mut report)
+        .with_context(|| {
+            format!(
+                "submitting {} to {}",
+                blocks_dir.display(),
+                args.daemon_rpc_addr
+            )
+        })?;
+    let tip: String = rpc
+        .call("getbestblockhash", &[])
+        .context("asking the node for its tip")?;
+    if let Some(manifest) = &manifest {
+        if tip != manifest.tip_hash {
+            bail!(
+                "node tip is {tip}, the manifest's tip is {} at height {}",
+                manifest.tip_hash,
+                manifest.tip_height
+            );
+        }
+    }
+    eprintln!(
+        "done: node is at height {} ({tip}); {} blocks submitted, {} already known, {:.1} s",
+        done.height,
+        done.submitted,
+        done.skipped,
+        done.elapsed.as_secs_f64()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        chaingen: ChaingenArgs,
+    }
+
+    #[test]
+    fn parses_generate_and_submit_forms() {
+        let cli = Cli::try_parse_from([
+            "chaingen", "--preset", "small", "--seed", "9", "--out", "/tmp/x",
+        ])
+        .unwrap();
+        assert!(cli.chaingen.command.is_none());
+        assert_eq!(cli.chaingen.generate.preset, Preset::Small);
+        assert_eq!(cli.chaingen.generate.seed, 9);
+
+        let cli = Cli::try_parse_from([
+            "chaingen",
+            "submit",
+            "--dir",
+            "/tmp/x",
+            "--daemon-rpc-addr",
+            "127.0.0.1:18334",
+            "--auth",
+            "u:p",
+        ])
+        .unwrap();
+        match cli.chaingen.command {
+            Some(ChaingenCommand::Submit(s)) => {
+                assert_eq!(s.daemon_rpc_addr, "127.0.0.1:18334");
+                assert_eq!(s.auth.as_deref(), Some("u:p"));
+            }
+            None => panic!("submit not parsed"),
+        }
+
+        assert!(Cli::try_parse_from(["chaingen", "--preset", "huge", "--out", "x"]).is_err());
+        assert!(
+            Cli::try_parse_from(["chaingen", "--preset", "tiny"]).is_err(),
+            "--out is required"
+        );
+    }
+}
