@@ -1,1 +1,88 @@
-fn main() {}
+//! `osprey`: an Electrum server for your own Bitcoin node.
+//!
+//! The binary is glue: it reads the config, installs logging, and runs one
+//! subcommand. The work happens in the crates under `crates/`.
+
+mod config;
+mod demo;
+mod serve;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "osprey", version, about = "A fast Electrum server for your own Bitcoin node")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Index the node's chain and serve Electrum wallets
+    Serve(config::ConfigArgs),
+    /// Index the chain up to the node's tip, then exit
+    Index {
+        #[command(flatten)]
+        config: config::ConfigArgs,
+        /// Print one JSON line per committed batch on stdout (for `osprey bench index`)
+        #[arg(long)]
+        progress_json: bool,
+    },
+    /// Generate a regtest chain, index it and serve it: no node needed
+    Demo(demo::DemoArgs),
+    /// Generate a deterministic regtest chain (or feed one to a node)
+    Chaingen(osprey_chaingen::cli::ChaingenArgs),
+    /// Measure Electrum servers with a generated chain's wallet
+    Bench(osprey_bench::BenchArgs),
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
+        // Logging is not up yet, so this one goes straight to stderr.
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("invalid --log-filter {filter:?} ({e}); using \"info\"");
+        }
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => args.resolve().and_then(|config| {
+            init_logging(&config.log_filter);
+            serve::serve(config)
+        }),
+        Command::Index { config, progress_json } => config.resolve().and_then(|config| {
+            init_logging(&config.log_filter);
+            serve::index_only(config, progress_json)
+        }),
+        Command::Demo(args) => {
+            init_logging(&args.log_filter);
+            demo::run(args)
+        }
+        Command::Chaingen(args) => {
+            init_logging("info");
+            osprey_chaingen::cli::run(args)
+        }
+        Command::Bench(args) => {
+            init_logging("info");
+            osprey_bench::run(args)
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` prints the whole context chain on one line, no backtrace.
+            tracing::error!("{e:#}");
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("error: {e:#}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

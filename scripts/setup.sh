@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what building and testing Osprey needs on a fresh Debian/Ubuntu
+# machine: clang/libclang (bindgen for RocksDB, which is compiled from
+# source) and, with --btcd, the btcd regtest node the functional tests run.
+set -euo pipefail
+
+need_apt=()
+command -v clang >/dev/null 2>&1 || need_apt+=(clang)
+ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]} with apt-get"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found; install Rust from your distribution or rustup first" >&2
+  exit 1
+fi
+
+if [ "${1:-}" = "--btcd" ]; then
+  export PATH="$PATH:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
+  if ! command -v btcd >/dev/null 2>&1; then
+    command -v go >/dev/null 2>&1 || { echo "setup: go is needed to install btcd (apt-get install golang)" >&2; exit 1; }
+    echo "setup: installing btcd v0.24.2 (go install)"
+    (cd /tmp && GOFLAGS=-mod=mod go install github.com/btcsuite/btcd@v0.24.2)
+  fi
+fi

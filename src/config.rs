@@ -1,0 +1,285 @@
+//! The one `Config`: per-network defaults, overridden by the TOML file, then
+//! by `OSPREY_*` environment variables, then by flags. Raw input is parsed
+//! here and validated into the types the program runs on, so a typo fails
+//! at startup with a message naming the key.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use osprey_core::Network;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Flags of `osprey serve` and `osprey index`; each can also be set as an
+/// `OSPREY_<NAME>` environment variable or in the TOML config file.
+#[derive(Args, Debug, Default, Clone)]
+pub struct ConfigArgs {
+    /// TOML config file [default: ./osprey.toml if it exists]
+    #[arg(long, env = "OSPREY_CONF")]
+    pub conf: Option<PathBuf>,
+    /// bitcoin, testnet, testnet4, signet or regtest [default: bitcoin]
+    #[arg(long, env = "OSPREY_NETWORK")]
+    pub network: Option<String>,
+    /// Where the index lives (a sub-directory per network is used) [default: ./db]
+    #[arg(long, env = "OSPREY_DB_DIR")]
+    pub db_dir: Option<PathBuf>,
+    /// The node's data directory, to find its cookie file [default: ~/.bitcoin]
+    #[arg(long, env = "OSPREY_DAEMON_DIR")]
+    pub daemon_dir: Option<PathBuf>,
+    /// The node's JSON-RPC address [default: 127.0.0.1:<network's RPC port>]
+    #[arg(long, env = "OSPREY_DAEMON_RPC_ADDR")]
+    pub daemon_rpc_addr: Option<String>,
+    /// The node's cookie file [default: <daemon-dir>/<network>/.cookie]
+    #[arg(long, env = "OSPREY_COOKIE_FILE")]
+    pub cookie_file: Option<PathBuf>,
+    /// USER:PASSWORD for the node's JSON-RPC (prefer the cookie file, the
+    /// config file or OSPREY_AUTH: flags show up in `ps`)
+    #[arg(long, env = "OSPREY_AUTH", hide_env_values = true)]
+    pub auth: Option<String>,
+    /// Index `blk*.dat` files from this directory instead of asking a node
+    /// (generated chains; no mempool, no broadcast)
+    #[arg(long, env = "OSPREY_BLOCKS_DIR")]
+    pub blocks_dir: Option<PathBuf>,
+    /// Where Electrum clients connect [default: 127.0.0.1:<network's Electrum port>]
+    #[arg(long, env = "OSPREY_ELECTRUM_RPC_ADDR")]
+    pub electrum_rpc_addr: Option<String>,
+    /// Log filter, e.g. `info` or `osprey=debug,info` [default: info]
+    #[arg(long, env = "OSPREY_LOG_FILTER")]
+    pub log_filter: Option<String>,
+    /// Delete the index and build it again
+    #[arg(long, env = "OSPREY_REINDEX")]
+    pub reindex: bool,
+    /// History rows a script may have before queries about it are refused
+    /// with "history too large" [default: 500000]
+    #[arg(long, env = "OSPREY_HISTORY_ENTRIES_MAX")]
+    pub history_entries_max: Option<usize>,
+    /// Longest request line in bytes [default: 1000000]
+    #[arg(long, env = "OSPREY_LINE_BYTES_MAX")]
+    pub line_bytes_max: Option<usize>,
+    /// Requests in one JSON-RPC batch [default: 200]
+    #[arg(long, env = "OSPREY_BATCH_REQUESTS_MAX")]
+    pub batch_requests_max: Option<usize>,
+    /// Script-hash subscriptions per session [default: 50000]
+    #[arg(long, env = "OSPREY_SUBSCRIPTIONS_PER_SESSION_MAX")]
+    pub subscriptions_per_session_max: Option<usize>,
+    /// Concurrent client sessions [default: 1000]
+    #[arg(long, env = "OSPREY_SESSIONS_MAX")]
+    pub sessions_max: Option<usize>,
+    /// Blocks below the tip that can be undone without a reindex [default: 1000]
+    #[arg(long, env = "OSPREY_REORG_DEPTH_MAX")]
+    pub reorg_depth_max: Option<u32>,
+    /// How often to poll the node for new blocks and mempool changes [default: 1000]
+    #[arg(long, env = "OSPREY_POLL_INTERVAL_MS")]
+    pub poll_interval_ms: Option<u64>,
+    /// Text of server.banner [default: "Welcome to Osprey"]
+    #[arg(long, env = "OSPREY_BANNER")]
+    pub banner: Option<String>,
+}
+
+/// The TOML file: the same keys as the flags, with underscores.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    network: Option<String>,
+    db_dir: Option<PathBuf>,
+    daemon_dir: Option<PathBuf>,
+    daemon_rpc_addr: Option<String>,
+    cookie_file: Option<PathBuf>,
+    auth: Option<String>,
+    blocks_dir: Option<PathBuf>,
+    electrum_rpc_addr: Option<String>,
+    log_filter: Option<String>,
+    history_entries_max: Option<usize>,
+    line_bytes_max: Option<usize>,
+    batch_requests_max: Option<usize>,
+    subscriptions_per_session_max: Option<usize>,
+    sessions_max: Option<usize>,
+    reorg_depth_max: Option<u32>,
+    poll_interval_ms: Option<u64>,
+    banner: Option<String>,
+}
+
+/// Where the chain comes from.
+#[derive(Clone, Debug)]
+pub enum ChainConfig {
+    Node { rpc_addr: String, auth: osprey_chain::rpc::Auth },
+    BlkFiles { dir: PathBuf },
+}
+
+/// The validated configuration the program runs on.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub network: Network,
+    /// The network's own directory inside `--db-dir`.
+    pub db_path: PathBuf,
+    pub chain: ChainConfig,
+    pub electrum_rpc_addr: SocketAddr,
+    pub log_filter: String,
+    pub reindex: bool,
+    pub history_entries_max: usize,
+    pub line_bytes_max: usize,
+    pub batch_requests_max: usize,
+    pub subscriptions_per_session_max: usize,
+    pub sessions_max: usize,
+    pub reorg_depth_max: u32,
+    pub poll_interval_ms: u64,
+    pub banner: String,
+}
+
+impl ConfigArgs {
+    /// Layers flags and environment over the config file over defaults.
+    ///
+    /// # Errors
+    /// A missing or malformed config file, an unknown key, or a value that
+    /// does not parse, each named in the message.
+    pub fn resolve(&self) -> anyhow::Result<Config> {
+        let file = match &self.conf {
+            Some(path) => read_file(path)?,
+            None if Path::new("osprey.toml").exists() => read_file(Path::new("osprey.toml"))?,
+            None => FileConfig::default(),
+        };
+        let network: Network = match self.network.clone().or(file.network) {
+            Some(name) => name.parse().map_err(anyhow::Error::msg).context("network")?,
+            None => Network::Bitcoin,
+        };
+        let db_dir = self.db_dir.clone().or(file.db_dir).unwrap_or_else(|| PathBuf::from("db"));
+        let blocks_dir = self.blocks_dir.clone().or(file.blocks_dir);
+        let chain = match blocks_dir {
+            Some(dir) => ChainConfig::BlkFiles { dir },
+            None => {
+                let rpc_addr = self
+                    .daemon_rpc_addr
+                    .clone()
+                    .or(file.daemon_rpc_addr)
+                    .unwrap_or_else(|| format!("127.0.0.1:{}", network.default_daemon_rpc_port()));
+                let auth = match (self.auth.clone().or(file.auth), self.cookie_file.clone().or(file.cookie_file)) {
+                    (Some(_), Some(_)) => bail!("give either auth or cookie_file, not both"),
+                    (Some(auth), None) => {
+                        let (user, pass) = auth
+                            .split_once(':')
+                            .context("auth must be USER:PASSWORD")?;
+                        osprey_chain::rpc::Auth::UserPass(user.to_string(), pass.to_string())
+                    }
+                    (None, Some(cookie)) => osprey_chain::rpc::Auth::CookieFile(cookie),
+                    (None, None) => {
+                        let daemon_dir = match self.daemon_dir.clone().or(file.daemon_dir) {
+                            Some(dir) => dir,
+                            None => home_dir().context("cannot find the home directory; set --daemon-dir")?.join(".bitcoin"),
+                        };
+                        let dir = match network.daemon_subdir() {
+                            Some(sub) => daemon_dir.join(sub),
+                            None => daemon_dir,
+                        };
+                        osprey_chain::rpc::Auth::CookieFile(dir.join(".cookie"))
+                    }
+                };
+                ChainConfig::Node { rpc_addr, auth }
+            }
+        };
+        let electrum = self
+            .electrum_rpc_addr
+            .clone()
+            .or(file.electrum_rpc_addr)
+            .unwrap_or_else(|| format!("127.0.0.1:{}", network.default_electrum_port()));
+        let electrum_rpc_addr = electrum
+            .parse()
+            .with_context(|| format!("electrum_rpc_addr {electrum:?} is not an IP:PORT address"))?;
+        let positive = |name: &str, v: usize| {
+            if v == 0 {
+                bail!("{name} must be at least 1");
+            }
+            Ok(v)
+        };
+        Ok(Config {
+            network,
+            db_path: db_dir.join(network.name()),
+            chain,
+            electrum_rpc_addr,
+            log_filter: self.log_filter.clone().or(file.log_filter).unwrap_or_else(|| "info".into()),
+            reindex: self.reindex,
+            history_entries_max: positive(
+                "history_entries_max",
+                self.history_entries_max.or(file.history_entries_max).unwrap_or(500_000),
+            )?,
+            line_bytes_max: positive("line_bytes_max", self.line_bytes_max.or(file.line_bytes_max).unwrap_or(1_000_000))?,
+            batch_requests_max: positive(
+                "batch_requests_max",
+                self.batch_requests_max.or(file.batch_requests_max).unwrap_or(200),
+            )?,
+            subscriptions_per_session_max: positive(
+                "subscriptions_per_session_max",
+                self.subscriptions_per_session_max.or(file.subscriptions_per_session_max).unwrap_or(50_000),
+            )?,
+            sessions_max: positive("sessions_max", self.sessions_max.or(file.sessions_max).unwrap_or(1000))?,
+            reorg_depth_max: self.reorg_depth_max.or(file.reorg_depth_max).unwrap_or(1000),
+            poll_interval_ms: self.poll_interval_ms.or(file.poll_interval_ms).unwrap_or(1000).max(10),
+            banner: self.banner.clone().or(file.banner).unwrap_or_else(|| "Welcome to Osprey".into()),
+        })
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
+}
+
+fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(PathBuf::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(conf: Option<&Path>) -> ConfigArgs {
+        ConfigArgs { conf: conf.map(Path::to_path_buf), ..ConfigArgs::default() }
+    }
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("osprey.toml");
+        std::fs::write(&path, "network = \"regtest\"\nauth = \"u:p\"\nsessions_max = 7\nbanner = \"hi\"\n").unwrap();
+        let mut a = args(Some(&path));
+        a.banner = Some("flag".into());
+        let c = a.resolve().unwrap();
+        assert_eq!(c.network, Network::Regtest);
+        assert_eq!(c.sessions_max, 7);
+        assert_eq!(c.banner, "flag");
+        assert_eq!(c.electrum_rpc_addr.port(), 60401);
+        assert!(matches!(c.chain, ChainConfig::Node { ref rpc_addr, .. } if rpc_addr == "127.0.0.1:18443"));
+        assert!(c.db_path.ends_with("db/regtest"));
+    }
+
+    #[test]
+    fn typos_are_reported_with_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("osprey.toml");
+        std::fs::write(&path, "netwrok = \"regtest\"\n").unwrap();
+        let err = format!("{:#}", args(Some(&path)).resolve().unwrap_err());
+        assert!(err.contains("netwrok"), "{err}");
+        let mut a = args(None);
+        a.network = Some("mainnet2".into());
+        assert!(format!("{:#}", a.resolve().unwrap_err()).contains("unknown network"));
+        let mut a = args(None);
+        a.electrum_rpc_addr = Some("localhost".into());
+        assert!(format!("{:#}", a.resolve().unwrap_err()).contains("electrum_rpc_addr"));
+        let mut a = args(None);
+        a.auth = Some("nocolon".into());
+        assert!(format!("{:#}", a.resolve().unwrap_err()).contains("USER:PASSWORD"));
+    }
+
+    #[test]
+    fn cookie_defaults_to_the_networks_daemon_dir() {
+        let mut a = args(None);
+        a.network = Some("testnet4".into());
+        a.daemon_dir = Some("/data/bitcoin".into());
+        let c = a.resolve().unwrap();
+        match c.chain {
+            ChainConfig::Node { auth: osprey_chain::rpc::Auth::CookieFile(p), .. } => {
+                assert_eq!(p, PathBuf::from("/data/bitcoin/testnet4/.cookie"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

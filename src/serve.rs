@@ -1,0 +1,260 @@
+//! Wires the pieces together: store, chain source, indexer, query, tracker
+//! thread and Electrum server.
+
+use crate::config::{ChainConfig, Config};
+use anyhow::Context;
+use osprey_chain::{BlkFiles, ChainSource, Daemon};
+use osprey_indexer::{BatchStats, Indexer, IndexerConfig};
+use osprey_query::{Query, QueryConfig, Tracker};
+use osprey_store::{Store, StoreConfig};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Opens the index (wiping it first with `--reindex`).
+pub fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
+    if config.reindex && config.db_path.exists() {
+        tracing::warn!(path = %config.db_path.display(), "--reindex: deleting the index");
+        std::fs::remove_dir_all(&config.db_path)
+            .with_context(|| format!("deleting {}", config.db_path.display()))?;
+    }
+    let store_config = StoreConfig { reorg_depth_max: config.reorg_depth_max, ..StoreConfig::default() };
+    let store = Store::open(&config.db_path, config.network.name(), store_config)
+        .with_context(|| format!("opening index at {}", config.db_path.display()))?;
+    Ok(Arc::new(store))
+}
+
+/// Connects to the chain source, waiting (with one log line per attempt)
+/// while the node is down or still starting.
+pub fn connect_source(config: &Config, stop: &AtomicBool) -> anyhow::Result<Arc<dyn ChainSource>> {
+    match &config.chain {
+        ChainConfig::BlkFiles { dir } => Ok(Arc::new(
+            BlkFiles::open(dir, config.network).with_context(|| format!("reading blocks from {}", dir.display()))?,
+        )),
+        ChainConfig::Node { rpc_addr, auth } => loop {
+            match Daemon::connect(rpc_addr, auth.clone(), config.network) {
+                Ok(daemon) => {
+                    tracing::info!(node = rpc_addr, kind = ?daemon.kind(), "connected to node");
+                    while daemon.initial_block_download().unwrap_or(false) {
+                        tracing::info!("node is in initial block download; waiting for it to finish");
+                        sleep_unless_stopped(Duration::from_secs(10), stop);
+                        if stop.load(Ordering::Relaxed) {
+                            anyhow::bail!("stopped while waiting for the node");
+                        }
+                    }
+                    return Ok(Arc::new(daemon));
+                }
+                Err(e) if e.is_transient() => {
+                    tracing::warn!("waiting for node at {rpc_addr}: {e}");
+                    sleep_unless_stopped(Duration::from_secs(5), stop);
+                    if stop.load(Ordering::Relaxed) {
+                        anyhow::bail!("stopped while waiting for the node");
+                    }
+                }
+                Err(e) => return Err(e).context(format!("node at {rpc_addr}")),
+            }
+        },
+    }
+}
+
+fn sleep_unless_stopped(duration: Duration, stop: &AtomicBool) {
+    let until = Instant::now() + duration;
+    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Logs sync progress at most every few seconds, with rate and ETA.
+pub struct ProgressLog {
+    started: Instant,
+    last_log: Instant,
+    blocks: u64,
+    txs: u64,
+    bytes: u64,
+    json: bool,
+}
+
+impl ProgressLog {
+    pub fn new(json: bool) -> ProgressLog {
+        let now = Instant::now();
+        ProgressLog { started: now, last_log: now - Duration::from_secs(60), blocks: 0, txs: 0, bytes: 0, json }
+    }
+
+    pub fn on_batch(&mut self, stats: &BatchStats) {
+        self.blocks += u64::from(stats.blocks);
+        self.txs += stats.txs;
+        self.bytes += stats.block_bytes;
+        let elapsed = self.started.elapsed().as_secs_f64().max(1e-6);
+        if self.json {
+            let line = serde_json::json!({
+                "height": stats.height.0,
+                "source_height": stats.source_height.0,
+                "blocks": stats.blocks,
+                "txs": stats.txs,
+                "rows": stats.rows,
+                "block_bytes": stats.block_bytes,
+                "batch_secs": stats.elapsed.as_secs_f64(),
+                "elapsed_secs": elapsed,
+            });
+            // The machine-readable progress stream of `osprey index`.
+            #[allow(clippy::print_stdout)]
+            {
+                println!("{line}");
+            }
+        }
+        if self.last_log.elapsed() < Duration::from_secs(5) && stats.height != stats.source_height {
+            return;
+        }
+        self.last_log = Instant::now();
+        let remaining = u64::from(stats.source_height.0.saturating_sub(stats.height.0));
+        let blocks_per_sec = self.blocks as f64 / elapsed;
+        let eta = if remaining == 0 {
+            "done".to_string()
+        } else {
+            format!("{:.0}s", remaining as f64 / blocks_per_sec.max(1e-9))
+        };
+        tracing::info!(
+            "indexed height {} of {} ({:.1}%), {:.0} tx/s, {:.1} MB/s, ETA {eta}",
+            stats.height,
+            stats.source_height,
+            100.0 * f64::from(stats.height.0) / f64::from(stats.source_height.0.max(1)),
+            self.txs as f64 / elapsed,
+            self.bytes as f64 / elapsed / 1e6,
+        );
+    }
+}
+
+fn build(config: &Config, stop: &AtomicBool) -> anyhow::Result<(Tracker, Arc<Query>)> {
+    let store = open_store(config)?;
+    let source = connect_source(config, stop)?;
+    let indexer = Indexer::new(Arc::clone(&store), Arc::clone(&source), IndexerConfig::default());
+    let query =
+        Arc::new(Query::new(store, source, QueryConfig { history_entries_max: config.history_entries_max }));
+    Ok((Tracker::new(indexer, Arc::clone(&query)), query))
+}
+
+/// Runs one tracker update, retrying transient node errors until `stop`.
+fn update_until_ok(tracker: &mut Tracker, progress: &mut ProgressLog, stop: &AtomicBool) -> anyhow::Result<()> {
+    loop {
+        match tracker.update(&mut |s| progress.on_batch(s)) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_transient() => {
+                tracing::warn!("node: {e}; retrying in 5 s");
+                sleep_unless_stopped(Duration::from_secs(5), stop);
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+            }
+            Err(e) => return Err(e).context("indexing"),
+        }
+    }
+}
+
+/// `osprey index`: sync to the tip and exit.
+pub fn index_only(config: Config, progress_json: bool) -> anyhow::Result<()> {
+    let stop = AtomicBool::new(false);
+    let (mut tracker, query) = build(&config, &stop)?;
+    let mut progress = ProgressLog::new(progress_json);
+    update_until_ok(&mut tracker, &mut progress, &stop)?;
+    query.store().flush().context("flushing the index")?;
+    let (height, hash) = query.tip();
+    tracing::info!(height = height.0, %hash, "index is at the tip");
+    Ok(())
+}
+
+/// `osprey serve`: initial sync, then serve while following the tip.
+pub fn serve(config: Config) -> anyhow::Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    {
+        let stop = Arc::clone(&stop);
+        runtime.spawn(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+    let (tracker, query) = build(&config, &stop)?;
+    run_server(&config, tracker, query, runtime, stop)
+}
+
+/// Syncs, starts the Electrum server, and follows the tip until stopped.
+pub fn run_server(
+    config: &Config,
+    mut tracker: Tracker,
+    query: Arc<Query>,
+    runtime: tokio::runtime::Runtime,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let mut progress = ProgressLog::new(false);
+    // Serving before the initial sync ends would give wallets partial
+    // histories: sync first.
+    update_until_ok(&mut tracker, &mut progress, &stop)?;
+    if stop.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let server_config = osprey_server::ServerConfig {
+        electrum_rpc_addr: config.electrum_rpc_addr,
+        network: config.network,
+        banner: config.banner.clone(),
+        donation_address: String::new(),
+        server_version: format!("Osprey {}", env!("CARGO_PKG_VERSION")),
+        limits: osprey_server::Limits {
+            line_bytes_max: config.line_bytes_max,
+            batch_requests_max: config.batch_requests_max,
+            subscriptions_per_session_max: config.subscriptions_per_session_max,
+            sessions_max: config.sessions_max,
+            ..osprey_server::Limits::default()
+        },
+    };
+    let server = {
+        let stop = Arc::clone(&stop);
+        let query = Arc::clone(&query);
+        runtime.spawn(async move {
+            let shutdown = async move {
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            };
+            osprey_server::serve(server_config, query, shutdown).await
+        })
+    };
+    let (height, hash) = query.tip();
+    tracing::info!(height = height.0, %hash, addr = %config.electrum_rpc_addr, "serving Electrum clients");
+    let poll = Duration::from_millis(config.poll_interval_ms);
+    let mut result = Ok(());
+    while !stop.load(Ordering::Relaxed) {
+        if server.is_finished() {
+            break;
+        }
+        if let Err(e) = update_until_ok(&mut tracker, &mut progress, &stop) {
+            result = Err(e);
+            stop.store(true, Ordering::Relaxed);
+            break;
+        }
+        sleep_unless_stopped(poll, &stop);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let served = runtime.block_on(server).context("server task")?;
+    result.and(served)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
