@@ -15,5 +15,6 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test (workspace)"
 cargo test --workspace
-echo "== cargo test --features short-prefixes (functional suite with 1-byte prefixes)"
+echo "== cargo test --features short-prefixes (oracle and functional suites with 1-byte prefixes)"
+cargo test --features short-prefixes -p osprey-query --test oracle
 cargo test --features short-prefixes --test it
