@@ -16,5 +16,5 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test (workspace)"
 cargo test --workspace
 echo "== cargo test --features short-prefixes (oracle and functional suites with 1-byte prefixes)"
-cargo test --features short-prefixes -p osprey-query --test oracle
+cargo test --features osprey-store/short-prefixes -p osprey-query --test oracle
 cargo test --features short-prefixes --test it
