@@ -470,7 +470,6 @@ pub struct Generator {
     /// Height of the next block [`Generator::next_block`] returns.
     next_height: u32,
     prev_hash: BlockHash,
-    genesis_time: u32,
     pools: Pools,
     next_fresh_key: u64,
     miners: Vec<(Key, ScriptBuf)>,
@@ -496,6 +495,17 @@ impl Generator {
             return Err(GenError::Shape(
                 "a chain needs at least one block after genesis".into(),
             ));
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        // Only a guard: block times never depend on the clock.
+        if !params::chain_fits_before(shape.blocks, now) {
+            return Err(GenError::Shape(format!(
+                "{} blocks ten minutes apart from {} would end in the future",
+                shape.blocks,
+                params::FIRST_BLOCK_TIME
+            )));
         }
         if shape.wallet_addresses > 1 << 30 {
             return Err(GenError::Shape(
@@ -533,7 +543,6 @@ impl Generator {
             rng: ChaCha8Rng::seed_from_u64(config.seed),
             next_height: 0,
             prev_hash: genesis.block_hash(),
-            genesis_time: genesis.header.time,
             pools,
             next_fresh_key: 0,
             miners,
@@ -677,7 +686,7 @@ impl Generator {
                 version: params::block_version(height),
                 prev_blockhash: self.prev_hash,
                 merkle_root: TxMerkleNode::all_zeros(),
-                time: params::block_time(self.genesis_time, height),
+                time: params::block_time(height),
                 bits: params::regtest_bits(),
                 nonce: 0,
             },

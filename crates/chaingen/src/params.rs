@@ -68,18 +68,29 @@ pub fn segwit_active(height: u32) -> bool {
     height >= SEGWIT_HEIGHT
 }
 
-/// Timestamp of the block at `height`: the regtest genesis time plus ten
-/// minutes per block and a deterministic jitter of up to five minutes.
-/// Strictly increasing (so always above the median time past) and, for any
-/// chain shorter than millions of blocks, long in the past.
-pub fn block_time(genesis_time: u32, height: u32) -> u32 {
-    if height == 0 {
-        return genesis_time;
-    }
+/// Time of block 1 (2017-07-14). Block times must be past 2012-04-01:
+/// btcd enables P2SH, and with it witness verification, by block time
+/// (BIP16's switch-over date), even on regtest.
+pub const FIRST_BLOCK_TIME: u32 = 1_500_000_000;
+
+/// Timestamp of the block at `height` (>= 1): [`FIRST_BLOCK_TIME`] plus ten
+/// minutes per block and a deterministic jitter of up to about four
+/// minutes. Strictly increasing, so always above the median time past.
+/// Saturates rather than wrapping; [`chain_fits_before`] tells whether a
+/// chain ends in the past.
+pub fn block_time(height: u32) -> u32 {
     // A cheap integer hash: the same for every seed, so block times never
     // depend on the transaction content.
     let jitter = height.wrapping_mul(2_654_435_761) >> 24; // 0..=255 s
-    genesis_time + height * BLOCK_INTERVAL_SECS + jitter
+    let offset =
+        u64::from(height.saturating_sub(1)) * u64::from(BLOCK_INTERVAL_SECS) + u64::from(jitter);
+    u32::try_from(u64::from(FIRST_BLOCK_TIME) + offset).unwrap_or(u32::MAX)
+}
+
+/// True when a chain of `tip_height` blocks has every timestamp before
+/// `now` (Unix seconds) minus a day, so nodes never see future blocks.
+pub fn chain_fits_before(tip_height: u32, now: u64) -> bool {
+    u64::from(block_time(tip_height)) + 86_400 < now && block_time(tip_height) < u32::MAX
 }
 
 #[cfg(test)]
@@ -99,12 +110,27 @@ mod tests {
     #[test]
     fn block_times_strictly_increase() {
         let genesis = 1_296_688_602;
-        let mut prev = block_time(genesis, 0);
-        for h in 1..10_000 {
-            let t = block_time(genesis, h);
+        assert!(block_time(1) > genesis);
+        // BIP16's switch-over time, which btcd checks by block time.
+        assert!(block_time(1) >= 1_333_238_400);
+        let mut prev = block_time(1);
+        for h in 2..10_000 {
+            let t = block_time(h);
             assert!(t > prev, "height {h}");
             prev = t;
         }
+    }
+
+    #[test]
+    fn presets_end_in_the_past() {
+        let mid_2026 = 1_780_000_000;
+        for preset in crate::Preset::ALL {
+            assert!(
+                chain_fits_before(preset.shape().blocks, mid_2026),
+                "{preset}"
+            );
+        }
+        assert!(!chain_fits_before(1_000_000, mid_2026));
     }
 
     #[test]

@@ -132,6 +132,11 @@ fn check_chain(dir: &Path, manifest: &Manifest) {
             .validate_pow(block.header.target())
             .expect("proof of work");
         assert!(block.header.time > prev_time, "{ctx}: time increases");
+        // btcd enables P2SH (and so witness checks) only after BIP16's date.
+        assert!(
+            block.header.time >= 1_333_238_400,
+            "{ctx}: time after BIP16"
+        );
         prev_time = block.header.time;
         assert!(block.header.version.to_consensus() >= 4, "{ctx}");
         assert!(block.check_merkle_root(), "{ctx}: merkle root");

@@ -1,0 +1,15 @@
+//! Regtest test environment for Osprey's integration tests and benches:
+//! real nodes ([`BtcdNode`], and [`BitcoindNode`] where Bitcoin Core is
+//! installed) started on loopback ports in temporary directories, and a
+//! [`TestWallet`] that signs real transactions of every script kind.
+//! Never used by production code (`publish = false`).
+
+mod node;
+mod wallet;
+
+pub use node::{
+    mining_address, mining_key, start_node, BitcoindNode, BtcdNode, Node, NodeKind, RPC_PASS,
+    RPC_USER,
+};
+pub use osprey_chaingen::sign::ScriptKind;
+pub use wallet::{TestWallet, WalletCoin};

@@ -1,0 +1,481 @@
+//! Real regtest nodes for tests: starts btcd (or Bitcoin Core's bitcoind)
+//! on free loopback ports in a temporary directory, waits until its
+//! JSON-RPC answers, and kills it when dropped (also when a test panics).
+//! Every call goes through `osprey_chain::rpc`, like Osprey's own.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use bitcoin::{Address, Block, BlockHash, Network, Transaction, Txid};
+use osprey_chain::rpc::{Auth, RpcClient};
+use osprey_chaingen::sign::{Key, ScriptKind};
+use serde_json::{json, Value};
+
+/// RPC credentials of every harness node (loopback only).
+pub const RPC_USER: &str = "osprey";
+pub const RPC_PASS: &str = "osprey";
+
+/// How long a node may take to answer its first RPC call.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The key that receives the coinbases of blocks a harness node mines
+/// (`generate`). [`crate::TestWallet`] knows it and spends those coins.
+pub fn mining_key() -> Key {
+    Key::from_seed(0x05_93e7_7e57, 0)
+}
+
+/// The P2PKH regtest address of [`mining_key`].
+pub fn mining_address() -> Address {
+    mining_key().address(ScriptKind::P2pkh, Network::Regtest)
+}
+
+/// Which implementation a node is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    Btcd,
+    Bitcoind,
+}
+
+/// A running regtest node. Provided methods wrap the RPC calls tests need
+/// and paper over the two nodes' differences.
+pub trait Node {
+    fn kind(&self) -> NodeKind;
+    fn rpc(&self) -> &RpcClient;
+    fn rpc_addr(&self) -> SocketAddr;
+    fn p2p_addr(&self) -> SocketAddr;
+    /// RPC user and password.
+    fn auth(&self) -> (&str, &str);
+    /// The node's data directory (Core: holds `regtest/blocks`).
+    fn datadir(&self) -> &Path;
+    /// First height validated with segwit rules: 432 on btcd, 0 on Core.
+    fn segwit_height(&self) -> u32;
+
+    /// Mines `n` blocks paying to [`mining_address`].
+    ///
+    /// # Errors
+    /// When the node refuses.
+    fn generate(&self, n: u32) -> Result<Vec<BlockHash>>;
+
+    /// An [`Auth`] for building more RPC clients.
+    fn rpc_auth(&self) -> Auth {
+        let (user, pass) = self.auth();
+        Auth::UserPass(user.to_string(), pass.to_string())
+    }
+
+    /// Height and hash of the best block.
+    fn tip(&self) -> Result<(u32, BlockHash)> {
+        let hash: String = self.rpc().call("getbestblockhash", &[])?;
+        let header: Value = self
+            .rpc()
+            .call("getblockheader", &[json!(hash), json!(true)])?;
+        let height = header["height"]
+            .as_u64()
+            .ok_or_else(|| anyhow!("getblockheader without height"))?;
+        Ok((height as u32, BlockHash::from_str(&hash)?))
+    }
+
+    /// Hash of the active chain's block at `height`.
+    fn block_hash(&self, height: u32) -> Result<BlockHash> {
+        let hash: String = self.rpc().call("getblockhash", &[json!(height)])?;
+        Ok(BlockHash::from_str(&hash)?)
+    }
+
+    /// The block `hash`, decoded from the node's raw bytes.
+    fn get_block(&self, hash: &BlockHash) -> Result<Block> {
+        // Verbosity must be an integer for btcd.
+        let hex: String = self
+            .rpc()
+            .call("getblock", &[json!(hash.to_string()), json!(0)])?;
+        Ok(bitcoin::consensus::deserialize(&hex::decode(hex)?)?)
+    }
+
+    /// Marks `hash` (and its descendants) invalid: a reorg on one node.
+    fn invalidate_block(&self, hash: &BlockHash) -> Result<()> {
+        let _: Value = self
+            .rpc()
+            .call("invalidateblock", &[json!(hash.to_string())])?;
+        Ok(())
+    }
+
+    fn reconsider_block(&self, hash: &BlockHash) -> Result<()> {
+        let _: Value = self
+            .rpc()
+            .call("reconsiderblock", &[json!(hash.to_string())])?;
+        Ok(())
+    }
+
+    /// Submits a block; one the node already has counts as accepted.
+    /// (btcd also answers null for an orphan: check the tip when it
+    /// matters.)
+    ///
+    /// # Errors
+    /// With the node's reason when it rejects the block.
+    fn submit_block(&self, block: &Block) -> Result<()> {
+        let hex = bitcoin::consensus::encode::serialize_hex(block);
+        let reply: Value = self.rpc().call("submitblock", &[json!(hex)])?;
+        match reply {
+            Value::Null => Ok(()),
+            // Core says "duplicate", btcd "rejected: already have block".
+            Value::String(s) if s == "duplicate" || s.contains("already have block") => Ok(()),
+            other => bail!("block {} rejected: {other}", block.block_hash()),
+        }
+    }
+
+    /// Broadcasts a transaction and returns its txid.
+    fn send_raw_transaction(&self, tx: &Transaction) -> Result<Txid> {
+        let hex = bitcoin::consensus::encode::serialize_hex(tx);
+        let txid: String = self
+            .rpc()
+            .call("sendrawtransaction", &[json!(hex)])
+            .with_context(|| format!("sendrawtransaction {}", tx.compute_txid()))?;
+        Ok(Txid::from_str(&txid)?)
+    }
+
+    /// Txids in the mempool.
+    fn mempool_txids(&self) -> Result<Vec<Txid>> {
+        let txids: Vec<String> = self.rpc().call("getrawmempool", &[])?;
+        txids.iter().map(|t| Ok(Txid::from_str(t)?)).collect()
+    }
+
+    /// Verbose `getrawtransaction` (works for confirmed transactions
+    /// because harness nodes run with a transaction index).
+    fn get_raw_transaction_verbose(&self, txid: &Txid) -> Result<Value> {
+        Ok(self
+            .rpc()
+            .call("getrawtransaction", &[json!(txid.to_string()), json!(1)])?)
+    }
+
+    /// Mines until blocks are validated with segwit (and taproot) rules;
+    /// a no-op on Core, where they are active from genesis.
+    fn activate_segwit(&self) -> Result<()> {
+        let (height, _) = self.tip()?;
+        let wanted = self.segwit_height();
+        if height < wanted {
+            self.generate(wanted - height)?;
+        }
+        Ok(())
+    }
+}
+
+/// Starts the node chosen by `OSPREY_TEST_NODE` (`btcd`, the default, or
+/// `bitcoind`).
+///
+/// # Errors
+/// When the node cannot be found or started.
+pub fn start_node() -> Result<Box<dyn Node>> {
+    match std::env::var("OSPREY_TEST_NODE").as_deref() {
+        Ok("bitcoind") => Ok(Box::new(BitcoindNode::start()?)),
+        Ok("btcd") | Err(_) => Ok(Box::new(BtcdNode::start()?)),
+        Ok(other) => bail!("OSPREY_TEST_NODE={other}: expected btcd or bitcoind"),
+    }
+}
+
+/// A free loopback TCP port (free when asked; a start retries on a race).
+fn free_port() -> Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("binding a loopback port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Finds `name` from the environment variable `env`, then the PATH, then
+/// the given fallbacks.
+fn find_binary(
+    name: &str,
+    env: &str,
+    fallbacks: &[PathBuf],
+    install_hint: &str,
+) -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os(env) {
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            return Ok(path);
+        }
+        bail!("{env}={} does not name a file", path.display());
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(name))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    on_path
+        .into_iter()
+        .chain(fallbacks.iter().cloned())
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            anyhow!("{name} not found in ${env}, on the PATH or in {fallbacks:?}: {install_hint}")
+        })
+}
+
+/// A child node process in its own temporary directory; killed on drop.
+struct Process {
+    child: Child,
+    dir: tempfile::TempDir,
+    log: PathBuf,
+    rpc: RpcClient,
+    rpc_addr: SocketAddr,
+    p2p_addr: SocketAddr,
+}
+
+impl Process {
+    /// Runs `command` (output to `log`) and waits for its RPC to answer.
+    fn spawn(
+        mut command: Command,
+        dir: tempfile::TempDir,
+        log: PathBuf,
+        rpc_addr: SocketAddr,
+        p2p_addr: SocketAddr,
+    ) -> Result<Process> {
+        let out =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {:?}", command.get_program()))?;
+        let rpc = RpcClient::new(
+            &rpc_addr.to_string(),
+            Auth::UserPass(RPC_USER.into(), RPC_PASS.into()),
+        );
+        let mut process = Process {
+            child,
+            dir,
+            log,
+            rpc,
+            rpc_addr,
+            p2p_addr,
+        };
+        process.wait_ready()?;
+        Ok(process)
+    }
+
+    fn wait_ready(&mut self) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "node exited with {status} before answering RPC; log:\n{}",
+                    self.log_tail()
+                );
+            }
+            match self.rpc.call::<u64>("getblockcount", &[]) {
+                Ok(_) => return Ok(()),
+                Err(e) if started.elapsed() > STARTUP_TIMEOUT => {
+                    bail!(
+                        "node RPC at {} not ready after {STARTUP_TIMEOUT:?}: {e}; log:\n{}",
+                        self.rpc_addr,
+                        self.log_tail()
+                    )
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // Killed rather than stopped over RPC: a test node holds nothing
+        // worth a clean shutdown, and a kill cannot hang.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a node, retrying with new ports when one was taken in between.
+fn start_with_retries(
+    mut attempt: impl FnMut(SocketAddr, SocketAddr) -> Result<Process>,
+) -> Result<Process> {
+    let mut last = None;
+    for _ in 0..3 {
+        let rpc_addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let p2p_addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        match attempt(rpc_addr, p2p_addr) {
+            Ok(process) => return Ok(process),
+            Err(e) if format!("{e:#}").contains("address already in use") => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last
+        .expect("three attempts failed")
+        .context("no free ports after three attempts"))
+}
+
+/// btcd 0.24 in regtest mode, with a transaction index. Its regtest
+/// database is wiped at every start, so each `BtcdNode` is a new chain.
+pub struct BtcdNode {
+    process: Process,
+}
+
+impl BtcdNode {
+    /// Finds btcd: `$OSPREY_BTCD`, the PATH, then `~/go/bin/btcd`.
+    ///
+    /// # Errors
+    /// When it is nowhere, with the command that installs it.
+    pub fn find() -> Result<PathBuf> {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let gopath = std::env::var_os("GOPATH")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join("go"));
+        find_binary(
+            "btcd",
+            "OSPREY_BTCD",
+            &[gopath.join("bin/btcd"), home.join("go/bin/btcd")],
+            "install it with `go install github.com/btcsuite/btcd@v0.24.2` or set OSPREY_BTCD",
+        )
+    }
+
+    /// Starts btcd and waits until its RPC answers.
+    ///
+    /// # Errors
+    /// When btcd is missing or does not come up (with its log).
+    pub fn start() -> Result<BtcdNode> {
+        let binary = BtcdNode::find()?;
+        let process = start_with_retries(|rpc_addr, p2p_addr| {
+            let dir = tempfile::Builder::new().prefix("osprey-btcd-").tempdir()?;
+            // An existing (empty) config keeps btcd from writing ~/.btcd.
+            let config = dir.path().join("empty.conf");
+            std::fs::write(&config, "")?;
+            let log = dir.path().join("btcd.out");
+            let mut command = Command::new(&binary);
+            command
+                .arg("-C")
+                .arg(&config)
+                .arg("--regtest")
+                .arg(format!("--datadir={}", dir.path().join("data").display()))
+                .arg(format!("--logdir={}", dir.path().join("logs").display()))
+                .arg(format!("--listen={p2p_addr}"))
+                .arg(format!("--rpclisten={rpc_addr}"))
+                .arg(format!("--rpcuser={RPC_USER}"))
+                .arg(format!("--rpcpass={RPC_PASS}"))
+                .args(["--notls", "--txindex", "--nodnsseed"])
+                .arg(format!("--miningaddr={}", mining_address()));
+            Process::spawn(command, dir, log, rpc_addr, p2p_addr)
+        })?;
+        Ok(BtcdNode { process })
+    }
+}
+
+impl Node for BtcdNode {
+    fn kind(&self) -> NodeKind {
+        NodeKind::Btcd
+    }
+    fn rpc(&self) -> &RpcClient {
+        &self.process.rpc
+    }
+    fn rpc_addr(&self) -> SocketAddr {
+        self.process.rpc_addr
+    }
+    fn p2p_addr(&self) -> SocketAddr {
+        self.process.p2p_addr
+    }
+    fn auth(&self) -> (&str, &str) {
+        (RPC_USER, RPC_PASS)
+    }
+    fn datadir(&self) -> &Path {
+        self.process.dir.path()
+    }
+    fn segwit_height(&self) -> u32 {
+        osprey_chaingen::params::SEGWIT_HEIGHT
+    }
+    fn generate(&self, n: u32) -> Result<Vec<BlockHash>> {
+        // btcd has no generatetoaddress: `generate` pays to --miningaddr.
+        let hashes: Vec<String> = self.rpc().call("generate", &[json!(n)])?;
+        hashes.iter().map(|h| Ok(BlockHash::from_str(h)?)).collect()
+    }
+}
+
+/// Bitcoin Core's bitcoind in regtest mode, when one is installed
+/// (`$OSPREY_BITCOIND` or the PATH). Outline: the btcd harness is the one
+/// CI runs.
+pub struct BitcoindNode {
+    process: Process,
+}
+
+impl BitcoindNode {
+    /// Starts bitcoind and waits until its RPC answers.
+    ///
+    /// # Errors
+    /// When bitcoind is missing or does not come up (with its log).
+    pub fn start() -> Result<BitcoindNode> {
+        let binary = find_binary(
+            "bitcoind",
+            "OSPREY_BITCOIND",
+            &[],
+            "install Bitcoin Core or set OSPREY_BITCOIND",
+        )?;
+        let process = start_with_retries(|rpc_addr, p2p_addr| {
+            let dir = tempfile::Builder::new()
+                .prefix("osprey-bitcoind-")
+                .tempdir()?;
+            let log = dir.path().join("bitcoind.out");
+            let mut command = Command::new(&binary);
+            command
+                .arg("-regtest")
+                .arg(format!("-datadir={}", dir.path().display()))
+                .arg(format!("-rpcport={}", rpc_addr.port()))
+                .arg(format!("-port={}", p2p_addr.port()))
+                .arg(format!("-bind={p2p_addr}"))
+                .arg("-rpcbind=127.0.0.1")
+                .arg("-rpcallowip=127.0.0.1")
+                .arg(format!("-rpcuser={RPC_USER}"))
+                .arg(format!("-rpcpassword={RPC_PASS}"))
+                .args([
+                    "-txindex",
+                    "-rest",
+                    "-server",
+                    "-listen",
+                    "-dnsseed=0",
+                    "-fixedseeds=0",
+                    "-listenonion=0",
+                ])
+                .arg("-printtoconsole");
+            Process::spawn(command, dir, log, rpc_addr, p2p_addr)
+        })?;
+        Ok(BitcoindNode { process })
+    }
+}
+
+impl Node for BitcoindNode {
+    fn kind(&self) -> NodeKind {
+        NodeKind::Bitcoind
+    }
+    fn rpc(&self) -> &RpcClient {
+        &self.process.rpc
+    }
+    fn rpc_addr(&self) -> SocketAddr {
+        self.process.rpc_addr
+    }
+    fn p2p_addr(&self) -> SocketAddr {
+        self.process.p2p_addr
+    }
+    fn auth(&self) -> (&str, &str) {
+        (RPC_USER, RPC_PASS)
+    }
+    fn datadir(&self) -> &Path {
+        self.process.dir.path()
+    }
+    fn segwit_height(&self) -> u32 {
+        0
+    }
+    fn generate(&self, n: u32) -> Result<Vec<BlockHash>> {
+        let hashes: Vec<String> = self.rpc().call(
+            "generatetoaddress",
+            &[json!(n), json!(mining_address().to_string())],
+        )?;
+        hashes.iter().map(|h| Ok(BlockHash::from_str(h)?)).collect()
+    }
+}
