@@ -11,7 +11,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "osprey", version, about = "A fast Electrum server for your own Bitcoin node")]
+#[command(
+    name = "osprey",
+    version,
+    about = "A fast Electrum server for your own Bitcoin node"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -46,7 +50,10 @@ fn init_logging(filter: &str) {
         }
         tracing_subscriber::EnvFilter::new("info")
     });
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn main() -> ExitCode {
@@ -56,7 +63,10 @@ fn main() -> ExitCode {
             init_logging(&config.log_filter);
             serve::serve(config)
         }),
-        Command::Index { config, progress_json } => config.resolve().and_then(|config| {
+        Command::Index {
+            config,
+            progress_json,
+        } => config.resolve().and_then(|config| {
             init_logging(&config.log_filter);
             serve::index_only(config, progress_json)
         }),

@@ -52,12 +52,17 @@ impl BlkFiles {
             .map_err(io(blocks_dir))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| {
-                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("blk") && n.ends_with(".dat"))
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("blk") && n.ends_with(".dat"))
             })
             .collect();
         files.sort();
         if files.is_empty() {
-            return Err(Error::persistent(format!("no blk*.dat files in {}", blocks_dir.display())));
+            return Err(Error::persistent(format!(
+                "no blk*.dat files in {}",
+                blocks_dir.display()
+            )));
         }
         let magic = network.bitcoin().magic().to_bytes();
         let mut blocks: Vec<BlockPos> = Vec::new();
@@ -78,10 +83,14 @@ impl BlkFiles {
                 let start = pos + 8;
                 let end = start + len as usize;
                 if len < 80 || end > data.len() {
-                    return Err(Error::persistent(format!("{}: truncated block at offset {pos}", path.display())));
+                    return Err(Error::persistent(format!(
+                        "{}: truncated block at offset {pos}",
+                        path.display()
+                    )));
                 }
-                let header: Header = deserialize(&data[start..start + 80])
-                    .map_err(|e| Error::persistent(format!("{}: bad header at {pos}: {e}", path.display())))?;
+                let header: Header = deserialize(&data[start..start + 80]).map_err(|e| {
+                    Error::persistent(format!("{}: bad header at {pos}: {e}", path.display()))
+                })?;
                 let expected_prev = blocks.last().map(|b| b.hash);
                 if let Some(prev) = expected_prev {
                     if header.prev_blockhash != prev {
@@ -91,15 +100,32 @@ impl BlkFiles {
                         )));
                     }
                 }
-                blocks.push(BlockPos { file: index, offset: start as u64, len, hash: header.block_hash() });
+                blocks.push(BlockPos {
+                    file: index,
+                    offset: start as u64,
+                    len,
+                    hash: header.block_hash(),
+                });
                 pos = end;
             }
         }
         match blocks.first() {
             Some(b) if b.hash == network.genesis_hash() => {}
-            _ => return Err(Error::persistent(format!("{} does not start with the {network} genesis block", blocks_dir.display()))),
+            _ => {
+                return Err(Error::persistent(format!(
+                    "{} does not start with the {network} genesis block",
+                    blocks_dir.display()
+                )))
+            }
         }
-        Ok(BlkFiles { files, blocks, unspent: Mutex::new(Unspent { outputs: HashMap::new(), next: 0 }) })
+        Ok(BlkFiles {
+            files,
+            blocks,
+            unspent: Mutex::new(Unspent {
+                outputs: HashMap::new(),
+                next: 0,
+            }),
+        })
     }
 
     fn read_block(&self, height: Height) -> Result<(Block, usize), Error> {
@@ -112,7 +138,8 @@ impl BlkFiles {
         File::open(path)
             .and_then(|f| f.read_exact_at(&mut buf, pos.offset))
             .map_err(|e| Error::persistent(format!("{}: {e}", path.display())))?;
-        let block = deserialize(&buf).map_err(|e| Error::persistent(format!("block {height} does not parse: {e}")))?;
+        let block = deserialize(&buf)
+            .map_err(|e| Error::persistent(format!("block {height} does not parse: {e}")))?;
         Ok((block, buf.len()))
     }
 
@@ -123,16 +150,28 @@ impl BlkFiles {
         for (i, tx) in block.txdata.iter().enumerate() {
             if i > 0 {
                 for input in &tx.input {
-                    let out = unspent.outputs.remove(&input.previous_output).ok_or_else(|| {
-                        Error::persistent(format!("block {height} spends unknown output {}", input.previous_output))
-                    })?;
+                    let out = unspent
+                        .outputs
+                        .remove(&input.previous_output)
+                        .ok_or_else(|| {
+                            Error::persistent(format!(
+                                "block {height} spends unknown output {}",
+                                input.previous_output
+                            ))
+                        })?;
                     prevouts.push(out);
                 }
             }
             let txid = tx.compute_txid();
             for (vout, out) in tx.output.iter().enumerate() {
                 if !out.script_pubkey.is_op_return() {
-                    unspent.outputs.insert(OutPoint { txid, vout: vout as u32 }, out.clone());
+                    unspent.outputs.insert(
+                        OutPoint {
+                            txid,
+                            vout: vout as u32,
+                        },
+                        out.clone(),
+                    );
                 }
             }
         }
@@ -143,12 +182,21 @@ impl BlkFiles {
 
 impl ChainSource for BlkFiles {
     fn best_block(&self) -> Result<(Height, BlockHash), Error> {
-        let tip = self.blocks.last().expect("at least the genesis block, checked on open");
+        let tip = self
+            .blocks
+            .last()
+            .expect("at least the genesis block, checked on open");
         Ok((Height(self.blocks.len() as u32 - 1), tip.hash))
     }
 
     fn block_hashes(&self, start: Height, count: u32) -> Result<Vec<BlockHash>, Error> {
-        Ok(self.blocks.iter().skip(start.as_usize()).take(count as usize).map(|b| b.hash).collect())
+        Ok(self
+            .blocks
+            .iter()
+            .skip(start.as_usize())
+            .take(count as usize)
+            .map(|b| b.hash)
+            .collect())
     }
 
     fn blocks(&self, blocks: &[(Height, BlockHash)]) -> Result<Vec<BlockWithPrevouts>, Error> {
@@ -157,7 +205,10 @@ impl ChainSource for BlkFiles {
         for &(height, hash) in blocks {
             if height.0 < unspent.next {
                 // Asked again (a restart mid-chain): rebuild the map from scratch.
-                *unspent = Unspent { outputs: HashMap::new(), next: 0 };
+                *unspent = Unspent {
+                    outputs: HashMap::new(),
+                    next: 0,
+                };
             }
             while unspent.next < height.0 {
                 let next = unspent.next;
@@ -169,13 +220,19 @@ impl ChainSource for BlkFiles {
                 return Err(Error::persistent(format!("block {height} is not {hash}")));
             }
             let prevouts = Self::connect(&mut unspent, height.0, &block)?;
-            result.push(BlockWithPrevouts { height, block, prevouts, size });
+            result.push(BlockWithPrevouts {
+                height,
+                block,
+                prevouts,
+                size,
+            });
         }
         Ok(result)
     }
 
     fn transaction(&self, txid: &Txid, location: Option<TxLocation>) -> Result<Vec<u8>, Error> {
-        let loc = location.ok_or_else(|| Error::persistent(format!("transaction {txid} not found")))?;
+        let loc =
+            location.ok_or_else(|| Error::persistent(format!("transaction {txid} not found")))?;
         let (block, _) = self.read_block(loc.height)?;
         block
             .txdata
@@ -184,7 +241,11 @@ impl ChainSource for BlkFiles {
             .ok_or_else(|| Error::persistent(format!("transaction {txid} not found")))
     }
 
-    fn transaction_verbose(&self, _txid: &Txid, _location: Option<TxLocation>) -> Result<serde_json::Value, Error> {
+    fn transaction_verbose(
+        &self,
+        _txid: &Txid,
+        _location: Option<TxLocation>,
+    ) -> Result<serde_json::Value, Error> {
         Err(no_node("verbose transactions"))
     }
 
@@ -215,5 +276,7 @@ impl ChainSource for BlkFiles {
 }
 
 fn no_node(what: &str) -> Error {
-    Error::persistent(format!("{what} needs a node; this server reads blk files only (osprey demo)"))
+    Error::persistent(format!(
+        "{what} needs a node; this server reads blk files only (osprey demo)"
+    ))
 }

@@ -27,16 +27,32 @@ const RPC_IN_WARMUP: i64 = -28;
 
 impl Error {
     pub fn transient(message: String) -> Error {
-        Error { kind: ErrorKind::Transient, code: 0, message }
+        Error {
+            kind: ErrorKind::Transient,
+            code: 0,
+            message,
+        }
     }
 
     pub fn persistent(message: String) -> Error {
-        Error { kind: ErrorKind::Persistent, code: 0, message }
+        Error {
+            kind: ErrorKind::Persistent,
+            code: 0,
+            message,
+        }
     }
 
     pub fn rpc(method: &str, code: i64, message: String) -> Error {
-        let kind = if code == RPC_IN_WARMUP { ErrorKind::Transient } else { ErrorKind::Rpc };
-        Error { kind, code, message: format!("{method}: {message} (code {code})") }
+        let kind = if code == RPC_IN_WARMUP {
+            ErrorKind::Transient
+        } else {
+            ErrorKind::Rpc
+        };
+        Error {
+            kind,
+            code,
+            message: format!("{method}: {message} (code {code})"),
+        }
     }
 
     pub fn kind(&self) -> ErrorKind {

@@ -36,7 +36,10 @@ impl Auth {
                 .trim()
                 .to_string(),
         };
-        Ok(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(user_pass)))
+        Ok(format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(user_pass)
+        ))
     }
 }
 
@@ -98,7 +101,9 @@ impl RpcClient {
         if params.is_empty() {
             return Ok(Vec::new());
         }
-        let first = self.next_id.fetch_add(params.len() as u64, Ordering::Relaxed);
+        let first = self
+            .next_id
+            .fetch_add(params.len() as u64, Ordering::Relaxed);
         let requests: Vec<Value> = params
             .iter()
             .enumerate()
@@ -106,21 +111,30 @@ impl RpcClient {
             .collect();
         let response = self.post(&Value::Array(requests))?;
         let Value::Array(replies) = response else {
-            return Err(Error::persistent(format!("{method}: batch reply is not an array")));
+            return Err(Error::persistent(format!(
+                "{method}: batch reply is not an array"
+            )));
         };
-        let mut results: Vec<Option<Result<Value, Error>>> = (0..params.len()).map(|_| None).collect();
+        let mut results: Vec<Option<Result<Value, Error>>> =
+            (0..params.len()).map(|_| None).collect();
         for reply in replies {
             let index = reply
                 .get("id")
                 .and_then(Value::as_u64)
                 .and_then(|id| id.checked_sub(first))
                 .filter(|i| (*i as usize) < params.len())
-                .ok_or_else(|| Error::persistent(format!("{method}: batch reply with unknown id")))?;
+                .ok_or_else(|| {
+                    Error::persistent(format!("{method}: batch reply with unknown id"))
+                })?;
             results[index as usize] = Some(Self::take_result(method, reply));
         }
         results
             .into_iter()
-            .map(|r| r.ok_or_else(|| Error::persistent(format!("{method}: batch reply is missing an answer"))))
+            .map(|r| {
+                r.ok_or_else(|| {
+                    Error::persistent(format!("{method}: batch reply is missing an answer"))
+                })
+            })
             .collect()
     }
 
@@ -128,10 +142,17 @@ impl RpcClient {
         match reply.get("error") {
             Some(err) if !err.is_null() => {
                 let code = err.get("code").and_then(Value::as_i64).unwrap_or(0);
-                let message = err.get("message").and_then(Value::as_str).unwrap_or("").to_string();
+                let message = err
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
                 Err(Error::rpc(method, code, message))
             }
-            _ => Ok(reply.get_mut("result").map(Value::take).unwrap_or(Value::Null)),
+            _ => Ok(reply
+                .get_mut("result")
+                .map(Value::take)
+                .unwrap_or(Value::Null)),
         }
     }
 
@@ -160,19 +181,26 @@ impl RpcClient {
         for addr in addrs {
             match TcpStream::connect_timeout(&addr, Duration::from_secs(10)) {
                 Ok(stream) => {
-                    stream.set_read_timeout(Some(self.timeout)).map_err(unreachable)?;
-                    stream.set_write_timeout(Some(self.timeout)).map_err(unreachable)?;
+                    stream
+                        .set_read_timeout(Some(self.timeout))
+                        .map_err(unreachable)?;
+                    stream
+                        .set_write_timeout(Some(self.timeout))
+                        .map_err(unreachable)?;
                     stream.set_nodelay(true).map_err(unreachable)?;
                     return Ok(BufReader::new(stream));
                 }
                 Err(e) => last = Some(e),
             }
         }
-        Err(unreachable(last.unwrap_or_else(|| std::io::Error::other("no address"))))
+        Err(unreachable(
+            last.unwrap_or_else(|| std::io::Error::other("no address")),
+        ))
     }
 
     fn exchange(&self, mut conn: BufReader<TcpStream>, body: &[u8]) -> Result<Value, Error> {
-        let io = |e: std::io::Error| Error::transient(format!("node connection {}: {e}", self.addr));
+        let io =
+            |e: std::io::Error| Error::transient(format!("node connection {}: {e}", self.addr));
         let head = format!(
             "POST / HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n",
             self.addr,
@@ -185,20 +213,27 @@ impl RpcClient {
 
         let mut status_line = String::new();
         if conn.read_line(&mut status_line).map_err(io)? == 0 {
-            return Err(Error::transient(format!("node {} closed the connection", self.addr)));
+            return Err(Error::transient(format!(
+                "node {} closed the connection",
+                self.addr
+            )));
         }
         let status: u16 = status_line
             .split_whitespace()
             .nth(1)
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| Error::persistent(format!("bad HTTP status line from node: {status_line:?}")))?;
+            .ok_or_else(|| {
+                Error::persistent(format!("bad HTTP status line from node: {status_line:?}"))
+            })?;
         let mut content_length = None;
         let mut chunked = false;
         let mut keep_alive = true;
         loop {
             let mut line = String::new();
             if conn.read_line(&mut line).map_err(io)? == 0 {
-                return Err(Error::transient("node closed the connection mid-headers".into()));
+                return Err(Error::transient(
+                    "node closed the connection mid-headers".into(),
+                ));
             }
             let line = line.trim_end();
             if line.is_empty() {
@@ -218,7 +253,9 @@ impl RpcClient {
             read_chunked(&mut conn).map_err(io)?
         } else if let Some(len) = content_length {
             if len > RESPONSE_BYTES_MAX {
-                return Err(Error::persistent(format!("node response of {len} bytes is too large")));
+                return Err(Error::persistent(format!(
+                    "node response of {len} bytes is too large"
+                )));
             }
             let mut buf = vec![0u8; len];
             conn.read_exact(&mut buf).map_err(io)?;
@@ -226,7 +263,10 @@ impl RpcClient {
         } else {
             keep_alive = false;
             let mut buf = Vec::new();
-            conn.by_ref().take(RESPONSE_BYTES_MAX as u64).read_to_end(&mut buf).map_err(io)?;
+            conn.by_ref()
+                .take(RESPONSE_BYTES_MAX as u64)
+                .read_to_end(&mut buf)
+                .map_err(io)?;
             buf
         };
         if keep_alive {
@@ -236,13 +276,16 @@ impl RpcClient {
             }
         }
         match status {
-            401 | 403 => {
-                return Err(Error::persistent(format!(
-                    "node {} refused our credentials (HTTP {status}): check --auth or --cookie-file",
+            401 | 403 => return Err(Error::persistent(format!(
+                "node {} refused our credentials (HTTP {status}): check --auth or --cookie-file",
+                self.addr
+            ))),
+            503 => {
+                return Err(Error::transient(format!(
+                    "node {} is busy (HTTP 503)",
                     self.addr
                 )))
             }
-            503 => return Err(Error::transient(format!("node {} is busy (HTTP 503)", self.addr))),
             _ => {}
         }
         if body.is_empty() {
@@ -254,7 +297,10 @@ impl RpcClient {
         }
         serde_json::from_slice(&body).map_err(|e| {
             let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-            Error::persistent(format!("node {} sent non-JSON (HTTP {status}): {e}: {text}", self.addr))
+            Error::persistent(format!(
+                "node {} sent non-JSON (HTTP {status}): {e}: {text}",
+                self.addr
+            ))
         })
     }
 }

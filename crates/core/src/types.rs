@@ -156,14 +156,20 @@ mod tests {
         ))
         .unwrap();
         let sh = ScriptHash::from_script(&p2pk);
-        assert_eq!(sh.to_string(), "740485f380ff6379d11ef6fe7d7cdd68aea7f8bd0d953d9fdf3531fb7d531833");
+        assert_eq!(
+            sh.to_string(),
+            "740485f380ff6379d11ef6fe7d7cdd68aea7f8bd0d953d9fdf3531fb7d531833"
+        );
         assert_eq!(sh.to_string().parse::<ScriptHash>().unwrap(), sh);
     }
 
     #[test]
     fn script_hash_parse_rejects_bad_input() {
         assert_eq!("ab".parse::<ScriptHash>(), Err(ParseHashError::Length(2)));
-        assert!(matches!("zz".repeat(32).parse::<ScriptHash>(), Err(ParseHashError::Hex(_))));
+        assert!(matches!(
+            "zz".repeat(32).parse::<ScriptHash>(),
+            Err(ParseHashError::Hex(_))
+        ));
     }
 
     /// The "Status Example" of protocol-basics: three confirmed transactions
@@ -172,12 +178,30 @@ mod tests {
     #[test]
     fn status_hash_matches_spec_example() {
         let history: Vec<(bitcoin::Txid, i64)> = [
-            ("a6c9c361bd0bc536d6a22648efbf8f9b200e425ef6c3a7a9669dc444c532a347", 2472),
-            ("9c42f84b2fcdaff676ba25d9d4941741cc0d1a01cce0c23fdc4c0b2afa38431c", 2473),
-            ("770f2d4371b3fabb902dd9a103e2dd005fcd3971181078fca4a2a1d6ff127b30", 2473),
-            ("80b19848aed792565ab7c5a79b7c2a00fbf985741579396ebe0ab6098e607311", 0),
-            ("e02a1dadfa83b996b24175df807b271ea5d02937ef5b35c195fac1e1bdc3198f", 0),
-            ("bb4c8ab438c13b89ca80d1d5bee25b0b6b7f55673f4d801998ba97db161d9e85", -1),
+            (
+                "a6c9c361bd0bc536d6a22648efbf8f9b200e425ef6c3a7a9669dc444c532a347",
+                2472,
+            ),
+            (
+                "9c42f84b2fcdaff676ba25d9d4941741cc0d1a01cce0c23fdc4c0b2afa38431c",
+                2473,
+            ),
+            (
+                "770f2d4371b3fabb902dd9a103e2dd005fcd3971181078fca4a2a1d6ff127b30",
+                2473,
+            ),
+            (
+                "80b19848aed792565ab7c5a79b7c2a00fbf985741579396ebe0ab6098e607311",
+                0,
+            ),
+            (
+                "e02a1dadfa83b996b24175df807b271ea5d02937ef5b35c195fac1e1bdc3198f",
+                0,
+            ),
+            (
+                "bb4c8ab438c13b89ca80d1d5bee25b0b6b7f55673f4d801998ba97db161d9e85",
+                -1,
+            ),
         ]
         .into_iter()
         .map(|(t, h)| (t.parse().unwrap(), h))

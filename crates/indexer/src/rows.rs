@@ -24,7 +24,12 @@ pub struct BlockRows {
 /// When `block.prevouts` does not hold one output per non-coinbase input
 /// (the chain source guarantees it).
 pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> BlockRows {
-    let txids: Vec<_> = block.block.txdata.iter().map(|tx| tx.compute_txid()).collect();
+    let txids: Vec<_> = block
+        .block
+        .txdata
+        .iter()
+        .map(|tx| tx.compute_txid())
+        .collect();
     let mut rows = Vec::new();
     let mut touched = Vec::new();
     if block.height != Height(0) {
@@ -36,7 +41,10 @@ pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> BlockRows {
                     let spent = prevouts.next().expect("one prevout per non-coinbase input");
                     let scripthash = ScriptHash::from_script(spent.script_pubkey.as_bytes());
                     let op = input.previous_output;
-                    rows.push(HistoryRow::spending(tx_num, input_index as u32, &op.txid, op.vout).encode(&scripthash));
+                    rows.push(
+                        HistoryRow::spending(tx_num, input_index as u32, &op.txid, op.vout)
+                            .encode(&scripthash),
+                    );
                     touched.push(scripthash);
                 }
             }
@@ -45,30 +53,59 @@ pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> BlockRows {
                     continue;
                 }
                 let scripthash = ScriptHash::from_script(output.script_pubkey.as_bytes());
-                rows.push(HistoryRow::funding(tx_num, vout as u32, output.value.to_sat()).encode(&scripthash));
+                rows.push(
+                    HistoryRow::funding(tx_num, vout as u32, output.value.to_sat())
+                        .encode(&scripthash),
+                );
                 touched.push(scripthash);
             }
         }
-        assert!(prevouts.next().is_none(), "more prevouts than inputs in block {}", block.height);
+        assert!(
+            prevouts.next().is_none(),
+            "more prevouts than inputs in block {}",
+            block.height
+        );
     }
     // Sorted rows make the write batch a sorted run for the memtable.
     rows.sort_unstable();
     touched.sort_unstable();
     touched.dedup();
-    BlockRows { indexed: IndexedBlock { height: block.height, header: block.block.header, txids, rows }, touched }
+    BlockRows {
+        indexed: IndexedBlock {
+            height: block.height,
+            header: block.block.header,
+            txids,
+            rows,
+        },
+        touched,
+    }
 }
 
 /// Checks that a source handed over one prevout per non-coinbase input, so
 /// that a buggy or lying source is an error rather than a panic.
 pub fn prevouts_match(block: &BlockWithPrevouts) -> bool {
-    let inputs: usize = block.block.txdata.iter().skip(1).map(|tx| tx.input.len()).sum();
-    inputs == block.prevouts.len() && block.block.txdata.first().is_some_and(|tx| tx.is_coinbase())
+    let inputs: usize = block
+        .block
+        .txdata
+        .iter()
+        .skip(1)
+        .map(|tx| tx.input.len())
+        .sum();
+    inputs == block.prevouts.len()
+        && block
+            .block
+            .txdata
+            .first()
+            .is_some_and(|tx| tx.is_coinbase())
 }
 
 /// Returns whether the block's transactions hash to its merkle root, so a
 /// corrupt block file or reply is caught before it is indexed.
 pub fn merkle_root_matches(block: &BlockWithPrevouts) -> bool {
-    block.block.compute_merkle_root().is_some_and(|root| root.to_byte_array() == block.block.header.merkle_root.to_byte_array())
+    block
+        .block
+        .compute_merkle_root()
+        .is_some_and(|root| root.to_byte_array() == block.block.header.merkle_root.to_byte_array())
 }
 
 #[cfg(test)]
@@ -77,7 +114,10 @@ mod tests {
     use bitcoin::absolute::LockTime;
     use bitcoin::block::{Header, Version};
     use bitcoin::transaction::Version as TxVersion;
-    use bitcoin::{Amount, Block, BlockHash, CompactTarget, OutPoint, ScriptBuf, Sequence, Transaction, TxIn, TxMerkleNode, TxOut, Witness};
+    use bitcoin::{
+        Amount, Block, BlockHash, CompactTarget, OutPoint, ScriptBuf, Sequence, Transaction, TxIn,
+        TxMerkleNode, TxOut, Witness,
+    };
     use osprey_store::codec::RowKind;
 
     fn tx(inputs: Vec<OutPoint>, outputs: Vec<(ScriptBuf, u64)>) -> Transaction {
@@ -86,9 +126,20 @@ mod tests {
             lock_time: LockTime::ZERO,
             input: inputs
                 .into_iter()
-                .map(|previous_output| TxIn { previous_output, script_sig: ScriptBuf::new(), sequence: Sequence::MAX, witness: Witness::new() })
+                .map(|previous_output| TxIn {
+                    previous_output,
+                    script_sig: ScriptBuf::new(),
+                    sequence: Sequence::MAX,
+                    witness: Witness::new(),
+                })
                 .collect(),
-            output: outputs.into_iter().map(|(script_pubkey, v)| TxOut { value: Amount::from_sat(v), script_pubkey }).collect(),
+            output: outputs
+                .into_iter()
+                .map(|(script_pubkey, v)| TxOut {
+                    value: Amount::from_sat(v),
+                    script_pubkey,
+                })
+                .collect(),
         }
     }
 
@@ -97,9 +148,15 @@ mod tests {
         let alice = ScriptBuf::from_bytes(vec![0x51]);
         let bob = ScriptBuf::from_bytes(vec![0x52]);
         let op_return = ScriptBuf::new_op_return([1u8; 4]);
-        let funding = OutPoint { txid: bitcoin::Txid::all_zeros(), vout: 3 };
+        let funding = OutPoint {
+            txid: bitcoin::Txid::all_zeros(),
+            vout: 3,
+        };
         let coinbase = tx(vec![OutPoint::null()], vec![(alice.clone(), 50)]);
-        let spend = tx(vec![funding], vec![(bob.clone(), 30), (op_return, 0), (alice.clone(), 19)]);
+        let spend = tx(
+            vec![funding],
+            vec![(bob.clone(), 30), (op_return, 0), (alice.clone(), 19)],
+        );
         let block = Block {
             header: Header {
                 version: Version::TWO,
@@ -114,32 +171,61 @@ mod tests {
         let input = BlockWithPrevouts {
             height: Height(7),
             block,
-            prevouts: vec![TxOut { value: Amount::from_sat(50), script_pubkey: bob.clone() }],
+            prevouts: vec![TxOut {
+                value: Amount::from_sat(50),
+                script_pubkey: bob.clone(),
+            }],
             size: 0,
         };
         assert!(prevouts_match(&input));
         let rows = block_rows(&input, TxNum(100));
         assert_eq!(rows.indexed.txids.len(), 2);
-        assert_eq!(rows.indexed.rows.len(), 4, "coinbase out, spend in, two spendable outs");
+        assert_eq!(
+            rows.indexed.rows.len(),
+            4,
+            "coinbase out, spend in, two spendable outs"
+        );
         let alice_sh = ScriptHash::from_script(alice.as_bytes());
         let bob_sh = ScriptHash::from_script(bob.as_bytes());
         assert_eq!(rows.touched.len(), 2);
         let decode = |sh: &ScriptHash| -> Vec<HistoryRow> {
-            rows.indexed.rows.iter().filter_map(|(k, v)| HistoryRow::decode(sh, k, v).unwrap()).collect()
+            rows.indexed
+                .rows
+                .iter()
+                .filter_map(|(k, v)| HistoryRow::decode(sh, k, v).unwrap())
+                .collect()
         };
         let bob_rows = decode(&bob_sh);
         assert_eq!(bob_rows.len(), 2);
         assert!(bob_rows.contains(&HistoryRow::funding(TxNum(101), 0, 30)));
         assert!(bob_rows.iter().any(|r| r.tx_num == TxNum(101)
-            && matches!(r.kind, RowKind::Spending { input: 0, prev_vout: 3, .. })));
+            && matches!(
+                r.kind,
+                RowKind::Spending {
+                    input: 0,
+                    prev_vout: 3,
+                    ..
+                }
+            )));
         let alice_rows = decode(&alice_sh);
-        assert_eq!(alice_rows, vec![HistoryRow::funding(TxNum(100), 0, 50), HistoryRow::funding(TxNum(101), 2, 19)]);
+        assert_eq!(
+            alice_rows,
+            vec![
+                HistoryRow::funding(TxNum(100), 0, 50),
+                HistoryRow::funding(TxNum(101), 2, 19)
+            ]
+        );
     }
 
     #[test]
     fn genesis_is_not_indexed() {
         let genesis = bitcoin::constants::genesis_block(bitcoin::Network::Regtest);
-        let input = BlockWithPrevouts { height: Height(0), block: genesis, prevouts: vec![], size: 0 };
+        let input = BlockWithPrevouts {
+            height: Height(0),
+            block: genesis,
+            prevouts: vec![],
+            size: 0,
+        };
         assert!(merkle_root_matches(&input));
         let rows = block_rows(&input, TxNum(0));
         assert!(rows.indexed.rows.is_empty());

@@ -28,7 +28,12 @@ pub struct IndexerConfig {
 
 impl Default for IndexerConfig {
     fn default() -> Self {
-        IndexerConfig { fetch_blocks: 16, batch_rows_max: 2_000_000, batch_blocks_max: 2000, touched_max: 1_000_000 }
+        IndexerConfig {
+            fetch_blocks: 16,
+            batch_rows_max: 2_000_000,
+            batch_blocks_max: 2000,
+            touched_max: 1_000_000,
+        }
     }
 }
 
@@ -64,7 +69,11 @@ pub struct Indexer {
 
 impl Indexer {
     pub fn new(store: Arc<Store>, source: Arc<dyn ChainSource>, config: IndexerConfig) -> Indexer {
-        Indexer { store, source, config }
+        Indexer {
+            store,
+            source,
+            config,
+        }
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -96,7 +105,9 @@ impl Indexer {
     /// Rolls back to the highest block the source still has on its best
     /// chain; returns the number of blocks undone.
     fn undo_stale_blocks(&mut self) -> Result<u32, Error> {
-        let Some((tip, _)) = self.store.tip() else { return Ok(0) };
+        let Some((tip, _)) = self.store.tip() else {
+            return Ok(0);
+        };
         let mut high = tip.0;
         loop {
             let low = high.saturating_sub(63);
@@ -107,13 +118,19 @@ impl Indexer {
             if let Some(i) = matching {
                 let fork = Height(low + i as u32);
                 if fork != tip {
-                    tracing::warn!(fork = fork.0, undone = tip.0 - fork.0, "chain reorganised: undoing blocks");
+                    tracing::warn!(
+                        fork = fork.0,
+                        undone = tip.0 - fork.0,
+                        "chain reorganised: undoing blocks"
+                    );
                     self.store.rollback_to(fork)?;
                 }
                 return Ok(tip.0 - fork.0);
             }
             if low == 0 {
-                return Err(Error::BadBlock("the source's chain shares no block with the index, not even genesis".into()));
+                return Err(Error::BadBlock(
+                    "the source's chain shares no block with the index, not even genesis".into(),
+                ));
             }
             high = low - 1;
         }
@@ -136,11 +153,17 @@ impl Indexer {
                 let mut start = from;
                 while start <= source_height.0 {
                     let count = chunk.min(source_height.0 - start + 1);
-                    let result = source.block_hashes(Height(start), count).map_err(Error::from).and_then(|hashes| {
-                        let wanted: Vec<_> =
-                            hashes.iter().enumerate().map(|(i, h)| (Height(start + i as u32), *h)).collect();
-                        source.blocks(&wanted).map_err(Error::from)
-                    });
+                    let result = source
+                        .block_hashes(Height(start), count)
+                        .map_err(Error::from)
+                        .and_then(|hashes| {
+                            let wanted: Vec<_> = hashes
+                                .iter()
+                                .enumerate()
+                                .map(|(i, h)| (Height(start + i as u32), *h))
+                                .collect();
+                            source.blocks(&wanted).map_err(Error::from)
+                        });
                     let stop = match &result {
                         Ok(blocks) => blocks.len() < count as usize,
                         Err(_) => true,
@@ -221,14 +244,34 @@ impl Indexer {
             }
             let last = batch.last().map(|b| b.height);
             let at_tip = last.is_some_and(|h| h.0 + 8 >= source_height.0);
-            if result.is_err() || batch_rows >= self.config.batch_rows_max || batch.len() >= self.config.batch_blocks_max || at_tip {
-                self.commit(&mut batch, &mut stats, &mut batch_rows, &mut started, at_tip, report, on_batch)?;
+            if result.is_err()
+                || batch_rows >= self.config.batch_rows_max
+                || batch.len() >= self.config.batch_blocks_max
+                || at_tip
+            {
+                self.commit(
+                    &mut batch,
+                    &mut stats,
+                    &mut batch_rows,
+                    &mut started,
+                    at_tip,
+                    report,
+                    on_batch,
+                )?;
             }
             if result.is_err() {
                 break;
             }
         }
-        self.commit(&mut batch, &mut stats, &mut batch_rows, &mut started, true, report, on_batch)?;
+        self.commit(
+            &mut batch,
+            &mut stats,
+            &mut batch_rows,
+            &mut started,
+            true,
+            report,
+            on_batch,
+        )?;
         fetcher.join().expect("fetch thread does not panic");
         if report.all_touched {
             report.touched.clear();
@@ -253,7 +296,9 @@ impl Indexer {
         report: &mut SyncReport,
         on_batch: &mut dyn FnMut(&BatchStats),
     ) -> Result<(), Error> {
-        let Some(last) = batch.last().map(|b| b.height) else { return Ok(()) };
+        let Some(last) = batch.last().map(|b| b.height) else {
+            return Ok(());
+        };
         let _span = tracing::info_span!("index", from = batch[0].height.0, to = last.0).entered();
         self.store.apply(batch, sync)?;
         report.connected += batch.len() as u32;

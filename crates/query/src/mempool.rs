@@ -33,7 +33,10 @@ impl MempoolEntry {
     }
 
     fn scripthashes(&self) -> impl Iterator<Item = ScriptHash> + '_ {
-        self.funding.iter().map(|f| f.0).chain(self.spending.iter().map(|s| s.0))
+        self.funding
+            .iter()
+            .map(|f| f.0)
+            .chain(self.spending.iter().map(|s| s.0))
     }
 }
 
@@ -75,7 +78,12 @@ impl Mempool {
     pub fn entries_for(&self, scripthash: &ScriptHash) -> Vec<Arc<MempoolEntry>> {
         self.by_scripthash
             .get(scripthash)
-            .map(|txids| txids.iter().filter_map(|t| self.entries.get(t).cloned()).collect())
+            .map(|txids| {
+                txids
+                    .iter()
+                    .filter_map(|t| self.entries.get(t).cloned())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -98,7 +106,9 @@ impl Mempool {
 
     /// Removes a transaction (confirmed, replaced or evicted).
     pub(crate) fn remove(&mut self, txid: &Txid, touched: &mut Vec<ScriptHash>) {
-        let Some(entry) = self.entries.remove(txid) else { return };
+        let Some(entry) = self.entries.remove(txid) else {
+            return;
+        };
         for sh in entry.scripthashes() {
             if let Some(set) = self.by_scripthash.get_mut(&sh) {
                 set.remove(txid);
@@ -118,8 +128,11 @@ impl Mempool {
     /// Recomputes the fee histogram (ElectrumX's compaction: bins of at
     /// least 100 kvB, growing by 10%; what remains forms a last bin).
     pub(crate) fn update_histogram(&mut self) {
-        let mut rates: Vec<(f64, u64)> =
-            self.entries.values().map(|e| (e.fee as f64 / e.vsize.max(1) as f64, e.vsize)).collect();
+        let mut rates: Vec<(f64, u64)> = self
+            .entries
+            .values()
+            .map(|e| (e.fee as f64 / e.vsize.max(1) as f64, e.vsize))
+            .collect();
         rates.sort_by(|a, b| b.0.total_cmp(&a.0));
         let mut histogram = Vec::new();
         let mut bin = HISTOGRAM_BIN_VSIZE;

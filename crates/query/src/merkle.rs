@@ -50,7 +50,11 @@ impl MerkleTree {
     /// # Panics
     /// When `index` is out of range (callers check).
     pub fn branch(&self, mut index: usize) -> Vec<TxMerkleNode> {
-        assert!(index < self.leaf_count(), "leaf {index} of {}", self.leaf_count());
+        assert!(
+            index < self.leaf_count(),
+            "leaf {index} of {}",
+            self.leaf_count()
+        );
         let mut branch = Vec::with_capacity(self.levels.len());
         for level in &self.levels[..self.levels.len() - 1] {
             // An odd last node pairs with itself.
@@ -89,7 +93,11 @@ mod tests {
                 let mut idx = i;
                 for node in &branch {
                     let n = node.to_byte_array();
-                    h = if idx % 2 == 0 { parent(&h, &n) } else { parent(&n, &h) };
+                    h = if idx % 2 == 0 {
+                        parent(&h, &n)
+                    } else {
+                        parent(&n, &h)
+                    };
                     idx /= 2;
                 }
                 assert_eq!(h, root.to_byte_array(), "n={n} i={i}");
@@ -108,11 +116,20 @@ mod tests {
         let leaves = [coinbase, txid1, txid2];
         let (branch, _) = merkle_branch(&leaves, 1);
         let shown: Vec<String> = branch.iter().map(ToString::to_string).collect();
-        assert_eq!(shown[0], "9b977e4cc0b2eb44cb5ea2adb30bf6eae892c9a838111031cb49c97d8ad57309");
+        assert_eq!(
+            shown[0],
+            "9b977e4cc0b2eb44cb5ea2adb30bf6eae892c9a838111031cb49c97d8ad57309"
+        );
         let (branch2, _) = merkle_branch(&leaves, 2);
         // The odd last leaf pairs with itself, so its first sibling is itself.
-        assert_eq!(branch2[0].to_string(), "770f2d4371b3fabb902dd9a103e2dd005fcd3971181078fca4a2a1d6ff127b30");
-        assert_eq!(shown[1], "e7a2891bd8f96488681a596f619de4d88a22d3b08a8aee3b44bbdd913e3e3562");
+        assert_eq!(
+            branch2[0].to_string(),
+            "770f2d4371b3fabb902dd9a103e2dd005fcd3971181078fca4a2a1d6ff127b30"
+        );
+        assert_eq!(
+            shown[1],
+            "e7a2891bd8f96488681a596f619de4d88a22d3b08a8aee3b44bbdd913e3e3562"
+        );
         assert_eq!(
             branch2[1].to_string(),
             "ee43317b1b79a9a6b101df711a26d12a88b1419f63db15161a9fdb587fabae63"

@@ -25,7 +25,9 @@ pub struct QueryConfig {
 
 impl Default for QueryConfig {
     fn default() -> Self {
-        QueryConfig { history_entries_max: 500_000 }
+        QueryConfig {
+            history_entries_max: 500_000,
+        }
     }
 }
 
@@ -140,7 +142,9 @@ impl Query {
 
     /// The indexed tip (the genesis block before anything is indexed).
     pub fn tip(&self) -> (Height, BlockHash) {
-        self.store.tip().unwrap_or((Height(0), BlockHash::all_zeros()))
+        self.store
+            .tip()
+            .unwrap_or((Height(0), BlockHash::all_zeros()))
     }
 
     pub fn header(&self, height: Height) -> Option<[u8; 80]> {
@@ -156,19 +160,34 @@ impl Query {
     ///
     /// # Errors
     /// When `height > cp_height` or `cp_height` is beyond the tip.
-    pub fn header_proof(&self, height: Height, cp_height: Height) -> Result<(Vec<TxMerkleNode>, TxMerkleNode), Error> {
+    pub fn header_proof(
+        &self,
+        height: Height,
+        cp_height: Height,
+    ) -> Result<(Vec<TxMerkleNode>, TxMerkleNode), Error> {
         let tip = self.tip().0;
         if cp_height > tip {
             return Err(Error::BlockNotFound(cp_height));
         }
         if height > cp_height {
-            return Err(Error::Internal(format!("height {height} is above cp_height {cp_height}")));
+            return Err(Error::Internal(format!(
+                "height {height} is above cp_height {cp_height}"
+            )));
         }
         let mut cache = self.header_tree.lock().expect("header tree lock poisoned");
         let tree = match cache.as_ref() {
-            Some((cp, tree)) if *cp == cp_height.0 && self.store.block_hash(cp_height).is_some() => Arc::clone(tree),
+            Some((cp, tree))
+                if *cp == cp_height.0 && self.store.block_hash(cp_height).is_some() =>
+            {
+                Arc::clone(tree)
+            }
             _ => {
-                let leaves = self.store.block_hashes(Height(0), cp_height).iter().map(|h| h.to_byte_array()).collect();
+                let leaves = self
+                    .store
+                    .block_hashes(Height(0), cp_height)
+                    .iter()
+                    .map(|h| h.to_byte_array())
+                    .collect();
                 let tree = Arc::new(MerkleTree::new(leaves));
                 *cache = Some((cp_height.0, Arc::clone(&tree)));
                 tree
@@ -182,7 +201,9 @@ impl Query {
     fn rows(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryRow>, Error> {
         self.store
             .history(scripthash, self.config.history_entries_max)?
-            .ok_or(Error::HistoryTooLarge { limit: self.config.history_entries_max })
+            .ok_or(Error::HistoryTooLarge {
+                limit: self.config.history_entries_max,
+            })
     }
 
     /// The confirmed history then the mempool part, in protocol order.
@@ -203,7 +224,11 @@ impl Query {
                 .store
                 .locate(row.tx_num)
                 .ok_or_else(|| Error::Internal(format!("tx_num {} beyond the tip", row.tx_num)))?;
-            history.push(HistoryEntry { txid: self.store.txid(row.tx_num)?, height: i64::from(height.0), fee: None });
+            history.push(HistoryEntry {
+                txid: self.store.txid(row.tx_num)?,
+                height: i64::from(height.0),
+                fee: None,
+            });
         }
         history.extend(self.mempool_history(scripthash)?);
         Ok(history)
@@ -221,7 +246,11 @@ impl Query {
             .entries_for(scripthash)
             .iter()
             .map(|e| {
-                let entry = HistoryEntry { txid: e.txid, height: e.height(), fee: Some(e.fee) };
+                let entry = HistoryEntry {
+                    txid: e.txid,
+                    height: e.height(),
+                    fee: Some(e.fee),
+                };
                 (-e.height(), e.txid.to_string(), entry)
             })
             .collect();
@@ -235,7 +264,9 @@ impl Query {
     /// History too large, or a store error.
     pub fn status(&self, scripthash: &ScriptHash) -> Result<Option<StatusHash>, Error> {
         let history = self.history(scripthash)?;
-        Ok(StatusHash::of_history(history.iter().map(|e| (&e.txid, e.height))))
+        Ok(StatusHash::of_history(
+            history.iter().map(|e| (&e.txid, e.height)),
+        ))
     }
 
     /// The confirmed outputs of a script, each marked spent or not by the
@@ -244,7 +275,8 @@ impl Query {
         let rows = self.rows(scripthash)?;
         let mut funding = Vec::new();
         // (spent txid prefix, vout) -> indexes into `funding`.
-        let mut by_outpoint: HashMap<([u8; SPENT_TXID_PREFIX_LEN], u32), Vec<usize>> = HashMap::new();
+        let mut by_outpoint: HashMap<([u8; SPENT_TXID_PREFIX_LEN], u32), Vec<usize>> =
+            HashMap::new();
         let mut spends = Vec::new();
         for row in rows {
             match row.kind {
@@ -252,10 +284,23 @@ impl Query {
                     let txid = self.store.txid(row.tx_num)?;
                     let mut prefix = [0u8; SPENT_TXID_PREFIX_LEN];
                     prefix.copy_from_slice(&txid.as_byte_array()[..SPENT_TXID_PREFIX_LEN]);
-                    by_outpoint.entry((prefix, vout)).or_default().push(funding.len());
-                    funding.push(Funding { tx_num: row.tx_num, txid, vout, value: amount, spent: false });
+                    by_outpoint
+                        .entry((prefix, vout))
+                        .or_default()
+                        .push(funding.len());
+                    funding.push(Funding {
+                        tx_num: row.tx_num,
+                        txid,
+                        vout,
+                        value: amount,
+                        spent: false,
+                    });
                 }
-                RowKind::Spending { input, prev_txid_prefix, prev_vout } => {
+                RowKind::Spending {
+                    input,
+                    prev_txid_prefix,
+                    prev_vout,
+                } => {
                     spends.push((row.tx_num, input, prev_txid_prefix, prev_vout));
                 }
             }
@@ -295,13 +340,26 @@ impl Query {
             .store
             .locate(tx_num)
             .ok_or_else(|| Error::Internal(format!("tx_num {tx_num} beyond the tip")))?;
-        let block_hash = self.store.block_hash(height).ok_or(Error::BlockNotFound(height))?;
-        Ok(TxLocation { block_hash, height, position })
+        let block_hash = self
+            .store
+            .block_hash(height)
+            .ok_or(Error::BlockNotFound(height))?;
+        Ok(TxLocation {
+            block_hash,
+            height,
+            position,
+        })
     }
 
     fn confirmed_transaction(&self, txid: &Txid, tx_num: TxNum) -> Result<Transaction, Error> {
-        let raw = self.source.transaction(txid, Some(self.location(tx_num)?))?;
-        deserialize(&raw).map_err(|e| Error::Internal(format!("transaction {txid} from the node does not parse: {e}")))
+        let raw = self
+            .source
+            .transaction(txid, Some(self.location(tx_num)?))?;
+        deserialize(&raw).map_err(|e| {
+            Error::Internal(format!(
+                "transaction {txid} from the node does not parse: {e}"
+            ))
+        })
     }
 
     /// Confirmed and unconfirmed balance of `scripthash`.
@@ -309,14 +367,32 @@ impl Query {
     /// # Errors
     /// History too large, or a store or node error.
     pub fn balance(&self, scripthash: &ScriptHash) -> Result<Balance, Error> {
-        let confirmed = self.confirmed_outputs(scripthash)?.iter().filter(|f| !f.spent).map(|f| f.value).sum();
+        let confirmed = self
+            .confirmed_outputs(scripthash)?
+            .iter()
+            .filter(|f| !f.spent)
+            .map(|f| f.value)
+            .sum();
         let mempool = self.mempool();
         let mut unconfirmed = 0i64;
         for entry in mempool.entries_for(scripthash) {
-            unconfirmed += entry.funding.iter().filter(|f| f.0 == *scripthash).map(|f| f.2 as i64).sum::<i64>();
-            unconfirmed -= entry.spending.iter().filter(|s| s.0 == *scripthash).map(|s| s.2 as i64).sum::<i64>();
+            unconfirmed += entry
+                .funding
+                .iter()
+                .filter(|f| f.0 == *scripthash)
+                .map(|f| f.2 as i64)
+                .sum::<i64>();
+            unconfirmed -= entry
+                .spending
+                .iter()
+                .filter(|s| s.0 == *scripthash)
+                .map(|s| s.2 as i64)
+                .sum::<i64>();
         }
-        Ok(Balance { confirmed, unconfirmed })
+        Ok(Balance {
+            confirmed,
+            unconfirmed,
+        })
     }
 
     /// Unspent outputs of `scripthash`: confirmed ones in chain order (minus
@@ -329,17 +405,46 @@ impl Query {
         let mempool = self.mempool();
         let mut utxos = Vec::new();
         for f in outputs.iter().filter(|f| !f.spent) {
-            if mempool.spender(&OutPoint { txid: f.txid, vout: f.vout }).is_some() {
+            if mempool
+                .spender(&OutPoint {
+                    txid: f.txid,
+                    vout: f.vout,
+                })
+                .is_some()
+            {
                 continue;
             }
-            let (height, _) = self.store.locate(f.tx_num).expect("funding rows are below the tip");
-            utxos.push(Utxo { txid: f.txid, vout: f.vout, height: height.0, value: f.value });
+            let (height, _) = self
+                .store
+                .locate(f.tx_num)
+                .expect("funding rows are below the tip");
+            utxos.push(Utxo {
+                txid: f.txid,
+                vout: f.vout,
+                height: height.0,
+                value: f.value,
+            });
         }
         let mut unconfirmed: BTreeMap<(String, u32), Utxo> = BTreeMap::new();
         for entry in mempool.entries_for(scripthash) {
             for &(sh, vout, value) in &entry.funding {
-                if sh == *scripthash && mempool.spender(&OutPoint { txid: entry.txid, vout }).is_none() {
-                    unconfirmed.insert((entry.txid.to_string(), vout), Utxo { txid: entry.txid, vout, height: 0, value });
+                if sh == *scripthash
+                    && mempool
+                        .spender(&OutPoint {
+                            txid: entry.txid,
+                            vout,
+                        })
+                        .is_none()
+                {
+                    unconfirmed.insert(
+                        (entry.txid.to_string(), vout),
+                        Utxo {
+                            txid: entry.txid,
+                            vout,
+                            height: 0,
+                            value,
+                        },
+                    );
                 }
             }
         }
@@ -355,8 +460,13 @@ impl Query {
         if let Some(entry) = self.mempool().get(txid) {
             return Ok(serialize(&entry.tx));
         }
-        let tx_num = self.store.find_tx_num(txid)?.ok_or(Error::TxNotFound(*txid))?;
-        Ok(self.source.transaction(txid, Some(self.location(tx_num)?))?)
+        let tx_num = self
+            .store
+            .find_tx_num(txid)?
+            .ok_or(Error::TxNotFound(*txid))?;
+        Ok(self
+            .source
+            .transaction(txid, Some(self.location(tx_num)?))?)
     }
 
     /// The node's verbose JSON of a transaction.
@@ -377,7 +487,10 @@ impl Query {
     /// # Errors
     /// When the transaction is not confirmed (at `height`, if given).
     pub fn merkle(&self, txid: &Txid, height: Option<Height>) -> Result<TxMerkle, Error> {
-        let tx_num = self.store.find_tx_num(txid)?.ok_or(Error::TxNotFound(*txid))?;
+        let tx_num = self
+            .store
+            .find_tx_num(txid)?
+            .ok_or(Error::TxNotFound(*txid))?;
         let location = self.location(tx_num)?;
         if height.is_some_and(|h| h != location.height) {
             return Err(Error::Internal(format!(
@@ -386,21 +499,35 @@ impl Query {
             )));
         }
         let branch = self.block_branch(location.height, location.position)?.1;
-        Ok(TxMerkle { block_height: location.height, block_hash: location.block_hash, pos: location.position, branch })
+        Ok(TxMerkle {
+            block_height: location.height,
+            block_hash: location.block_hash,
+            pos: location.position,
+            branch,
+        })
     }
 
     /// The txid at `pos` in block `height`, with its merkle branch.
     ///
     /// # Errors
     /// When there is no such block or position.
-    pub fn id_from_pos(&self, height: Height, pos: u32) -> Result<(Txid, Vec<TxMerkleNode>), Error> {
+    pub fn id_from_pos(
+        &self,
+        height: Height,
+        pos: u32,
+    ) -> Result<(Txid, Vec<TxMerkleNode>), Error> {
         self.block_branch(height, pos)
     }
 
     fn block_branch(&self, height: Height, pos: u32) -> Result<(Txid, Vec<TxMerkleNode>), Error> {
-        let range = self.store.block_tx_nums(height).ok_or(Error::BlockNotFound(height))?;
+        let range = self
+            .store
+            .block_tx_nums(height)
+            .ok_or(Error::BlockNotFound(height))?;
         if u64::from(pos) >= range.end - range.start {
-            return Err(Error::Internal(format!("block {height} has no transaction at position {pos}")));
+            return Err(Error::Internal(format!(
+                "block {height} has no transaction at position {pos}"
+            )));
         }
         let txids = self.store.txids(range)?;
         let txid = txids[pos as usize];
@@ -450,7 +577,11 @@ impl Query {
     /// When the node cannot be reached.
     pub fn mempool_info(&self) -> Result<MempoolInfo, Error> {
         let relay = self.relay_fee()?;
-        Ok(MempoolInfo { mempoolminfee: relay, minrelaytxfee: relay, incrementalrelayfee: relay })
+        Ok(MempoolInfo {
+            mempoolminfee: relay,
+            minrelaytxfee: relay,
+            incrementalrelayfee: relay,
+        })
     }
 
     /// A mempool entry, for callers that need its details.

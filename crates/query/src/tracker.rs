@@ -29,7 +29,10 @@ impl Tracker {
     ///
     /// # Errors
     /// What the indexer returns; the mempool is then left as it was.
-    pub fn update(&mut self, on_batch: &mut dyn FnMut(&BatchStats)) -> Result<(), osprey_indexer::Error> {
+    pub fn update(
+        &mut self,
+        on_batch: &mut dyn FnMut(&BatchStats),
+    ) -> Result<(), osprey_indexer::Error> {
         let first_new_tx = self.query.store().tx_count();
         let report = self.indexer.sync(on_batch)?;
         let mut touched = report.touched;
@@ -39,13 +42,17 @@ impl Tracker {
             // mempool poll.
             let store = self.query.store();
             let start = first_new_tx.min(store.tx_count());
-            let confirmed = store.txids(start..store.tx_count()).map_err(osprey_indexer::Error::Store)?;
+            let confirmed = store
+                .txids(start..store.tx_count())
+                .map_err(osprey_indexer::Error::Store)?;
             let mut mempool = self.query.mempool.write().expect("mempool lock poisoned");
             for txid in confirmed {
                 mempool.remove(&txid, &mut touched);
             }
         }
-        let mempool_touched = self.update_mempool().map_err(osprey_indexer::Error::Chain)?;
+        let mempool_touched = self
+            .update_mempool()
+            .map_err(osprey_indexer::Error::Chain)?;
         touched.extend(mempool_touched);
         touched.sort_unstable();
         touched.dedup();
@@ -61,7 +68,11 @@ impl Tracker {
             }
         }
         if new_tip.is_some() || !touched.is_empty() || report.all_touched {
-            self.query.publish(Change { new_tip, scripthashes: touched, all_scripthashes: report.all_touched });
+            self.query.publish(Change {
+                new_tip,
+                scripthashes: touched,
+                all_scripthashes: report.all_touched,
+            });
         }
         Ok(())
     }
@@ -72,8 +83,16 @@ impl Tracker {
         let current: HashSet<Txid> = source.mempool_txids()?.into_iter().collect();
         let (removed, added): (Vec<Txid>, Vec<Txid>) = {
             let mempool = self.query.mempool();
-            let removed = mempool.txids().filter(|t| !current.contains(*t)).copied().collect();
-            let added = current.iter().filter(|t| mempool.get(t).is_none()).copied().collect();
+            let removed = mempool
+                .txids()
+                .filter(|t| !current.contains(*t))
+                .copied()
+                .collect();
+            let added = current
+                .iter()
+                .filter(|t| mempool.get(t).is_none())
+                .copied()
+                .collect();
             (removed, added)
         };
         let mut touched = Vec::new();
@@ -99,7 +118,8 @@ impl Tracker {
     /// resolved yet (a parent in a block not indexed yet) wait for the next
     /// poll.
     fn resolve(&self, new_txs: Vec<MempoolTx>) -> Result<Vec<MempoolEntry>, osprey_chain::Error> {
-        let new_by_txid: HashMap<Txid, &Transaction> = new_txs.iter().map(|m| (m.txid, &m.tx)).collect();
+        let new_by_txid: HashMap<Txid, &Transaction> =
+            new_txs.iter().map(|m| (m.txid, &m.tx)).collect();
         let mut confirmed_cache: HashMap<Txid, Option<Transaction>> = HashMap::new();
         let mut entries = Vec::with_capacity(new_txs.len());
         'txs: for MempoolTx { txid, tx } in &new_txs {
@@ -112,7 +132,10 @@ impl Tracker {
                     .get(&op.txid)
                     .and_then(|t| t.output.get(op.vout as usize).cloned())
                     .or_else(|| {
-                        self.query.mempool().get(&op.txid).and_then(|e| e.tx.output.get(op.vout as usize).cloned())
+                        self.query
+                            .mempool()
+                            .get(&op.txid)
+                            .and_then(|e| e.tx.output.get(op.vout as usize).cloned())
                     });
                 let out = match from_mempool {
                     Some(out) => {
@@ -138,7 +161,11 @@ impl Tracker {
                     }
                 };
                 input_value += out.value.to_sat();
-                spending.push((ScriptHash::from_script(out.script_pubkey.as_bytes()), op, out.value.to_sat()));
+                spending.push((
+                    ScriptHash::from_script(out.script_pubkey.as_bytes()),
+                    op,
+                    out.value.to_sat(),
+                ));
             }
             let output_value: u64 = tx.output.iter().map(|o| o.value.to_sat()).sum();
             let funding = tx
@@ -146,7 +173,13 @@ impl Tracker {
                 .iter()
                 .enumerate()
                 .filter(|(_, o)| !o.script_pubkey.is_op_return())
-                .map(|(vout, o)| (ScriptHash::from_script(o.script_pubkey.as_bytes()), vout as u32, o.value.to_sat()))
+                .map(|(vout, o)| {
+                    (
+                        ScriptHash::from_script(o.script_pubkey.as_bytes()),
+                        vout as u32,
+                        o.value.to_sat(),
+                    )
+                })
                 .collect();
             entries.push(MempoolEntry {
                 txid: *txid,
@@ -163,10 +196,20 @@ impl Tracker {
 
     fn confirmed_parent(&self, txid: &Txid) -> Result<Option<Transaction>, osprey_chain::Error> {
         let store = self.query.store();
-        let Ok(Some(tx_num)) = store.find_tx_num(txid) else { return Ok(None) };
-        let Some((height, position)) = store.locate(tx_num) else { return Ok(None) };
-        let Some(block_hash) = store.block_hash(height) else { return Ok(None) };
-        let location = osprey_chain::TxLocation { block_hash, height: Height(height.0), position };
+        let Ok(Some(tx_num)) = store.find_tx_num(txid) else {
+            return Ok(None);
+        };
+        let Some((height, position)) = store.locate(tx_num) else {
+            return Ok(None);
+        };
+        let Some(block_hash) = store.block_hash(height) else {
+            return Ok(None);
+        };
+        let location = osprey_chain::TxLocation {
+            block_hash,
+            height: Height(height.0),
+            position,
+        };
         let raw = self.query.source().transaction(txid, Some(location))?;
         Ok(bitcoin::consensus::deserialize(&raw).ok())
     }

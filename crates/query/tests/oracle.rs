@@ -21,22 +21,38 @@ use osprey_store::{Store, StoreConfig};
 use std::sync::Arc;
 
 fn seed() -> u64 {
-    std::env::var("OSPREY_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(11)
+    std::env::var("OSPREY_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(11)
 }
 
 #[test]
 fn indexed_chain_matches_the_manifest() {
     let seed = seed();
     let dir = tempfile::tempdir().unwrap();
-    let config = Config { preset: "tiny".into(), seed, shape: Preset::Tiny.shape() };
+    let config = Config {
+        preset: "tiny".into(),
+        seed,
+        shape: Preset::Tiny.shape(),
+    };
     let (manifest, _) = generate(config, &dir.path().join("chain"), &mut |_| {}).unwrap();
 
     let source: Arc<dyn ChainSource> =
         Arc::new(BlkFiles::open(&dir.path().join("chain/blocks"), Network::Regtest).unwrap());
-    let store = Arc::new(Store::open(&dir.path().join("db"), "regtest", StoreConfig::default()).unwrap());
-    let indexer_config = IndexerConfig { fetch_blocks: 7, batch_blocks_max: 50, ..IndexerConfig::default() };
+    let store =
+        Arc::new(Store::open(&dir.path().join("db"), "regtest", StoreConfig::default()).unwrap());
+    let indexer_config = IndexerConfig {
+        fetch_blocks: 7,
+        batch_blocks_max: 50,
+        ..IndexerConfig::default()
+    };
     let indexer = Indexer::new(Arc::clone(&store), Arc::clone(&source), indexer_config);
-    let query = Arc::new(Query::new(Arc::clone(&store), source, QueryConfig::default()));
+    let query = Arc::new(Query::new(
+        Arc::clone(&store),
+        source,
+        QueryConfig::default(),
+    ));
     let mut tracker = Tracker::new(indexer, Arc::clone(&query));
     let mut batches = 0;
     tracker.update(&mut |_| batches += 1).unwrap();
@@ -51,23 +67,44 @@ fn indexed_chain_matches_the_manifest() {
     for address in &manifest.wallet.addresses {
         let sh: ScriptHash = address.scripthash.parse().unwrap();
         let history = query.history(&sh).unwrap();
-        let got: Vec<(String, u32)> = history.iter().map(|e| (e.txid.to_string(), e.height as u32)).collect();
-        assert_eq!(got, address.history, "history of {} (seed {seed})", address.address);
+        let got: Vec<(String, u32)> = history
+            .iter()
+            .map(|e| (e.txid.to_string(), e.height as u32))
+            .collect();
+        assert_eq!(
+            got, address.history,
+            "history of {} (seed {seed})",
+            address.address
+        );
         let status = query.status(&sh).unwrap();
         let expected = StatusHash::of_history(history.iter().map(|e| (&e.txid, e.height)));
         assert_eq!(status, expected);
         let balance = query.balance(&sh).unwrap();
-        assert_eq!(balance.confirmed, address.balance, "balance of {} (seed {seed})", address.address);
+        assert_eq!(
+            balance.confirmed, address.balance,
+            "balance of {} (seed {seed})",
+            address.address
+        );
         assert_eq!(balance.unconfirmed, 0);
         let unspent = query.unspent(&sh).unwrap();
-        assert_eq!(unspent.len() as u32, address.utxo_count, "utxos of {} (seed {seed})", address.address);
-        assert_eq!(unspent.iter().map(|u| u.value).sum::<u64>(), address.balance);
+        assert_eq!(
+            unspent.len() as u32,
+            address.utxo_count,
+            "utxos of {} (seed {seed})",
+            address.address
+        );
+        assert_eq!(
+            unspent.iter().map(|u| u.value).sum::<u64>(),
+            address.balance
+        );
 
         for entry in &history {
             let raw = query.transaction(&entry.txid).unwrap();
             let tx: bitcoin::Transaction = bitcoin::consensus::deserialize(&raw).unwrap();
             assert_eq!(tx.compute_txid(), entry.txid);
-            let proof = query.merkle(&entry.txid, Some(Height(entry.height as u32))).unwrap();
+            let proof = query
+                .merkle(&entry.txid, Some(Height(entry.height as u32)))
+                .unwrap();
             let mut hash = entry.txid.to_byte_array();
             let mut pos = proof.pos;
             for node in &proof.branch {
@@ -103,15 +140,37 @@ fn indexed_chain_matches_the_manifest() {
 #[test]
 fn history_limit_is_an_error_not_a_truncation() {
     let dir = tempfile::tempdir().unwrap();
-    let config = Config { preset: "tiny".into(), seed: seed(), shape: Preset::Tiny.shape() };
+    let config = Config {
+        preset: "tiny".into(),
+        seed: seed(),
+        shape: Preset::Tiny.shape(),
+    };
     let (manifest, _) = generate(config, &dir.path().join("chain"), &mut |_| {}).unwrap();
     let source: Arc<dyn ChainSource> =
         Arc::new(BlkFiles::open(&dir.path().join("chain/blocks"), Network::Regtest).unwrap());
-    let store = Arc::new(Store::open(&dir.path().join("db"), "regtest", StoreConfig::default()).unwrap());
-    let indexer = Indexer::new(Arc::clone(&store), Arc::clone(&source), IndexerConfig::default());
-    let query = Arc::new(Query::new(store, source, QueryConfig { history_entries_max: 1 }));
-    Tracker::new(indexer, Arc::clone(&query)).update(&mut |_| {}).unwrap();
-    let busy = manifest.wallet.addresses.iter().find(|a| a.history.len() >= 2).expect("a reused address");
+    let store =
+        Arc::new(Store::open(&dir.path().join("db"), "regtest", StoreConfig::default()).unwrap());
+    let indexer = Indexer::new(
+        Arc::clone(&store),
+        Arc::clone(&source),
+        IndexerConfig::default(),
+    );
+    let query = Arc::new(Query::new(
+        store,
+        source,
+        QueryConfig {
+            history_entries_max: 1,
+        },
+    ));
+    Tracker::new(indexer, Arc::clone(&query))
+        .update(&mut |_| {})
+        .unwrap();
+    let busy = manifest
+        .wallet
+        .addresses
+        .iter()
+        .find(|a| a.history.len() >= 2)
+        .expect("a reused address");
     let sh: ScriptHash = busy.scripthash.parse().unwrap();
     let err = query.history(&sh).unwrap_err();
     assert!(err.to_string().contains("history too large"), "{err}");

@@ -61,13 +61,23 @@ pub struct HistoryRow {
 
 impl HistoryRow {
     pub fn funding(tx_num: TxNum, vout: u32, amount: u64) -> HistoryRow {
-        HistoryRow { tx_num, kind: RowKind::Funding { vout, amount } }
+        HistoryRow {
+            tx_num,
+            kind: RowKind::Funding { vout, amount },
+        }
     }
 
     pub fn spending(tx_num: TxNum, input: u32, prev_txid: &Txid, prev_vout: u32) -> HistoryRow {
         let mut prefix = [0u8; SPENT_TXID_PREFIX_LEN];
         prefix.copy_from_slice(&prev_txid.as_byte_array()[..SPENT_TXID_PREFIX_LEN]);
-        HistoryRow { tx_num, kind: RowKind::Spending { input, prev_txid_prefix: prefix, prev_vout } }
+        HistoryRow {
+            tx_num,
+            kind: RowKind::Spending {
+                input,
+                prev_txid_prefix: prefix,
+                prev_vout,
+            },
+        }
     }
 
     /// Encodes the row of `scripthash` as a (key, value) pair.
@@ -82,7 +92,11 @@ impl HistoryRow {
                 write_varint(&mut key, u64::from(vout) << 1);
                 write_varint(&mut value, amount);
             }
-            RowKind::Spending { input, prev_txid_prefix, prev_vout } => {
+            RowKind::Spending {
+                input,
+                prev_txid_prefix,
+                prev_vout,
+            } => {
                 write_varint(&mut key, (u64::from(input) << 1) | 1);
                 value.extend_from_slice(&prev_txid_prefix);
                 write_varint(&mut value, u64::from(prev_vout));
@@ -118,7 +132,10 @@ impl HistoryRow {
         let index = u32::try_from(tagged >> 1).map_err(|_| bad())?;
         let mut rest = &value[CHECK_LEN..];
         let kind = if tagged & 1 == 0 {
-            RowKind::Funding { vout: index, amount: read_varint(&mut rest).ok_or_else(bad)? }
+            RowKind::Funding {
+                vout: index,
+                amount: read_varint(&mut rest).ok_or_else(bad)?,
+            }
         } else {
             if rest.len() < SPENT_TXID_PREFIX_LEN {
                 return Err(bad());
@@ -126,8 +143,13 @@ impl HistoryRow {
             let mut prefix = [0u8; SPENT_TXID_PREFIX_LEN];
             prefix.copy_from_slice(&rest[..SPENT_TXID_PREFIX_LEN]);
             rest = &rest[SPENT_TXID_PREFIX_LEN..];
-            let prev_vout = u32::try_from(read_varint(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
-            RowKind::Spending { input: index, prev_txid_prefix: prefix, prev_vout }
+            let prev_vout =
+                u32::try_from(read_varint(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
+            RowKind::Spending {
+                input: index,
+                prev_txid_prefix: prefix,
+                prev_vout,
+            }
         };
         if !key_rest.is_empty() || !rest.is_empty() {
             return Err(bad());
@@ -212,7 +234,9 @@ mod tests {
 
     #[test]
     fn rows_round_trip() {
-        let txid: Txid = "a6c9c361bd0bc536d6a22648efbf8f9b200e425ef6c3a7a9669dc444c532a347".parse().unwrap();
+        let txid: Txid = "a6c9c361bd0bc536d6a22648efbf8f9b200e425ef6c3a7a9669dc444c532a347"
+            .parse()
+            .unwrap();
         let s = sh(1, 2);
         for row in [
             HistoryRow::funding(TxNum(0), 0, 0),

@@ -20,10 +20,20 @@ pub(crate) struct FlatFile {
 
 impl FlatFile {
     pub(crate) fn open(path: &Path, record_len: usize) -> io::Result<FlatFile> {
-        let file = OpenOptions::new().read(true).append(true).create(true).open(path)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)?;
         let len = file.metadata()?.len();
         let record_len = record_len as u64;
-        Ok(FlatFile { path: path.to_path_buf(), file, record_len, records: len / record_len, pending: Vec::new() })
+        Ok(FlatFile {
+            path: path.to_path_buf(),
+            file,
+            record_len,
+            records: len / record_len,
+            pending: Vec::new(),
+        })
     }
 
     /// Records on disk plus those appended but not yet flushed.
@@ -32,7 +42,12 @@ impl FlatFile {
     }
 
     pub(crate) fn append(&mut self, record: &[u8]) {
-        assert_eq!(record.len() as u64, self.record_len, "{}: wrong record size", self.path.display());
+        assert_eq!(
+            record.len() as u64,
+            self.record_len,
+            "{}: wrong record size",
+            self.path.display()
+        );
         self.pending.extend_from_slice(record);
     }
 
@@ -70,7 +85,10 @@ impl FlatFile {
         if index + count > self.records {
             // Still in the pending buffer (only within the writer's batch).
             let start = index.checked_sub(self.records).ok_or_else(|| {
-                io::Error::new(io::ErrorKind::UnexpectedEof, "read spans flushed and pending records")
+                io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "read spans flushed and pending records",
+                )
             })?;
             let start = (start * self.record_len) as usize;
             let src = self.pending.get(start..start + out.len()).ok_or_else(|| {

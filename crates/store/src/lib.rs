@@ -54,13 +54,24 @@ pub enum Error {
     #[error("database error: {0}")]
     Db(#[from] rocksdb::Error),
     #[error("index file {path}: {source}")]
-    File { path: PathBuf, source: std::io::Error },
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Codec(#[from] CodecError),
     #[error("index at {path} has format {found}, this build writes format {expected}: delete it or start with --reindex")]
-    Schema { path: PathBuf, found: String, expected: String },
+    Schema {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
     #[error("index at {path} is for network {found}, not {expected}")]
-    Network { path: PathBuf, found: String, expected: String },
+    Network {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
     #[error("index is inconsistent: {0}")]
     Corrupt(String),
     #[error("cannot undo block {height}: its undo data was pruned (reorg deeper than --reorg-depth-max); rebuild with --reindex")]
@@ -81,7 +92,10 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig { reorg_depth_max: 1000, cache_bytes: 256 << 20 }
+        StoreConfig {
+            reorg_depth_max: 1000,
+            cache_bytes: 256 << 20,
+        }
     }
 }
 
@@ -223,24 +237,44 @@ impl Store {
             )));
         }
         let truncated = files.headers.len() > blocks;
-        files.headers.truncate(blocks).map_err(file_err(&dir.join("headers.dat")))?;
-        files.txcounts.truncate(blocks).map_err(file_err(&dir.join("txcounts.dat")))?;
+        files
+            .headers
+            .truncate(blocks)
+            .map_err(file_err(&dir.join("headers.dat")))?;
+        files
+            .txcounts
+            .truncate(blocks)
+            .map_err(file_err(&dir.join("txcounts.dat")))?;
 
         let mut raw = vec![0u8; blocks as usize * 80];
-        files.headers.read_many(0, &mut raw).map_err(file_err(&dir.join("headers.dat")))?;
+        files
+            .headers
+            .read_many(0, &mut raw)
+            .map_err(file_err(&dir.join("headers.dat")))?;
         let headers: Vec<Header> = raw
             .chunks_exact(80)
             .map(|c| deserialize(c).map_err(|e| Error::Corrupt(format!("bad header: {e}"))))
             .collect::<Result<_>>()?;
         let mut raw = vec![0u8; blocks as usize * 8];
-        files.txcounts.read_many(0, &mut raw).map_err(file_err(&dir.join("txcounts.dat")))?;
-        let tx_counts: Vec<u64> =
-            raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk"))).collect();
+        files
+            .txcounts
+            .read_many(0, &mut raw)
+            .map_err(file_err(&dir.join("txcounts.dat")))?;
+        let tx_counts: Vec<u64> = raw
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk")))
+            .collect();
         let txs = tx_counts.last().copied().unwrap_or(0);
         if files.txids.len() < txs {
-            return Err(Error::Corrupt(format!("{} txids on file, {txs} expected", files.txids.len())));
+            return Err(Error::Corrupt(format!(
+                "{} txids on file, {txs} expected",
+                files.txids.len()
+            )));
         }
-        files.txids.truncate(txs).map_err(file_err(&dir.join("txids.dat")))?;
+        files
+            .txids
+            .truncate(txs)
+            .map_err(file_err(&dir.join("txids.dat")))?;
         if truncated {
             tracing::info!(blocks, "cut flat files back to the committed tip");
         }
@@ -249,7 +283,11 @@ impl Store {
             db,
             path: dir.to_path_buf(),
             config,
-            chain: RwLock::new(Chain { headers, hashes, tx_counts }),
+            chain: RwLock::new(Chain {
+                headers,
+                hashes,
+                tx_counts,
+            }),
             files: RwLock::new(files),
         })
     }
@@ -265,7 +303,10 @@ impl Store {
     /// The committed tip, or `None` for an empty index.
     pub fn tip(&self) -> Option<(Height, BlockHash)> {
         let chain = self.chain();
-        chain.hashes.last().map(|h| (Height(chain.hashes.len() as u32 - 1), *h))
+        chain
+            .hashes
+            .last()
+            .map(|h| (Height(chain.hashes.len() as u32 - 1), *h))
     }
 
     pub fn header(&self, height: Height) -> Option<Header> {
@@ -291,20 +332,32 @@ impl Store {
     pub fn block_hashes(&self, start: Height, end: Height) -> Vec<BlockHash> {
         let chain = self.chain();
         let to = (end.as_usize() + 1).min(chain.hashes.len());
-        chain.hashes.get(start.as_usize()..to).map(<[_]>::to_vec).unwrap_or_default()
+        chain
+            .hashes
+            .get(start.as_usize()..to)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default()
     }
 
     pub fn height_of(&self, hash: &BlockHash) -> Option<Height> {
         let chain = self.chain();
         // Lookups are for recent blocks (reorg handling), so search from the tip.
-        chain.hashes.iter().rposition(|h| h == hash).map(|i| Height(i as u32))
+        chain
+            .hashes
+            .iter()
+            .rposition(|h| h == hash)
+            .map(|i| Height(i as u32))
     }
 
     /// The tx_nums of the block at `height`: `first..end`.
     pub fn block_tx_nums(&self, height: Height) -> Option<std::ops::Range<u64>> {
         let chain = self.chain();
         let end = *chain.tx_counts.get(height.as_usize())?;
-        let first = if height.0 == 0 { 0 } else { chain.tx_counts[height.as_usize() - 1] };
+        let first = if height.0 == 0 {
+            0
+        } else {
+            chain.tx_counts[height.as_usize() - 1]
+        };
         Some(first..end)
     }
 
@@ -317,7 +370,11 @@ impl Store {
     pub fn locate(&self, tx_num: TxNum) -> Option<(Height, u32)> {
         let chain = self.chain();
         let h = chain.tx_counts.partition_point(|&count| count <= tx_num.0);
-        let first = if h == 0 { 0 } else { *chain.tx_counts.get(h - 1)? };
+        let first = if h == 0 {
+            0
+        } else {
+            *chain.tx_counts.get(h - 1)?
+        };
         chain.tx_counts.get(h)?;
         Some((Height(h as u32), (tx_num.0 - first) as u32))
     }
@@ -332,7 +389,10 @@ impl Store {
         files
             .txids
             .read(tx_num.0, &mut buf)
-            .map_err(|source| Error::File { path: self.path.join("txids.dat"), source })?;
+            .map_err(|source| Error::File {
+                path: self.path.join("txids.dat"),
+                source,
+            })?;
         Ok(Txid::from_byte_array(buf))
     }
 
@@ -346,8 +406,14 @@ impl Store {
         files
             .txids
             .read_many(range.start, &mut buf)
-            .map_err(|source| Error::File { path: self.path.join("txids.dat"), source })?;
-        Ok(buf.chunks_exact(32).map(|c| Txid::from_byte_array(c.try_into().expect("32 bytes"))).collect())
+            .map_err(|source| Error::File {
+                path: self.path.join("txids.dat"),
+                source,
+            })?;
+        Ok(buf
+            .chunks_exact(32)
+            .map(|c| Txid::from_byte_array(c.try_into().expect("32 bytes")))
+            .collect())
     }
 
     /// Finds the tx_num of a confirmed transaction. Every prefix match is
@@ -378,7 +444,11 @@ impl Store {
     ///
     /// # Errors
     /// On database errors or corrupt rows.
-    pub fn history(&self, scripthash: &ScriptHash, limit: usize) -> Result<Option<Vec<HistoryRow>>> {
+    pub fn history(
+        &self,
+        scripthash: &ScriptHash,
+        limit: usize,
+    ) -> Result<Option<Vec<HistoryRow>>> {
         let cf = self.db.cf_handle(CF_HISTORY).expect("history cf");
         let prefix = codec::history_prefix(scripthash);
         let mut rows = Vec::new();
@@ -405,10 +475,15 @@ impl Store {
     /// # Panics
     /// When a block does not extend the tip (a bug in the caller).
     pub fn apply(&self, blocks: &[IndexedBlock], sync: bool) -> Result<()> {
-        let Some(last) = blocks.last() else { return Ok(()) };
+        let Some(last) = blocks.last() else {
+            return Ok(());
+        };
         let (mut next_height, mut tx_count) = {
             let chain = self.chain();
-            (chain.headers.len() as u32, chain.tx_counts.last().copied().unwrap_or(0))
+            (
+                chain.headers.len() as u32,
+                chain.tx_counts.last().copied().unwrap_or(0),
+            )
         };
         let history = self.db.cf_handle(CF_HISTORY).expect("history cf");
         let txid_cf = self.db.cf_handle(CF_TXID).expect("txid cf");
@@ -444,7 +519,10 @@ impl Store {
                 .and_then(|()| files.txcounts.flush_and_sync())
                 .and_then(|()| files.txids.flush_and_sync());
             if let Err(source) = res {
-                return Err(Error::File { path: self.path.clone(), source });
+                return Err(Error::File {
+                    path: self.path.clone(),
+                    source,
+                });
             }
         }
         let mut tip = last.height.0.to_be_bytes().to_vec();
@@ -474,7 +552,9 @@ impl Store {
     pub fn rollback_to(&self, height: Height) -> Result<()> {
         let (tip, first_removed_tx) = {
             let chain = self.chain();
-            let Some(tip) = chain.headers.len().checked_sub(1) else { return Ok(()) };
+            let Some(tip) = chain.headers.len().checked_sub(1) else {
+                return Ok(());
+            };
             if height.as_usize() >= tip {
                 return Ok(());
             }
@@ -487,7 +567,10 @@ impl Store {
         let meta = self.db.cf_handle(CF_META).expect("meta cf");
         let mut batch = WriteBatch::default();
         for h in height.0 + 1..=tip {
-            let record = self.db.get_cf(undo, h.to_be_bytes())?.ok_or(Error::UndoPruned { height: Height(h) })?;
+            let record = self
+                .db
+                .get_cf(undo, h.to_be_bytes())?
+                .ok_or(Error::UndoPruned { height: Height(h) })?;
             let mut rest = record.as_slice();
             while let Some((&len, tail)) = rest.split_first() {
                 let key = tail
@@ -499,11 +582,16 @@ impl Store {
             batch.delete_cf(undo, h.to_be_bytes());
         }
         for (i, txid) in self.txids(first_removed_tx..total)?.iter().enumerate() {
-            batch.delete_cf(txid_cf, codec::txid_key(txid, TxNum(first_removed_tx + i as u64)));
+            batch.delete_cf(
+                txid_cf,
+                codec::txid_key(txid, TxNum(first_removed_tx + i as u64)),
+            );
         }
         let mut tip_record = height.0.to_be_bytes().to_vec();
         tip_record.extend_from_slice(
-            self.block_hash(height).expect("height is below the tip").as_byte_array(),
+            self.block_hash(height)
+                .expect("height is below the tip")
+                .as_byte_array(),
         );
         batch.put_cf(meta, META_TIP, tip_record);
         let mut opts = WriteOptions::default();
@@ -521,7 +609,10 @@ impl Store {
                 .and_then(|()| files.txcounts.truncate(blocks))
                 .and_then(|()| files.txids.truncate(first_removed_tx));
             if let Err(source) = res {
-                return Err(Error::File { path: self.path.clone(), source });
+                return Err(Error::File {
+                    path: self.path.clone(),
+                    source,
+                });
             }
         }
         let mut chain = self.chain.write().expect("chain lock poisoned");
@@ -569,7 +660,8 @@ impl Store {
     /// On database errors.
     pub fn flush(&self) -> Result<()> {
         for name in [CF_META, CF_HISTORY, CF_TXID, CF_UNDO] {
-            self.db.flush_cf(self.db.cf_handle(name).expect("cf exists"))?;
+            self.db
+                .flush_cf(self.db.cf_handle(name).expect("cf exists"))?;
         }
         Ok(())
     }

@@ -26,7 +26,13 @@ fn script(n: u8) -> ScriptHash {
 
 /// A chain of `len` blocks where block h has 2 transactions, paying scripts
 /// `h % 3`, the second spending the first output of the previous block.
-fn blocks(from: u32, len: u32, prev: Option<BlockHash>, fork: u8, first_tx: u64) -> Vec<IndexedBlock> {
+fn blocks(
+    from: u32,
+    len: u32,
+    prev: Option<BlockHash>,
+    fork: u8,
+    first_tx: u64,
+) -> Vec<IndexedBlock> {
     let mut prev = prev.unwrap_or_else(BlockHash::all_zeros);
     let mut tx = first_tx;
     (from..from + len)
@@ -37,10 +43,17 @@ fn blocks(from: u32, len: u32, prev: Option<BlockHash>, fork: u8, first_tx: u64)
             let s = script((h % 3) as u8);
             let mut rows = vec![HistoryRow::funding(TxNum(tx), 0, 50).encode(&s)];
             if tx >= 2 {
-                rows.push(HistoryRow::spending(TxNum(tx + 1), 0, &txid(tx - 2, fork), 0).encode(&s));
+                rows.push(
+                    HistoryRow::spending(TxNum(tx + 1), 0, &txid(tx - 2, fork), 0).encode(&s),
+                );
             }
             tx += 2;
-            IndexedBlock { height: Height(h), header: hdr, txids, rows }
+            IndexedBlock {
+                height: Height(h),
+                header: hdr,
+                txids,
+                rows,
+            }
         })
         .collect()
 }
@@ -65,7 +78,11 @@ fn apply_then_read_back() {
     // Heights 1, 4, 7 pay script 1; each of them also spends.
     assert_eq!(rows.len(), 6);
     assert!(rows.windows(2).all(|w| w[0].tx_num <= w[1].tx_num));
-    assert_eq!(store.history(&script(1), 5).unwrap(), None, "limit must be enforced");
+    assert_eq!(
+        store.history(&script(1), 5).unwrap(),
+        None,
+        "limit must be enforced"
+    );
     assert_eq!(store.history(&script(7), 5).unwrap(), Some(vec![]));
 }
 
@@ -79,14 +96,26 @@ fn reopen_cuts_files_that_ran_ahead() {
     }
     // Simulate a crash after the flat files were written but before the
     // database commit: append garbage records.
-    for (name, len) in [("headers.dat", 80), ("txcounts.dat", 8), ("txids.dat", 32 * 3)] {
+    for (name, len) in [
+        ("headers.dat", 80),
+        ("txcounts.dat", 8),
+        ("txids.dat", 32 * 3),
+    ] {
         use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().append(true).open(dir.path().join(name)).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(name))
+            .unwrap();
         f.write_all(&vec![0xAB; len]).unwrap();
     }
     let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
     assert_eq!(store.tip().unwrap().0, Height(4));
-    assert_eq!(std::fs::metadata(dir.path().join("txids.dat")).unwrap().len(), 10 * 32);
+    assert_eq!(
+        std::fs::metadata(dir.path().join("txids.dat"))
+            .unwrap()
+            .len(),
+        10 * 32
+    );
     store.apply(&chain[5..], true).unwrap();
     assert_eq!(store.txid(TxNum(11)).unwrap(), txid(11, 0));
 }
@@ -116,11 +145,21 @@ fn rollback_equals_fresh_index() {
 #[test]
 fn rollback_past_pruned_undo_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig { reorg_depth_max: 3, ..StoreConfig::default() };
+    let config = StoreConfig {
+        reorg_depth_max: 3,
+        ..StoreConfig::default()
+    };
     let store = Store::open(dir.path(), "regtest", config).unwrap();
     store.apply(&blocks(0, 10, None, 0, 0), true).unwrap();
-    assert!(matches!(store.rollback_to(Height(2)), Err(Error::UndoPruned { .. })));
-    assert_eq!(store.tip().unwrap().0, Height(9), "a refused rollback changes nothing");
+    assert!(matches!(
+        store.rollback_to(Height(2)),
+        Err(Error::UndoPruned { .. })
+    ));
+    assert_eq!(
+        store.tip().unwrap().0,
+        Height(9),
+        "a refused rollback changes nothing"
+    );
     store.rollback_to(Height(7)).unwrap();
     assert_eq!(store.tip().unwrap().0, Height(7));
 }
@@ -134,10 +173,22 @@ fn wrong_network_or_schema_is_refused() {
         Err(Error::Network { .. })
     ));
     {
-        let db = DB::open_cf(&Options::default(), dir.path().join("rocksdb"), [CF_META, CF_HISTORY, CF_TXID, CF_UNDO]).unwrap();
-        db.put_cf(db.cf_handle(CF_META).unwrap(), META_SCHEMA, [0, 0, 0, 0, 8, 8, 4]).unwrap();
+        let db = DB::open_cf(
+            &Options::default(),
+            dir.path().join("rocksdb"),
+            [CF_META, CF_HISTORY, CF_TXID, CF_UNDO],
+        )
+        .unwrap();
+        db.put_cf(
+            db.cf_handle(CF_META).unwrap(),
+            META_SCHEMA,
+            [0, 0, 0, 0, 8, 8, 4],
+        )
+        .unwrap();
     }
-    let err = Store::open(dir.path(), "regtest", StoreConfig::default()).err().unwrap();
+    let err = Store::open(dir.path(), "regtest", StoreConfig::default())
+        .err()
+        .unwrap();
     assert!(matches!(err, Error::Schema { .. }), "{err}");
     assert!(err.to_string().contains("--reindex"));
 }
