@@ -1,0 +1,232 @@
+//! Runs one line of a session: parse (`jsonrpc`, `request`), apply the
+//! version rules (`session`), call the method family, and build the
+//! response line. Synchronous and possibly blocking (the backend may read
+//! the database or ask the node): the server calls it on a blocking thread.
+//! Effects on other sessions' world (subscriptions) are returned as
+//! `Effect`s for the server's notifier, never applied here.
+
+use crate::backend::Backend;
+use crate::error::RpcError;
+use crate::jsonrpc::{self, Incoming, Message};
+use crate::request::{Request, ScriptKey, ScriptMethod};
+use crate::server::ServerInfo;
+use crate::session::SessionState;
+use crate::{fee, headers, mempool, scripthash, server, transaction};
+use osprey_core::StatusHash;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Limits and identity the protocol layer needs.
+#[derive(Debug, Clone)]
+pub struct DispatchConfig {
+    pub info: ServerInfo,
+    /// The `max` of `blockchain.block.headers` (at least 2016).
+    pub headers_per_call_max: usize,
+    pub batch_requests_max: usize,
+    pub subscriptions_per_session_max: usize,
+    /// The largest 1.6 `server.ping` padding we send back, in characters.
+    pub pong_len_max: usize,
+}
+
+/// A change to the session's subscriptions, for the server's notifier.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Subscribed (or subscribed again); `status` is what the client got.
+    Subscribed {
+        key: ScriptKey,
+        status: Option<StatusHash>,
+    },
+    Unsubscribed {
+        key: ScriptKey,
+    },
+    HeadersSubscribed,
+}
+
+/// What handling a line produced.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// The response line (without newline); `None` when nothing is owed
+    /// (notifications, responses, blank lines).
+    pub response: Option<String>,
+    pub effects: Vec<Effect>,
+    /// Close the connection after sending the response (no common version).
+    pub close: bool,
+}
+
+/// Answers lines for any number of sessions.
+pub struct Dispatcher {
+    backend: Arc<dyn Backend>,
+    config: DispatchConfig,
+}
+
+impl Dispatcher {
+    pub fn new(backend: Arc<dyn Backend>, config: DispatchConfig) -> Self {
+        Dispatcher { backend, config }
+    }
+
+    pub fn config(&self) -> &DispatchConfig {
+        &self.config
+    }
+
+    /// Handles one line (without its newline). Never panics on client input.
+    pub fn handle_line(&self, state: &mut SessionState, line: &[u8]) -> Outcome {
+        let mut out = Outcome::default();
+        let response = match jsonrpc::parse_line(line, self.config.batch_requests_max) {
+            Incoming::Empty => None,
+            Incoming::Error(error) => {
+                state.note_other_message();
+                Some(jsonrpc::response(Value::Null, Err(error)))
+            }
+            Incoming::Single(message) => self.handle_message(state, message, &mut out),
+            Incoming::Batch(messages) => {
+                let responses: Vec<Value> = messages
+                    .into_iter()
+                    .filter_map(|m| self.handle_message(state, m, &mut out))
+                    .collect();
+                // A batch of notifications gets no response at all.
+                (!responses.is_empty()).then_some(Value::Array(responses))
+            }
+        };
+        out.response = response.map(|r| r.to_string());
+        out
+    }
+
+    fn handle_message(
+        &self,
+        state: &mut SessionState,
+        message: Message,
+        out: &mut Outcome,
+    ) -> Option<Value> {
+        match message {
+            Message::Response => None,
+            Message::Invalid { id, error } => {
+                state.note_other_message();
+                Some(jsonrpc::response(id, Err(error)))
+            }
+            Message::Call(call) => {
+                // Notifications (no id) are not answered, so they are not run
+                // either: the only one a client sends is a 1.6 `server.ping`.
+                let id = call.id?;
+                let result = Request::parse(&call.method, &call.params)
+                    .and_then(|request| self.execute(state, &call.method, request, out));
+                if let Err(e) = &result {
+                    tracing::debug!(method = %call.method, error = %e, "request failed");
+                }
+                Some(jsonrpc::response(id, result))
+            }
+        }
+    }
+
+    fn execute(
+        &self,
+        state: &mut SessionState,
+        method: &str,
+        request: Request,
+        out: &mut Outcome,
+    ) -> Result<Value, RpcError> {
+        if !matches!(request, Request::ServerVersion { .. }) {
+            state.note_other_message();
+        }
+        let protocol = state.protocol();
+        let backend: &dyn Backend = &*self.backend;
+        let config = &self.config;
+        match request {
+            Request::ServerVersion {
+                client_name,
+                min,
+                max,
+            } => match state.negotiate(min, max) {
+                Ok(version) => {
+                    tracing::debug!(client = %client_name.chars().take(64).collect::<String>(), %version, "negotiated");
+                    Ok(server::version(&config.info, version))
+                }
+                Err(e) => {
+                    // No version in common: the spec says to close.
+                    out.close = state.negotiated().is_none();
+                    Err(e)
+                }
+            },
+            Request::ServerBanner => Ok(Value::String(config.info.banner.clone())),
+            Request::ServerDonationAddress => {
+                Ok(Value::String(config.info.donation_address.clone()))
+            }
+            Request::ServerFeatures => Ok(server::features(&config.info)),
+            Request::ServerPeersSubscribe => Ok(server::peers()),
+            Request::ServerPing { pong_len } => {
+                server::ping(protocol, pong_len, config.pong_len_max)
+            }
+            Request::HeadersSubscribe => {
+                let tip = headers::subscribe(backend)?;
+                state.subscribe_headers();
+                out.effects.push(Effect::HeadersSubscribed);
+                Ok(tip)
+            }
+            Request::BlockHeader { height, cp_height } => {
+                headers::header(backend, height, cp_height)
+            }
+            Request::BlockHeaders {
+                start_height,
+                count,
+                cp_height,
+            } => headers::headers(
+                backend,
+                config.headers_per_call_max,
+                protocol.is_1_6_or_later(),
+                start_height,
+                count,
+                cp_height,
+            ),
+            Request::EstimateFee { number, mode } => {
+                fee::estimatefee(backend, number, mode.as_deref())
+            }
+            Request::RelayFee if protocol.is_1_6_or_later() => Err(RpcError::MethodNotAvailable {
+                method: method.to_string(),
+                version: protocol.to_string(),
+                hint: " (removed in 1.6: use mempool.get_info)",
+            }),
+            Request::RelayFee => fee::relayfee(backend),
+            Request::Script {
+                method: ScriptMethod::Subscribe,
+                key,
+            } => {
+                state.subscribe(&key, config.subscriptions_per_session_max)?;
+                let status = match backend.status(&key.scripthash) {
+                    Ok(status) => status,
+                    Err(e) => {
+                        // Not subscribed if the client never got a status.
+                        state.unsubscribe(&key);
+                        return Err(e.into());
+                    }
+                };
+                out.effects.push(Effect::Subscribed { key, status });
+                Ok(scripthash::status_json(status))
+            }
+            Request::Script {
+                method: ScriptMethod::Unsubscribe,
+                key,
+            } => {
+                let removed = state.unsubscribe(&key);
+                if removed {
+                    out.effects.push(Effect::Unsubscribed { key });
+                }
+                Ok(Value::Bool(removed))
+            }
+            Request::Script { method, key } => scripthash::query(backend, method, &key.scripthash),
+            Request::TxBroadcast { raw_tx } => transaction::broadcast(backend, &raw_tx),
+            Request::TxBroadcastPackage { raw_txs, verbose } => {
+                transaction::broadcast_package(backend, &raw_txs, verbose)
+            }
+            Request::TxGet { txid, verbose } => transaction::get(backend, &txid, verbose),
+            Request::TxGetMerkle { txid, height } => {
+                transaction::get_merkle(backend, &txid, height, protocol.is_1_6_or_later())
+            }
+            Request::TxIdFromPos {
+                height,
+                tx_pos,
+                merkle,
+            } => transaction::id_from_pos(backend, height, tx_pos, merkle),
+            Request::MempoolFeeHistogram => Ok(mempool::fee_histogram(backend)),
+            Request::MempoolGetInfo => mempool::info(backend),
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! An in-memory `Backend` for tests of this crate and of `osprey-server`
+//! (feature `fake`): a chain of made-up headers and hand-written answers,
+//! no database and no node. Not for production.
+
+use crate::backend::{Backend, BackendError, Balance, HistoryEntry, MempoolInfo, TxMerkle, Utxo};
+use bitcoin::hashes::{sha256d, Hash};
+use bitcoin::{BlockHash, TxMerkleNode, Txid};
+use osprey_core::{Height, ScriptHash, StatusHash};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Everything the fake answers from; tests edit it through `FakeBackend::update`.
+#[derive(Debug, Clone, Default)]
+pub struct FakeState {
+    /// Header `i` is at height `i`; the last one is the tip.
+    pub headers: Vec<[u8; 80]>,
+    pub histories: HashMap<ScriptHash, Vec<HistoryEntry>>,
+    pub unspent: HashMap<ScriptHash, Vec<Utxo>>,
+    pub balances: HashMap<ScriptHash, Balance>,
+    pub transactions: HashMap<Txid, Vec<u8>>,
+    pub merkles: HashMap<Txid, TxMerkle>,
+    /// Txids of each block, for `id_from_pos`.
+    pub blocks: HashMap<u32, Vec<Txid>>,
+    /// When set, broadcasts are rejected with this node message.
+    pub broadcast_error: Option<String>,
+    pub package_answer: serde_json::Value,
+    pub estimate: Option<f64>,
+    /// The last `(blocks, mode)` passed to `estimate_fee`.
+    pub last_estimate_args: Option<(u16, Option<String>)>,
+    pub relay_fee: f64,
+    pub histogram: Vec<(f64, u64)>,
+    /// A history longer than this is "too large".
+    pub history_entries_max: usize,
+    /// Counts `status` calls, so tests can check how much work a change cost.
+    pub status_calls: usize,
+}
+
+/// A thread-safe in-memory backend.
+#[derive(Debug, Default)]
+pub struct FakeBackend {
+    state: Mutex<FakeState>,
+}
+
+/// Returns a recognisable made-up header for `height`.
+pub fn fake_header(height: u32) -> [u8; 80] {
+    let mut header = [0u8; 80];
+    header[..4].copy_from_slice(&height.to_le_bytes());
+    header[79] = 0xee;
+    header
+}
+
+impl FakeBackend {
+    /// A chain of `tip + 1` made-up headers and otherwise empty answers.
+    pub fn with_tip(tip: u32) -> Self {
+        let state = FakeState {
+            headers: (0..=tip).map(fake_header).collect(),
+            history_entries_max: 1000,
+            relay_fee: 0.00001,
+            ..FakeState::default()
+        };
+        FakeBackend {
+            state: Mutex::new(state),
+        }
+    }
+
+    /// Runs `f` on the state (to change what the fake answers).
+    pub fn update<T>(&self, f: impl FnOnce(&mut FakeState) -> T) -> T {
+        f(&mut self.lock())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        // A test that panicked while holding the lock already failed.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn checked_history(&self, sh: &ScriptHash) -> Result<Vec<HistoryEntry>, BackendError> {
+        let state = self.lock();
+        let history = state.histories.get(sh).cloned().unwrap_or_default();
+        if history.len() > state.history_entries_max {
+            return Err(BackendError::HistoryTooLarge {
+                limit: state.history_entries_max,
+            });
+        }
+        Ok(history)
+    }
+}
+
+fn block_hash(header: &[u8; 80]) -> BlockHash {
+    BlockHash::from_raw_hash(sha256d::Hash::hash(header))
+}
+
+impl Backend for FakeBackend {
+    fn tip(&self) -> (Height, BlockHash) {
+        let state = self.lock();
+        let tip = state.headers.len().saturating_sub(1);
+        let hash = state
+            .headers
+            .last()
+            .map_or(BlockHash::all_zeros(), block_hash);
+        (Height(tip as u32), hash)
+    }
+
+    fn header(&self, height: Height) -> Option<[u8; 80]> {
+        self.lock().headers.get(height.as_usize()).copied()
+    }
+
+    fn headers(&self, start: Height, count: usize) -> Vec<[u8; 80]> {
+        self.lock()
+            .headers
+            .iter()
+            .skip(start.as_usize())
+            .take(count)
+            .copied()
+            .collect()
+    }
+
+    fn header_proof(
+        &self,
+        height: Height,
+        cp_height: Height,
+    ) -> Result<(Vec<TxMerkleNode>, TxMerkleNode), BackendError> {
+        let tip = self.tip().0;
+        if height > cp_height || cp_height > tip {
+            return Err(BackendError::Internal(format!(
+                "bad proof request {height} {cp_height}"
+            )));
+        }
+        // Not a real proof: recognisable values are enough to check shapes.
+        let branch = vec![TxMerkleNode::from_byte_array([height.0 as u8; 32])];
+        Ok((
+            branch,
+            TxMerkleNode::from_byte_array([cp_height.0 as u8; 32]),
+        ))
+    }
+
+    fn history(&self, sh: &ScriptHash) -> Result<Vec<HistoryEntry>, BackendError> {
+        self.checked_history(sh)
+    }
+
+    fn mempool_history(&self, sh: &ScriptHash) -> Result<Vec<HistoryEntry>, BackendError> {
+        Ok(self
+            .checked_history(sh)?
+            .into_iter()
+            .filter(|e| e.height <= 0)
+            .collect())
+    }
+
+    fn status(&self, sh: &ScriptHash) -> Result<Option<StatusHash>, BackendError> {
+        self.lock().status_calls += 1;
+        let history = self.checked_history(sh)?;
+        Ok(StatusHash::of_history(
+            history.iter().map(|e| (&e.txid, e.height)),
+        ))
+    }
+
+    fn balance(&self, sh: &ScriptHash) -> Result<Balance, BackendError> {
+        Ok(self.lock().balances.get(sh).copied().unwrap_or(Balance {
+            confirmed: 0,
+            unconfirmed: 0,
+        }))
+    }
+
+    fn unspent(&self, sh: &ScriptHash) -> Result<Vec<Utxo>, BackendError> {
+        Ok(self.lock().unspent.get(sh).cloned().unwrap_or_default())
+    }
+
+    fn transaction(&self, txid: &Txid) -> Result<Vec<u8>, BackendError> {
+        self.lock()
+            .transactions
+            .get(txid)
+            .cloned()
+            .ok_or(BackendError::TxNotFound(*txid))
+    }
+
+    fn transaction_verbose(&self, txid: &Txid) -> Result<serde_json::Value, BackendError> {
+        let raw = self.transaction(txid)?;
+        Ok(serde_json::json!({ "txid": txid.to_string(), "hex": hex::encode(raw) }))
+    }
+
+    fn merkle(&self, txid: &Txid, height: Option<Height>) -> Result<TxMerkle, BackendError> {
+        let merkle = self
+            .lock()
+            .merkles
+            .get(txid)
+            .cloned()
+            .ok_or(BackendError::TxNotFound(*txid))?;
+        match height {
+            Some(h) if h != merkle.block_height => Err(BackendError::TxNotFound(*txid)),
+            _ => Ok(merkle),
+        }
+    }
+
+    fn id_from_pos(
+        &self,
+        height: Height,
+        pos: u32,
+    ) -> Result<(Txid, Vec<TxMerkleNode>), BackendError> {
+        let state = self.lock();
+        let txids = state
+            .blocks
+            .get(&height.0)
+            .ok_or(BackendError::BlockNotFound(height))?;
+        let txid = txids.get(pos as usize).ok_or_else(|| {
+            BackendError::NotSupported(format!(
+                "no transaction at position {pos} in block {height}"
+            ))
+        })?;
+        Ok((*txid, vec![TxMerkleNode::from_byte_array([pos as u8; 32])]))
+    }
+
+    fn broadcast(&self, raw_hex: &str) -> Result<Txid, BackendError> {
+        if let Some(message) = self.lock().broadcast_error.clone() {
+            return Err(BackendError::Node(message));
+        }
+        let raw = hex::decode(raw_hex).map_err(|e| BackendError::Node(e.to_string()))?;
+        Ok(Txid::from_raw_hash(sha256d::Hash::hash(&raw)))
+    }
+
+    fn broadcast_package(&self, _raw_hexes: &[String]) -> Result<serde_json::Value, BackendError> {
+        Ok(self.lock().package_answer.clone())
+    }
+
+    fn estimate_fee(&self, blocks: u16, mode: Option<&str>) -> Result<Option<f64>, BackendError> {
+        let mut state = self.lock();
+        state.last_estimate_args = Some((blocks, mode.map(str::to_string)));
+        Ok(state.estimate)
+    }
+
+    fn relay_fee(&self) -> Result<f64, BackendError> {
+        Ok(self.lock().relay_fee)
+    }
+
+    fn fee_histogram(&self) -> Vec<(f64, u64)> {
+        self.lock().histogram.clone()
+    }
+
+    fn mempool_info(&self) -> Result<MempoolInfo, BackendError> {
+        let relay = self.lock().relay_fee;
+        Ok(MempoolInfo {
+            mempoolminfee: relay,
+            minrelaytxfee: relay,
+            incrementalrelayfee: relay,
+        })
+    }
+}

@@ -1,0 +1,253 @@
+//! JSON-RPC 2.0 framing of one line: a request object or a batch array in,
+//! response objects out. Owns the envelope (`jsonrpc`, `id`, `method`,
+//! `params`); knows nothing of methods or their parameters (see `request`).
+
+use crate::error::RpcError;
+use serde_json::{json, Map, Value};
+
+/// The parameters of a call: absent, by position, or by name.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Params {
+    None,
+    Positional(Vec<Value>),
+    Named(Map<String, Value>),
+}
+
+/// A well-formed call. `id` is `None` for a notification, which gets no
+/// response; `Some(Value::Null)` is a request whose id is null.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub id: Option<Value>,
+    pub method: String,
+    pub params: Params,
+}
+
+/// One element of a line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    Call(Call),
+    /// Not a valid call: answered with this error and this id.
+    Invalid {
+        id: Value,
+        error: RpcError,
+    },
+    /// A response object (we never send requests, so it is ignored).
+    Response,
+}
+
+/// What a line holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// A blank line: ignored, as nc and telnet users send them.
+    Empty,
+    Single(Message),
+    Batch(Vec<Message>),
+    /// The line as a whole is unusable (malformed JSON, empty or oversized
+    /// batch): one error response with a null id.
+    Error(RpcError),
+}
+
+/// Parses one line (without its newline). Never panics on any input.
+pub fn parse_line(line: &[u8], batch_requests_max: usize) -> Incoming {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Incoming::Empty;
+    }
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(value) => value,
+        Err(e) => return Incoming::Error(RpcError::Parse(e.to_string())),
+    };
+    match value {
+        Value::Array(items) => {
+            if items.is_empty() {
+                return Incoming::Error(RpcError::InvalidRequest("empty batch".into()));
+            }
+            if items.len() > batch_requests_max {
+                return Incoming::Error(RpcError::LimitExceeded(format!(
+                    "batch of {} requests exceeds the limit of {batch_requests_max}",
+                    items.len()
+                )));
+            }
+            Incoming::Batch(items.into_iter().map(parse_message).collect())
+        }
+        other => Incoming::Single(parse_message(other)),
+    }
+}
+
+fn parse_message(value: Value) -> Message {
+    let Value::Object(mut obj) = value else {
+        return invalid(Value::Null, "expected a request object");
+    };
+    let id = match obj.remove("id") {
+        None => None,
+        Some(id @ (Value::Null | Value::Number(_) | Value::String(_))) => Some(id),
+        Some(_) => return invalid(Value::Null, "id must be a string, a number or null"),
+    };
+    let reply_id = id.clone().unwrap_or(Value::Null);
+    if !obj.contains_key("method") && (obj.contains_key("result") || obj.contains_key("error")) {
+        return Message::Response;
+    }
+    match obj.get("jsonrpc") {
+        // JSON-RPC 1.0 clients send no version or "1.0"; both are served.
+        None => {}
+        Some(Value::String(v)) if v == "2.0" || v == "1.0" => {}
+        Some(_) => return invalid(reply_id, "jsonrpc must be \"2.0\""),
+    }
+    let method = match obj.remove("method") {
+        Some(Value::String(method)) => method,
+        Some(_) => return invalid(reply_id, "method must be a string"),
+        None => return invalid(reply_id, "missing method"),
+    };
+    let params = match obj.remove("params") {
+        None | Some(Value::Null) => Params::None,
+        Some(Value::Array(items)) => Params::Positional(items),
+        Some(Value::Object(map)) => Params::Named(map),
+        Some(_) => {
+            return Message::Invalid {
+                id: reply_id,
+                error: RpcError::InvalidParams("params must be an array or an object".into()),
+            }
+        }
+    };
+    Message::Call(Call { id, method, params })
+}
+
+fn invalid(id: Value, why: &str) -> Message {
+    Message::Invalid {
+        id,
+        error: RpcError::InvalidRequest(why.into()),
+    }
+}
+
+/// Returns the response object for a request.
+pub fn response(id: Value, outcome: Result<Value, RpcError>) -> Value {
+    match outcome {
+        Ok(result) => json!({"jsonrpc": "2.0", "result": result, "id": id}),
+        Err(error) => json!({"jsonrpc": "2.0", "error": error.to_json(), "id": id}),
+    }
+}
+
+/// Returns a notification object (a server push: no id).
+pub fn notification(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": method, "params": params})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single(line: &str) -> Message {
+        match parse_line(line.as_bytes(), 10) {
+            Incoming::Single(m) => m,
+            other => panic!("expected a single message, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_positional_named_and_absent_params() {
+        let m = single(r#"{"jsonrpc":"2.0","id":1,"method":"server.ping","params":[]}"#);
+        assert_eq!(
+            m,
+            Message::Call(Call {
+                id: Some(json!(1)),
+                method: "server.ping".into(),
+                params: Params::Positional(vec![])
+            })
+        );
+        let m = single(r#"{"id":"a","method":"blockchain.block.header","params":{"height":5}}"#);
+        let Message::Call(call) = m else { panic!() };
+        assert_eq!(call.id, Some(json!("a")));
+        assert!(matches!(call.params, Params::Named(ref p) if p["height"] == json!(5)));
+        let Message::Call(call) = single(r#"{"id":null,"method":"server.banner"}"#) else {
+            panic!()
+        };
+        assert_eq!((call.id, call.params), (Some(Value::Null), Params::None));
+        let Message::Call(call) = single(r#"{"method":"server.ping"}"#) else {
+            panic!()
+        };
+        assert_eq!(call.id, None, "no id is a notification");
+    }
+
+    #[test]
+    fn malformed_json_is_a_parse_error() {
+        for line in ["{", "{\"id\":1,", "nope", "[1,", "\u{7f}"] {
+            match parse_line(line.as_bytes(), 10) {
+                Incoming::Error(e) => assert_eq!(e.code(), -32700, "{line}"),
+                other => panic!("{line}: {other:?}"),
+            }
+        }
+        // Invalid UTF-8 never panics either.
+        assert!(matches!(
+            parse_line(&[0xff, 0xfe], 10),
+            Incoming::Error(RpcError::Parse(_))
+        ));
+        assert_eq!(parse_line(b"  \r", 10), Incoming::Empty);
+    }
+
+    #[test]
+    fn invalid_envelopes_are_invalid_requests() {
+        let cases = [
+            (r#"5"#, Value::Null),
+            (r#""server.ping""#, Value::Null),
+            (r#"{"id":1}"#, json!(1)),
+            (r#"{"id":1,"method":7}"#, json!(1)),
+            (r#"{"id":[1],"method":"server.ping"}"#, Value::Null),
+            (
+                r#"{"id":2,"jsonrpc":"3.0","method":"server.ping"}"#,
+                json!(2),
+            ),
+        ];
+        for (line, want_id) in cases {
+            match single(line) {
+                Message::Invalid { id, error } => {
+                    assert_eq!(id, want_id, "{line}");
+                    assert_eq!(error.code(), -32600, "{line}");
+                }
+                other => panic!("{line}: {other:?}"),
+            }
+        }
+        match single(r#"{"id":3,"method":"server.ping","params":"x"}"#) {
+            Message::Invalid { id, error } => assert_eq!((id, error.code()), (json!(3), -32602)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(single(r#"{"id":3,"result":null}"#), Message::Response);
+    }
+
+    #[test]
+    fn batches_are_bounded_and_never_empty() {
+        match parse_line(br#"[{"id":1,"method":"a"},7]"#, 10) {
+            Incoming::Batch(items) => {
+                assert_eq!(items.len(), 2);
+                assert!(matches!(items[1], Message::Invalid { .. }));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse_line(b"[]", 10),
+            Incoming::Error(RpcError::InvalidRequest(_))
+        ));
+        let line = format!("[{}]", [r#"{"id":1,"method":"a"}"#; 11].join(","));
+        match parse_line(line.as_bytes(), 10) {
+            Incoming::Error(e) => {
+                assert_eq!(e.code(), -101);
+                assert!(e.to_string().contains("limit of 10"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn builds_responses_and_notifications() {
+        assert_eq!(
+            response(json!(7), Ok(json!("x"))),
+            json!({"jsonrpc":"2.0","result":"x","id":7})
+        );
+        assert_eq!(
+            response(Value::Null, Err(RpcError::Parse("eof".into()))),
+            json!({"jsonrpc":"2.0","error":{"code":-32700,"message":"parse error: eof"},"id":null})
+        );
+        assert_eq!(
+            notification("blockchain.headers.subscribe", json!([{"height": 1}])),
+            json!({"jsonrpc":"2.0","method":"blockchain.headers.subscribe","params":[{"height":1}]})
+        );
+    }
+}

@@ -1,0 +1,43 @@
+//! The Electrum protocol, versions 1.4 to 1.6, without sockets: JSON-RPC 2.0
+//! framing of a line, parameter parsing (by position and by name), the
+//! method table, one module per method family, per-session protocol state,
+//! and the mapping of errors to JSON-RPC error objects.
+//!
+//! Layout: `jsonrpc` (envelope) → `request` (the method table, typed
+//! `Request`) → `dispatch` (runs a line for a `session`) → the families
+//! `server`, `headers`, `scripthash`, `transaction`, `mempool`, `fee`, which
+//! ask a `Backend` (implemented by `osprey_query::Query`) and shape JSON.
+//! Errors become JSON-RPC objects only in `error::RpcError::to_json`.
+//! Sockets, tasks and notifications across sessions belong to
+//! `osprey-server`.
+
+pub mod backend;
+pub mod dispatch;
+pub mod error;
+pub mod fee;
+pub mod headers;
+pub mod jsonrpc;
+pub mod mempool;
+pub mod params;
+pub mod request;
+pub mod scripthash;
+pub mod server;
+pub mod session;
+pub mod transaction;
+pub mod version;
+
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
+#[cfg(feature = "query")]
+mod query_backend;
+
+pub use backend::{Backend, BackendError, Balance, HistoryEntry, MempoolInfo, TxMerkle, Utxo};
+pub use dispatch::{DispatchConfig, Dispatcher, Effect, Outcome};
+pub use error::RpcError;
+pub use request::{Request, ScriptForm, ScriptKey};
+pub use server::ServerInfo;
+pub use session::SessionState;
+pub use version::ProtocolVersion;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,504 @@
+//! The method table: turns a method name and its parameters into a typed
+//! `Request`. This is the only place method strings are matched, and the
+//! only place parameter names are listed (in spec order, for by-name calls).
+
+use crate::error::RpcError;
+use crate::jsonrpc::Params;
+use crate::params::ParamReader;
+use crate::version::ProtocolVersion;
+use bitcoin::Txid;
+use osprey_core::{Height, ScriptHash};
+use serde_json::Value;
+
+/// Method names that also name server pushes (a notification's method is
+/// its subscription's method).
+pub const HEADERS_SUBSCRIBE: &str = "blockchain.headers.subscribe";
+pub const SCRIPTHASH_SUBSCRIBE: &str = "blockchain.scripthash.subscribe";
+pub const SCRIPTPUBKEY_SUBSCRIBE: &str = "blockchain.scriptpubkey.subscribe";
+
+/// How a client named a script: by script hash, or (1.6) by the script itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ScriptForm {
+    ScriptHash,
+    /// The scriptPubKey bytes; notifications echo them back as hex.
+    ScriptPubKey(Box<[u8]>),
+}
+
+/// A script as named in a request, with its hash (sha256(scriptPubKey)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptKey {
+    pub scripthash: ScriptHash,
+    pub form: ScriptForm,
+}
+
+impl ScriptKey {
+    /// The method of this script's status notifications.
+    pub fn notification_method(&self) -> &'static str {
+        match self.form {
+            ScriptForm::ScriptHash => SCRIPTHASH_SUBSCRIBE,
+            ScriptForm::ScriptPubKey(_) => SCRIPTPUBKEY_SUBSCRIBE,
+        }
+    }
+
+    /// The first notification parameter: the script hash or script as sent.
+    pub fn notification_key(&self) -> String {
+        match &self.form {
+            ScriptForm::ScriptHash => self.scripthash.to_string(),
+            ScriptForm::ScriptPubKey(script) => hex::encode(script),
+        }
+    }
+}
+
+/// The `blockchain.scripthash.*` / `blockchain.scriptpubkey.*` methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptMethod {
+    GetBalance,
+    GetHistory,
+    GetMempool,
+    ListUnspent,
+    Subscribe,
+    Unsubscribe,
+}
+
+/// A parsed, validated request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    ServerVersion {
+        client_name: String,
+        min: ProtocolVersion,
+        max: ProtocolVersion,
+    },
+    ServerBanner,
+    ServerDonationAddress,
+    ServerFeatures,
+    ServerPeersSubscribe,
+    /// Below 1.6 both are ignored; from 1.6 the answer carries `pong_len`
+    /// zero characters of padding.
+    ServerPing {
+        pong_len: u32,
+    },
+    HeadersSubscribe,
+    BlockHeader {
+        height: Height,
+        cp_height: Height,
+    },
+    BlockHeaders {
+        start_height: Height,
+        count: u32,
+        cp_height: Height,
+    },
+    EstimateFee {
+        number: u32,
+        mode: Option<String>,
+    },
+    RelayFee,
+    Script {
+        method: ScriptMethod,
+        key: ScriptKey,
+    },
+    TxBroadcast {
+        raw_tx: String,
+    },
+    TxBroadcastPackage {
+        raw_txs: Vec<String>,
+        verbose: bool,
+    },
+    TxGet {
+        txid: Txid,
+        verbose: bool,
+    },
+    TxGetMerkle {
+        txid: Txid,
+        height: Option<Height>,
+    },
+    TxIdFromPos {
+        height: Height,
+        tx_pos: u32,
+        merkle: bool,
+    },
+    MempoolFeeHistogram,
+    MempoolGetInfo,
+}
+
+/// `estimatesmartfee` modes we pass to the node (a fixed list, so clients
+/// cannot send it arbitrary strings).
+const ESTIMATE_MODES: [&str; 3] = ["ECONOMICAL", "CONSERVATIVE", "UNSET"];
+
+impl Request {
+    /// Parses a call into a request.
+    ///
+    /// # Errors
+    /// `MethodNotFound` for an unknown method, `InvalidParams` naming the
+    /// parameter for anything else.
+    pub fn parse(method: &str, params: &Params) -> Result<Request, RpcError> {
+        use Request as R;
+        let reader = |names: &'static [&'static str]| ParamReader::new(names, params, false);
+        let script = |m: ScriptMethod| -> Result<Request, RpcError> {
+            let p = reader(&["scripthash"])?;
+            let scripthash = p.scripthash(0)?;
+            Ok(R::Script {
+                method: m,
+                key: ScriptKey {
+                    scripthash,
+                    form: ScriptForm::ScriptHash,
+                },
+            })
+        };
+        let spk = |m: ScriptMethod| -> Result<Request, RpcError> {
+            let p = reader(&["scriptpubkey"])?;
+            let script = p.script(0)?;
+            let scripthash = ScriptHash::from_script(&script);
+            let form = ScriptForm::ScriptPubKey(script.into_boxed_slice());
+            Ok(R::Script {
+                method: m,
+                key: ScriptKey { scripthash, form },
+            })
+        };
+        let none = |r: Request| -> Result<Request, RpcError> {
+            reader(&[])?;
+            Ok(r)
+        };
+        match method {
+            "server.version" => {
+                let p = ParamReader::new(&["client_name", "protocol_version"], params, true)?;
+                let client_name = p.opt_str(0)?.unwrap_or_default().to_string();
+                let (min, max) = parse_protocol_range(p.opt_value(1))?;
+                Ok(R::ServerVersion {
+                    client_name,
+                    min,
+                    max,
+                })
+            }
+            "server.banner" => none(R::ServerBanner),
+            "server.donation_address" => none(R::ServerDonationAddress),
+            "server.features" => none(R::ServerFeatures),
+            "server.peers.subscribe" => none(R::ServerPeersSubscribe),
+            "server.ping" => {
+                let p = reader(&["pong_len", "data"])?;
+                let pong_len = p.opt_u32(0)?.unwrap_or(0);
+                if let Some(data) = p.opt_str(1)? {
+                    // 1.6 lets the data have an odd length: it is padding.
+                    if !data.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        return Err(RpcError::param("data", "must be a hex string"));
+                    }
+                }
+                Ok(R::ServerPing { pong_len })
+            }
+            HEADERS_SUBSCRIBE => none(R::HeadersSubscribe),
+            "blockchain.block.header" => {
+                let p = reader(&["height", "cp_height"])?;
+                let height = p.height(0)?;
+                let cp_height = p.opt_height(1)?.unwrap_or(Height(0));
+                Ok(R::BlockHeader { height, cp_height })
+            }
+            "blockchain.block.headers" => {
+                let p = reader(&["start_height", "count", "cp_height"])?;
+                let start_height = p.height(0)?;
+                let count = p.u32(1)?;
+                let cp_height = p.opt_height(2)?.unwrap_or(Height(0));
+                Ok(R::BlockHeaders {
+                    start_height,
+                    count,
+                    cp_height,
+                })
+            }
+            "blockchain.estimatefee" => {
+                let p = reader(&["number", "mode"])?;
+                let number = p.u32(0)?;
+                let mode = match p.opt_str(1)? {
+                    None => None,
+                    Some(m) => {
+                        let upper = m.to_ascii_uppercase();
+                        if !ESTIMATE_MODES.contains(&upper.as_str()) {
+                            return Err(RpcError::param(
+                                "mode",
+                                format!("unknown mode {m:?} (expected one of {ESTIMATE_MODES:?})"),
+                            ));
+                        }
+                        Some(upper)
+                    }
+                };
+                Ok(R::EstimateFee { number, mode })
+            }
+            "blockchain.relayfee" => none(R::RelayFee),
+            "blockchain.scripthash.get_balance" => script(ScriptMethod::GetBalance),
+            "blockchain.scripthash.get_history" => script(ScriptMethod::GetHistory),
+            "blockchain.scripthash.get_mempool" => script(ScriptMethod::GetMempool),
+            "blockchain.scripthash.listunspent" => script(ScriptMethod::ListUnspent),
+            SCRIPTHASH_SUBSCRIBE => script(ScriptMethod::Subscribe),
+            "blockchain.scripthash.unsubscribe" => script(ScriptMethod::Unsubscribe),
+            "blockchain.scriptpubkey.get_balance" => spk(ScriptMethod::GetBalance),
+            "blockchain.scriptpubkey.get_history" => spk(ScriptMethod::GetHistory),
+            "blockchain.scriptpubkey.get_mempool" => spk(ScriptMethod::GetMempool),
+            "blockchain.scriptpubkey.listunspent" => spk(ScriptMethod::ListUnspent),
+            SCRIPTPUBKEY_SUBSCRIBE => spk(ScriptMethod::Subscribe),
+            "blockchain.scriptpubkey.unsubscribe" => spk(ScriptMethod::Unsubscribe),
+            "blockchain.transaction.broadcast" => {
+                let p = reader(&["raw_tx"])?;
+                Ok(R::TxBroadcast {
+                    raw_tx: p.hex(0)?.to_string(),
+                })
+            }
+            "blockchain.transaction.broadcast_package" => {
+                let p = reader(&["raw_txs", "verbose"])?;
+                let raw_txs = p.hex_list(0)?;
+                if raw_txs.is_empty() {
+                    return Err(RpcError::param("raw_txs", "must not be empty"));
+                }
+                Ok(R::TxBroadcastPackage {
+                    raw_txs,
+                    verbose: p.bool_or(1, false)?,
+                })
+            }
+            "blockchain.transaction.get" => {
+                let p = reader(&["tx_hash", "verbose"])?;
+                Ok(R::TxGet {
+                    txid: p.txid(0)?,
+                    verbose: p.bool_or(1, false)?,
+                })
+            }
+            "blockchain.transaction.get_merkle" => {
+                let p = reader(&["tx_hash", "height"])?;
+                Ok(R::TxGetMerkle {
+                    txid: p.txid(0)?,
+                    height: p.opt_height(1)?,
+                })
+            }
+            "blockchain.transaction.id_from_pos" => {
+                let p = reader(&["height", "tx_pos", "merkle"])?;
+                Ok(R::TxIdFromPos {
+                    height: p.height(0)?,
+                    tx_pos: p.u32(1)?,
+                    merkle: p.bool_or(2, false)?,
+                })
+            }
+            "mempool.get_fee_histogram" => none(R::MempoolFeeHistogram),
+            "mempool.get_info" => none(R::MempoolGetInfo),
+            other => Err(RpcError::MethodNotFound(other.to_string())),
+        }
+    }
+}
+
+/// Parses `server.version`'s `protocol_version`: a string, or an array
+/// `[protocol_min, protocol_max]`; "1.4" when absent.
+fn parse_protocol_range(
+    value: Option<&Value>,
+) -> Result<(ProtocolVersion, ProtocolVersion), RpcError> {
+    let parse = |v: &Value| -> Result<ProtocolVersion, RpcError> {
+        let s = v.as_str().ok_or_else(|| {
+            RpcError::param("protocol_version", "must be a string or [min, max] strings")
+        })?;
+        s.parse()
+            .map_err(|e| RpcError::param("protocol_version", e))
+    };
+    match value {
+        None => Ok((ProtocolVersion::DEFAULT, ProtocolVersion::DEFAULT)),
+        Some(Value::Array(pair)) if pair.len() == 2 => Ok((parse(&pair[0])?, parse(&pair[1])?)),
+        Some(Value::Array(_)) => Err(RpcError::param(
+            "protocol_version",
+            "an array must hold exactly [min, max]",
+        )),
+        Some(v) => {
+            let version = parse(v)?;
+            Ok((version, version))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(method: &str, params: Value) -> Result<Request, RpcError> {
+        let params = match params {
+            Value::Array(a) => Params::Positional(a),
+            Value::Object(o) => Params::Named(o),
+            _ => Params::None,
+        };
+        Request::parse(method, &params)
+    }
+
+    const SH: &str = "8b01df4e368ea28f8dc0423bcf7a4923e3a12d307c875e47a0cfbf90b5c39161";
+    const P2PKH: &str = "76a91462e907b15cbf27d5425399ebf6f0fb50ebb88f1888ac";
+
+    #[test]
+    fn unknown_method_names_the_method() {
+        let e = parse("blockchain.address.get_history", json!([])).unwrap_err();
+        assert_eq!(e.code(), -32601);
+        assert!(e.to_string().contains("blockchain.address.get_history"));
+    }
+
+    #[test]
+    fn server_version_params() {
+        let r = parse("server.version", json!(["Sparrow", ["1.4", "1.6"]])).unwrap();
+        assert_eq!(
+            r,
+            Request::ServerVersion {
+                client_name: "Sparrow".into(),
+                min: "1.4".parse().unwrap(),
+                max: "1.6".parse().unwrap()
+            }
+        );
+        let r = parse(
+            "server.version",
+            json!({"client_name": "x", "protocol_version": "1.4.2"}),
+        );
+        assert!(matches!(r, Ok(Request::ServerVersion { min, max, .. }) if min == max));
+        let r = parse("server.version", Value::Null).unwrap();
+        assert_eq!(
+            r,
+            Request::ServerVersion {
+                client_name: String::new(),
+                min: ProtocolVersion::DEFAULT,
+                max: ProtocolVersion::DEFAULT
+            }
+        );
+        // Future clients may add arguments.
+        assert!(parse("server.version", json!(["x", "1.4", {"future": 1}])).is_ok());
+        for bad in [
+            json!(["x", "one"]),
+            json!(["x", ["1.4"]]),
+            json!(["x", 1.4]),
+            json!([7]),
+        ] {
+            assert_eq!(
+                parse("server.version", bad.clone()).unwrap_err().code(),
+                -32602,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn scriptpubkey_methods_hash_the_script() {
+        let r = parse("blockchain.scriptpubkey.get_history", json!([P2PKH])).unwrap();
+        let by_hash = parse(
+            "blockchain.scripthash.get_history",
+            json!({ "scripthash": SH }),
+        );
+        let (Request::Script { key: a, .. }, Ok(Request::Script { key: b, .. })) = (r, by_hash)
+        else {
+            panic!()
+        };
+        assert_eq!(a.scripthash, b.scripthash);
+        assert_eq!(a.notification_key(), P2PKH);
+        assert_eq!(b.notification_key(), SH);
+        assert_eq!(a.notification_method(), SCRIPTPUBKEY_SUBSCRIBE);
+        let e = parse("blockchain.scriptpubkey.subscribe", json!(["abc"])).unwrap_err();
+        assert!(e.to_string().contains("scriptpubkey"), "{e}");
+        let e = parse("blockchain.scripthash.subscribe", json!([&SH[2..]])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid params: scripthash: expected 64 hex characters, got 62"
+        );
+        let e = parse(
+            "blockchain.scripthash.get_balance",
+            json!({"script_hash": SH}),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("unknown parameter \"script_hash\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn block_and_transaction_params() {
+        assert_eq!(
+            parse(
+                "blockchain.block.headers",
+                json!({"start_height": 10, "count": 2016})
+            )
+            .unwrap(),
+            Request::BlockHeaders {
+                start_height: Height(10),
+                count: 2016,
+                cp_height: Height(0)
+            }
+        );
+        let e = parse("blockchain.block.header", json!([-1])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid params: height: must be a non-negative integer"
+        );
+        let e = parse("blockchain.block.headers", json!([0])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid params: count: missing required parameter"
+        );
+        let r = parse("blockchain.transaction.get_merkle", json!([SH])).unwrap();
+        assert!(matches!(r, Request::TxGetMerkle { height: None, .. }));
+        let r = parse(
+            "blockchain.transaction.get",
+            json!({"tx_hash": SH, "verbose": true}),
+        );
+        assert!(matches!(r, Ok(Request::TxGet { verbose: true, .. })));
+        let e = parse("blockchain.transaction.get", json!([SH, 1])).unwrap_err();
+        assert_eq!(e.to_string(), "invalid params: verbose: must be a boolean");
+        let e = parse("blockchain.transaction.broadcast", json!(["0g"])).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid params: raw_tx: invalid hex"),
+            "{e}"
+        );
+        let e = parse("blockchain.transaction.broadcast_package", json!([[]])).unwrap_err();
+        assert!(e.to_string().contains("raw_txs"), "{e}");
+        let r = parse("blockchain.transaction.id_from_pos", json!([5, 1, true])).unwrap();
+        assert_eq!(
+            r,
+            Request::TxIdFromPos {
+                height: Height(5),
+                tx_pos: 1,
+                merkle: true
+            }
+        );
+    }
+
+    #[test]
+    fn estimatefee_mode_is_checked_and_normalised() {
+        let r = parse("blockchain.estimatefee", json!([6, "economical"])).unwrap();
+        assert_eq!(
+            r,
+            Request::EstimateFee {
+                number: 6,
+                mode: Some("ECONOMICAL".into())
+            }
+        );
+        let r = parse("blockchain.estimatefee", json!({"number": 2})).unwrap();
+        assert_eq!(
+            r,
+            Request::EstimateFee {
+                number: 2,
+                mode: None
+            }
+        );
+        let e = parse("blockchain.estimatefee", json!([6, "fast"])).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid params: mode: unknown mode"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn no_argument_methods_reject_arguments() {
+        assert_eq!(
+            parse("server.banner", json!([])).unwrap(),
+            Request::ServerBanner
+        );
+        assert_eq!(
+            parse("server.banner", json!(["x"])).unwrap_err().code(),
+            -32602
+        );
+        assert_eq!(
+            parse("server.ping", json!([])).unwrap(),
+            Request::ServerPing { pong_len: 0 }
+        );
+        assert_eq!(
+            parse("server.ping", json!({"pong_len": 4, "data": "abc"})).unwrap(),
+            Request::ServerPing { pong_len: 4 }
+        );
+        assert!(parse("server.ping", json!([0, "xyz"])).is_err());
+    }
+}

@@ -1,0 +1,611 @@
+//! Line-in, line-out tests of the whole protocol layer against the fake
+//! backend: framing, negotiation, every method's result shape and errors.
+
+use crate::backend::{Balance, HistoryEntry, TxMerkle, Utxo};
+use crate::dispatch::{DispatchConfig, Dispatcher, Effect, Outcome};
+use crate::fake::{fake_header, FakeBackend};
+use crate::server::ServerInfo;
+use crate::session::SessionState;
+use bitcoin::hashes::Hash;
+use bitcoin::{BlockHash, TxMerkleNode, Txid};
+use osprey_core::{Height, ScriptHash, StatusHash};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+const SH: &str = "8b01df4e368ea28f8dc0423bcf7a4923e3a12d307c875e47a0cfbf90b5c39161";
+const P2PKH: &str = "76a91462e907b15cbf27d5425399ebf6f0fb50ebb88f1888ac";
+
+struct Harness {
+    backend: Arc<FakeBackend>,
+    dispatcher: Dispatcher,
+    state: SessionState,
+}
+
+fn config() -> DispatchConfig {
+    DispatchConfig {
+        info: ServerInfo {
+            server_version: "Osprey 0.1.0".into(),
+            banner: "Welcome".into(),
+            donation_address: "bc1qdonate".into(),
+            genesis_hash: BlockHash::all_zeros(),
+        },
+        headers_per_call_max: 2016,
+        batch_requests_max: 5,
+        subscriptions_per_session_max: 2,
+        pong_len_max: 64,
+    }
+}
+
+impl Harness {
+    fn new() -> Self {
+        let backend = Arc::new(FakeBackend::with_tip(3000));
+        let dispatcher = Dispatcher::new(backend.clone(), config());
+        Harness {
+            backend,
+            dispatcher,
+            state: SessionState::new(),
+        }
+    }
+
+    /// A session that negotiated `version`.
+    fn at(version: &str) -> Self {
+        let mut h = Harness::new();
+        let r = h.call("server.version", json!(["test", version]));
+        assert_eq!(r["result"][1], version, "{r}");
+        h
+    }
+
+    fn line(&mut self, line: &str) -> Outcome {
+        self.dispatcher
+            .handle_line(&mut self.state, line.as_bytes())
+    }
+
+    fn raw(&mut self, line: &str) -> Value {
+        let out = self.line(line);
+        serde_json::from_str(&out.response.expect("a response")).unwrap()
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        let line = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let r = self.raw(&line.to_string());
+        assert_eq!(r["id"], 1, "{r}");
+        r
+    }
+
+    fn ok(&mut self, method: &str, params: Value) -> Value {
+        let r = self.call(method, params);
+        assert!(r.get("error").is_none(), "{method}: {r}");
+        r["result"].clone()
+    }
+
+    fn err(&mut self, method: &str, params: Value) -> (i64, String) {
+        let r = self.call(method, params);
+        let e = &r["error"];
+        assert!(r.get("result").is_none(), "{method}: {r}");
+        (
+            e["code"].as_i64().unwrap(),
+            e["message"].as_str().unwrap().to_string(),
+        )
+    }
+}
+
+fn txid(byte: u8) -> Txid {
+    Txid::from_byte_array([byte; 32])
+}
+
+#[test]
+fn malformed_json_gets_parse_error_with_null_id() {
+    let mut h = Harness::new();
+    let r = h.raw(r#"{"id": 5, "method": "server.ping""#);
+    assert_eq!(r["id"], Value::Null);
+    assert_eq!(r["error"]["code"], -32700);
+    assert_eq!(r["jsonrpc"], "2.0");
+    assert!(h.line("").response.is_none(), "blank lines are ignored");
+}
+
+#[test]
+fn unknown_methods_and_bad_params_are_named() {
+    let mut h = Harness::new();
+    let (code, msg) = h.err("blockchain.numblocks.subscribe", json!([]));
+    assert_eq!(code, -32601);
+    assert!(msg.contains("blockchain.numblocks.subscribe"), "{msg}");
+    let (code, msg) = h.err("blockchain.scripthash.get_history", json!(["abcd"]));
+    assert_eq!(code, -32602);
+    assert_eq!(
+        msg,
+        "invalid params: scripthash: expected 64 hex characters, got 4"
+    );
+    let (code, msg) = h.err("blockchain.block.header", json!({"height": -5}));
+    assert_eq!(
+        (code, msg.as_str()),
+        (
+            -32602,
+            "invalid params: height: must be a non-negative integer"
+        )
+    );
+}
+
+#[test]
+fn notifications_and_responses_get_no_answer() {
+    let mut h = Harness::new();
+    assert!(h
+        .line(r#"{"jsonrpc":"2.0","method":"server.ping","params":[]}"#)
+        .response
+        .is_none());
+    assert!(h
+        .line(r#"{"jsonrpc":"2.0","id":9,"result":null}"#)
+        .response
+        .is_none());
+    assert!(h
+        .line(r#"[{"method":"server.ping"},{"method":"server.ping"}]"#)
+        .response
+        .is_none());
+}
+
+#[test]
+fn batches_answer_in_order_and_are_limited() {
+    let mut h = Harness::new();
+    let r = h.raw(
+        r#"[{"id":1,"method":"server.version","params":["x","1.6"]},
+            {"id":2,"method":"server.banner"},{"method":"server.ping"},7,
+            {"id":3,"method":"nope"}]"#
+            .replace('\n', "")
+            .as_str(),
+    );
+    let items = r.as_array().unwrap();
+    assert_eq!(items.len(), 4, "the notification gets no entry: {r}");
+    assert_eq!(items[0]["result"], json!(["Osprey 0.1.0", "1.6"]));
+    assert_eq!(items[1]["result"], "Welcome");
+    assert_eq!(
+        (items[2]["id"].clone(), items[2]["error"]["code"].clone()),
+        (Value::Null, json!(-32600))
+    );
+    assert_eq!(items[3]["error"]["code"], -32601);
+    let six = format!("[{}]", [r#"{"id":1,"method":"server.ping"}"#; 6].join(","));
+    let r = h.raw(&six);
+    assert_eq!(r["error"]["code"], -101);
+    assert_eq!(r["id"], Value::Null);
+}
+
+#[test]
+fn only_the_first_server_version_is_accepted() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.ok("server.version", json!(["Electrum 4.6", ["1.4", "1.6"]])),
+        json!(["Osprey 0.1.0", "1.6"])
+    );
+    let (code, msg) = h.err("server.version", json!(["Electrum 4.6", "1.4"]));
+    assert_eq!((code, msg.as_str()), (1, "server.version already sent"));
+    assert_eq!(h.state.protocol().to_string(), "1.6");
+}
+
+#[test]
+fn no_common_version_closes_the_session() {
+    let mut h = Harness::new();
+    let out = h.line(r#"{"id":1,"method":"server.version","params":["old","1.2"]}"#);
+    assert!(out.close);
+    let r: Value = serde_json::from_str(&out.response.unwrap()).unwrap();
+    assert_eq!(r["error"]["code"], 1);
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("unsupported protocol version"));
+}
+
+#[test]
+fn version_1_6_must_come_first() {
+    let mut h = Harness::new();
+    h.ok("server.banner", json!([]));
+    assert_eq!(
+        h.state.protocol().to_string(),
+        "1.4",
+        "no server.version: 1.4"
+    );
+    assert_eq!(
+        h.ok("server.version", json!(["x", ["1.4", "1.6"]])),
+        json!(["Osprey 0.1.0", "1.4.2"])
+    );
+    let mut h = Harness::new();
+    h.ok("server.ping", json!([]));
+    let out = h.line(r#"{"id":1,"method":"server.version","params":["x","1.6"]}"#);
+    assert!(
+        out.close,
+        "a 1.6-only client that did not start with server.version is refused"
+    );
+}
+
+#[test]
+fn server_family() {
+    let mut h = Harness::at("1.4");
+    assert_eq!(h.ok("server.ping", json!([])), Value::Null);
+    assert_eq!(h.ok("server.donation_address", json!([])), "bc1qdonate");
+    assert_eq!(h.ok("server.peers.subscribe", json!([])), json!([]));
+    let f = h.ok("server.features", json!([]));
+    assert_eq!(f["genesis_hash"], BlockHash::all_zeros().to_string());
+    assert_eq!(f["method_flavours"], json!({}));
+    let mut h = Harness::at("1.6");
+    assert_eq!(
+        h.ok("server.ping", json!({"pong_len": 3, "data": "ff"})),
+        json!({"data": "000"})
+    );
+    assert_eq!(h.err("server.ping", json!([65])).0, -32602);
+}
+
+#[test]
+fn block_header_with_and_without_checkpoint() {
+    let mut h = Harness::at("1.4");
+    assert_eq!(
+        h.ok("blockchain.block.header", json!([5])),
+        hex::encode(fake_header(5))
+    );
+    let r = h.ok(
+        "blockchain.block.header",
+        json!({"height": 5, "cp_height": 8}),
+    );
+    assert_eq!(r["header"], hex::encode(fake_header(5)));
+    assert_eq!(r["branch"], json!(["05".repeat(32)]));
+    assert_eq!(r["root"], "08".repeat(32));
+    let (code, msg) = h.err("blockchain.block.header", json!([9, 8]));
+    assert_eq!(code, 1);
+    assert_eq!(
+        msg,
+        "require header height 9 <= cp_height 8 <= chain height 3000"
+    );
+    assert_eq!(h.err("blockchain.block.header", json!([5, 3001])).0, 1);
+    let (code, msg) = h.err("blockchain.block.header", json!([3001]));
+    assert_eq!((code, msg.as_str()), (1, "block at height 3001 not found"));
+}
+
+#[test]
+fn block_headers_1_4_concatenates_and_clamps_to_max() {
+    let mut h = Harness::at("1.4");
+    let r = h.ok("blockchain.block.headers", json!([0, 3]));
+    assert_eq!(r["count"], 3);
+    assert_eq!(r["max"], 2016);
+    assert_eq!(
+        r["hex"],
+        hex::encode([fake_header(0), fake_header(1), fake_header(2)].concat())
+    );
+    let r = h.ok("blockchain.block.headers", json!([0, 5000]));
+    assert_eq!(r["count"], 2016, "at most max");
+    let r = h.ok("blockchain.block.headers", json!([2999, 10]));
+    assert_eq!(r["count"], 2, "stops at the tip");
+    let r = h.ok("blockchain.block.headers", json!([10, 2, 20]));
+    assert_eq!(
+        r["branch"],
+        json!(["0b".repeat(32)]),
+        "proof is for the last header"
+    );
+    assert_eq!(r["root"], "14".repeat(32));
+    let r = h.ok("blockchain.block.headers", json!([5000, 2, 20]));
+    assert_eq!(r["count"], 0);
+    assert!(r.get("root").is_none(), "no proof without headers");
+}
+
+#[test]
+fn block_headers_1_6_is_a_list() {
+    let mut h = Harness::at("1.6");
+    let r = h.ok(
+        "blockchain.block.headers",
+        json!({"start_height": 1, "count": 2}),
+    );
+    assert_eq!(
+        r,
+        json!({"count": 2, "max": 2016, "headers": [hex::encode(fake_header(1)), hex::encode(fake_header(2))]})
+    );
+}
+
+#[test]
+fn headers_subscribe_returns_tip_and_records_effect() {
+    let mut h = Harness::new();
+    let out = h.line(r#"{"id":1,"method":"blockchain.headers.subscribe","params":[]}"#);
+    assert_eq!(out.effects, vec![Effect::HeadersSubscribed]);
+    let r: Value = serde_json::from_str(&out.response.unwrap()).unwrap();
+    assert_eq!(
+        r["result"],
+        json!({"height": 3000, "hex": hex::encode(fake_header(3000))})
+    );
+    assert!(h.state.headers_subscribed());
+}
+
+#[test]
+fn scripthash_queries_shape_results() {
+    let mut h = Harness::at("1.4");
+    let sh: ScriptHash = SH.parse().unwrap();
+    h.backend.update(|s| {
+        s.histories.insert(
+            sh,
+            vec![
+                HistoryEntry {
+                    txid: txid(1),
+                    height: 100,
+                    fee: None,
+                },
+                HistoryEntry {
+                    txid: txid(2),
+                    height: 0,
+                    fee: Some(300),
+                },
+            ],
+        );
+        s.balances.insert(
+            sh,
+            Balance {
+                confirmed: 1000,
+                unconfirmed: -200,
+            },
+        );
+        s.unspent.insert(
+            sh,
+            vec![Utxo {
+                txid: txid(1),
+                vout: 3,
+                height: 100,
+                value: 1000,
+            }],
+        );
+    });
+    let history = h.ok("blockchain.scripthash.get_history", json!([SH]));
+    assert_eq!(
+        history,
+        json!([
+            {"height": 100, "tx_hash": txid(1).to_string()},
+            {"height": 0, "tx_hash": txid(2).to_string(), "fee": 300},
+        ])
+    );
+    assert_eq!(
+        h.ok("blockchain.scripthash.get_mempool", json!([SH])),
+        json!([history[1]])
+    );
+    assert_eq!(
+        h.ok(
+            "blockchain.scripthash.get_balance",
+            json!({"scripthash": SH})
+        ),
+        json!({"confirmed": 1000, "unconfirmed": -200})
+    );
+    assert_eq!(
+        h.ok("blockchain.scripthash.listunspent", json!([SH])),
+        json!([{"height": 100, "tx_hash": txid(1).to_string(), "tx_pos": 3, "value": 1000}])
+    );
+    // The 1.6 scriptpubkey family answers the same for the script.
+    assert_eq!(
+        h.ok("blockchain.scriptpubkey.get_history", json!([P2PKH])),
+        history
+    );
+}
+
+#[test]
+fn history_too_large_is_an_error_not_a_truncation() {
+    let mut h = Harness::at("1.4");
+    let sh: ScriptHash = SH.parse().unwrap();
+    h.backend.update(|s| {
+        s.history_entries_max = 1;
+        s.histories.insert(
+            sh,
+            (0..2)
+                .map(|i| HistoryEntry {
+                    txid: txid(i),
+                    height: 5,
+                    fee: None,
+                })
+                .collect(),
+        );
+    });
+    let (code, msg) = h.err("blockchain.scripthash.get_history", json!([SH]));
+    assert_eq!(code, 1);
+    assert!(msg.starts_with("history too large"), "{msg}");
+    let (code, _) = h.err("blockchain.scripthash.subscribe", json!([SH]));
+    assert_eq!(code, 1);
+    assert_eq!(
+        h.state.subscription_count(),
+        0,
+        "a failed subscribe does not count"
+    );
+}
+
+#[test]
+fn subscribe_unsubscribe_and_limit() {
+    let mut h = Harness::at("1.4.2");
+    let sh: ScriptHash = SH.parse().unwrap();
+    h.backend.update(|s| {
+        s.histories.insert(
+            sh,
+            vec![HistoryEntry {
+                txid: txid(1),
+                height: 7,
+                fee: None,
+            }],
+        );
+    });
+    let want = StatusHash::of_history([(&txid(1), 7)]);
+    let out = h.line(
+        &json!({"id": 1, "method": "blockchain.scripthash.subscribe", "params": [SH]}).to_string(),
+    );
+    assert_eq!(out.effects.len(), 1);
+    assert!(
+        matches!(&out.effects[0], Effect::Subscribed { status, key } if *status == want && key.scripthash == sh)
+    );
+    let r: Value = serde_json::from_str(&out.response.unwrap()).unwrap();
+    assert_eq!(r["result"], want.unwrap().to_string());
+    // Same script by scriptpubkey is a second subscription; a third is over the limit.
+    h.ok("blockchain.scriptpubkey.subscribe", json!([P2PKH]));
+    let other = "00".repeat(32);
+    assert_eq!(
+        h.ok("blockchain.scripthash.subscribe", json!([SH])),
+        want.unwrap().to_string()
+    );
+    let (code, msg) = h.err("blockchain.scripthash.subscribe", json!([other]));
+    assert_eq!(code, -101);
+    assert!(msg.contains("subscription limit of 2"), "{msg}");
+    assert_eq!(
+        h.ok("blockchain.scripthash.unsubscribe", json!([SH])),
+        json!(true)
+    );
+    assert_eq!(
+        h.ok("blockchain.scripthash.unsubscribe", json!([SH])),
+        json!(false)
+    );
+    assert_eq!(
+        h.ok("blockchain.scripthash.subscribe", json!([other])),
+        Value::Null,
+        "no history: null"
+    );
+}
+
+#[test]
+fn transaction_family() {
+    let mut h = Harness::at("1.4");
+    h.backend.update(|s| {
+        s.transactions.insert(txid(1), vec![1, 2, 3]);
+        s.merkles.insert(
+            txid(1),
+            TxMerkle {
+                block_height: Height(42),
+                block_hash: BlockHash::from_byte_array([4; 32]),
+                pos: 2,
+                branch: vec![TxMerkleNode::from_byte_array([5; 32])],
+            },
+        );
+        s.blocks.insert(42, vec![txid(9), txid(8), txid(1)]);
+    });
+    let t = txid(1).to_string();
+    assert_eq!(h.ok("blockchain.transaction.get", json!([t])), "010203");
+    assert_eq!(
+        h.ok("blockchain.transaction.get", json!([t, true]))["hex"],
+        "010203"
+    );
+    let (code, msg) = h.err("blockchain.transaction.get", json!([txid(2).to_string()]));
+    assert_eq!(code, 1);
+    assert!(msg.contains("not found"), "{msg}");
+    let m = h.ok("blockchain.transaction.get_merkle", json!([t, 42]));
+    assert_eq!(
+        m,
+        json!({"block_height": 42, "merkle": ["05".repeat(32)], "pos": 2})
+    );
+    assert_eq!(
+        h.err("blockchain.transaction.get_merkle", json!([t, 41])).0,
+        1
+    );
+    assert_eq!(
+        h.ok("blockchain.transaction.id_from_pos", json!([42, 2])),
+        t
+    );
+    let r = h.ok(
+        "blockchain.transaction.id_from_pos",
+        json!({"height": 42, "tx_pos": 0, "merkle": true}),
+    );
+    assert_eq!(
+        r,
+        json!({"tx_hash": txid(9).to_string(), "merkle": ["00".repeat(32)]})
+    );
+    // 1.6: height optional, block_hash in the result.
+    let mut h16 = Harness::at("1.6");
+    h16.backend
+        .update(|s| s.merkles = h.backend.update(|old| old.merkles.clone()));
+    let m = h16.ok("blockchain.transaction.get_merkle", json!({"tx_hash": t}));
+    assert_eq!(m["block_hash"], "04".repeat(32));
+    assert_eq!(m["block_height"], 42);
+}
+
+#[test]
+fn broadcast_returns_txid_or_the_node_message() {
+    let mut h = Harness::at("1.4");
+    let raw = "0100";
+    let want = Txid::from_raw_hash(bitcoin::hashes::sha256d::Hash::hash(&[1, 0])).to_string();
+    assert_eq!(h.ok("blockchain.transaction.broadcast", json!([raw])), want);
+    h.backend
+        .update(|s| s.broadcast_error = Some("txn-mempool-conflict".into()));
+    let (code, msg) = h.err("blockchain.transaction.broadcast", json!([raw]));
+    assert_eq!(code, 1);
+    assert!(msg.contains("txn-mempool-conflict"), "{msg}");
+    assert_eq!(
+        h.err("blockchain.transaction.broadcast", json!(["xyz"])).0,
+        -32602
+    );
+    h.backend
+        .update(|s| s.package_answer = json!({"package_msg": "success", "tx-results": {}}));
+    assert_eq!(
+        h.ok(
+            "blockchain.transaction.broadcast_package",
+            json!([["00", "01"]])
+        ),
+        json!({"success": true})
+    );
+    let verbose = h.ok(
+        "blockchain.transaction.broadcast_package",
+        json!({"raw_txs": ["00"], "verbose": true}),
+    );
+    assert_eq!(verbose["package_msg"], "success");
+}
+
+#[test]
+fn fees_and_mempool() {
+    let mut h = Harness::at("1.4");
+    assert_eq!(h.ok("blockchain.estimatefee", json!([6])), json!(-1));
+    h.backend.update(|s| s.estimate = Some(0.0002));
+    assert_eq!(
+        h.ok("blockchain.estimatefee", json!([2000, "conservative"])),
+        json!(0.0002)
+    );
+    assert_eq!(
+        h.backend.update(|s| s.last_estimate_args.clone()),
+        Some((1008, Some("CONSERVATIVE".into())))
+    );
+    assert_eq!(h.ok("blockchain.relayfee", json!([])), json!(0.00001));
+    h.backend
+        .update(|s| s.histogram = vec![(10.0, 500), (1.0, 20000)]);
+    assert_eq!(
+        h.ok("mempool.get_fee_histogram", json!([])),
+        json!([[10.0, 500], [1.0, 20000]])
+    );
+    let mut h = Harness::at("1.6");
+    let (code, msg) = h.err("blockchain.relayfee", json!([]));
+    assert_eq!(code, -32601);
+    assert!(msg.contains("mempool.get_info"), "{msg}");
+    let info = h.ok("mempool.get_info", json!([]));
+    assert_eq!(info["minrelaytxfee"], json!(0.00001));
+    assert!(info.get("mempoolminfee").is_some() && info.get("incrementalrelayfee").is_some());
+}
+
+/// Fuzz-style check: arbitrary bytes never panic and always answer valid
+/// JSON with the request's id (or null).
+#[test]
+fn arbitrary_lines_never_panic() {
+    let mut h = Harness::new();
+    let mut seed = 0x2545f4914f6cdd1du64;
+    let pieces = [
+        "{",
+        "}",
+        "[",
+        "]",
+        "\"id\":",
+        "1",
+        "\"method\":",
+        "\"server.version\"",
+        "\"params\":",
+        ",",
+        "null",
+        "\"blockchain.block.headers\"",
+        "-1",
+        "1e400",
+        "\"\\u0000\"",
+        "true",
+        ":",
+        "\"x\"",
+    ];
+    for _ in 0..3000 {
+        let mut line = String::new();
+        for _ in 0..(seed % 12) {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            line.push_str(pieces[(seed % pieces.len() as u64) as usize]);
+        }
+        let out = h.line(&line);
+        if let Some(resp) = out.response {
+            let v: Value = serde_json::from_str(&resp).expect("responses are JSON");
+            assert!(v.is_object() || v.is_array(), "{line} -> {resp}");
+        }
+    }
+}
