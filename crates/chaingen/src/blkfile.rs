@@ -267,7 +267,7 @@ impl BlkReader {
                 });
             }
             let size = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
-            if size > MAX_BLOCK_SIZE || size < 80 {
+            if !(80..=MAX_BLOCK_SIZE).contains(&size) {
                 return Err(BlkError::Size {
                     path: path.clone(),
                     offset: start,

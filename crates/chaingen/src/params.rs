@@ -48,7 +48,7 @@ pub fn subsidy(height: u32) -> Amount {
     if halvings >= 64 {
         return Amount::ZERO;
     }
-    Amount::from_sat(50 * 100_000_000 >> halvings)
+    Amount::from_sat((50 * 100_000_000) >> halvings)
 }
 
 /// Block version at `height`: signal every deployment until they are

@@ -6,11 +6,12 @@
 use std::sync::LazyLock;
 
 use bitcoin::hashes::{sha256, Hash};
-use bitcoin::key::{CompressedPublicKey, Keypair, TapTweak, UntweakedPublicKey};
+use bitcoin::key::{CompressedPublicKey, Keypair, UntweakedPublicKey};
 use bitcoin::opcodes::all::OP_CHECKSIG;
 use bitcoin::script::{Builder, PushBytesBuf};
-use bitcoin::secp256k1::{All, Message, PublicKey, Secp256k1, SecretKey};
+use bitcoin::secp256k1::{self, All, Message, PublicKey, Secp256k1, SecretKey};
 use bitcoin::sighash::{EcdsaSighashType, Prevouts, SighashCache, TapSighashType};
+use bitcoin::taproot::TapTweakHash;
 use bitcoin::{Address, Network, ScriptBuf, Transaction, TxOut, Witness};
 
 /// One signing/verification context for the whole process: building one
@@ -192,6 +193,24 @@ impl Key {
         }
     }
 
+    /// The key pair that signs for this key's [`ScriptKind::P2tr`] output
+    /// (BIP341 key-path tweak with no script tree). Tweaks the secret with
+    /// scalar arithmetic, so it costs one point multiplication instead of
+    /// the two of tweaking a key pair.
+    pub fn taproot_keypair(&self) -> Keypair {
+        let (internal, parity) = self.public.x_only_public_key();
+        let secret = if parity == secp256k1::Parity::Odd {
+            self.secret.negate()
+        } else {
+            self.secret
+        };
+        let tweak = TapTweakHash::from_key_and_tweak(internal, None).to_scalar();
+        let tweaked = secret
+            .add_tweak(&tweak)
+            .expect("a tweak of a hash hits zero with negligible probability");
+        Keypair::from_secret_key(&SECP, &tweaked)
+    }
+
     /// The address of this key for `kind` on `network`.
     pub fn address(&self, kind: ScriptKind, network: Network) -> Address {
         Address::from_script(&self.script_pubkey(kind), network)
@@ -327,12 +346,11 @@ pub fn sign_transaction<S: AsRef<Spend>>(
                     let hash = cache
                         .taproot_key_spend_signature_hash(index, &prevouts, TapSighashType::Default)
                         .map_err(|e| sighash_err(&e))?;
-                    let keypair =
-                        Keypair::from_secret_key(&SECP, &key.secret).tap_tweak(&SECP, None);
+                    let keypair = key.taproot_keypair();
                     let msg = Message::from_digest(hash.to_byte_array());
                     // No auxiliary randomness: the same seed must give the
                     // same bytes, and the nonce stays secret-derived.
-                    let sig = SECP.sign_schnorr_no_aux_rand(&msg, &keypair.to_keypair());
+                    let sig = SECP.sign_schnorr_no_aux_rand(&msg, &keypair);
                     let mut witness = Witness::new();
                     witness.push(sig.as_ref());
                     (ScriptBuf::new(), witness)
@@ -387,7 +405,7 @@ fn push_bytes(bytes: Vec<u8>) -> PushBytesBuf {
 mod tests {
     use super::*;
     use bitcoin::absolute::LockTime;
-    use bitcoin::secp256k1;
+    use bitcoin::key::TapTweak;
     use bitcoin::transaction::Version;
     use bitcoin::{Amount, OutPoint, Sequence, TxIn, Txid};
 
@@ -499,6 +517,22 @@ mod tests {
                 )
                 .unwrap();
             }
+        }
+    }
+
+    #[test]
+    fn taproot_keypair_matches_the_library_tweak() {
+        for i in 0..8 {
+            let key = Key::from_seed(3, i);
+            let reference = Keypair::from_secret_key(&SECP, key.secret_key())
+                .tap_tweak(&SECP, None)
+                .to_keypair();
+            assert_eq!(key.taproot_keypair(), reference);
+            let output_key = reference.x_only_public_key().0;
+            assert_eq!(
+                &key.script_pubkey(ScriptKind::P2tr).as_bytes()[2..],
+                &output_key.serialize()
+            );
         }
     }
 

@@ -1,11 +1,15 @@
 //! Regtest test environment for Osprey's integration tests and benches:
 //! real nodes ([`BtcdNode`], and [`BitcoindNode`] where Bitcoin Core is
 //! installed) started on loopback ports in temporary directories, and a
-//! [`TestWallet`] that signs real transactions of every script kind.
+//! [`TestWallet`] that signs real transactions of every script kind, and
+//! [`ChainFixture`]s: generated chains to read or to load into a node.
 //! Never used by production code (`publish = false`).
 
+mod fixture;
 mod node;
 mod wallet;
+
+pub use fixture::ChainFixture;
 
 pub use node::{
     mining_address, mining_key, start_node, BitcoindNode, BtcdNode, Node, NodeKind, RPC_PASS,

@@ -20,11 +20,13 @@ fn deployment_status(node: &dyn Node, name: &str) -> String {
         .to_string()
 }
 
-/// 1. A fresh node is at genesis; 2. mining 101 blocks matures one coinbase;
-/// 3. before segwit, a P2PKH coin pays every kind; 4. mining to 432
-/// activates segwit and taproot; 5. each kind is spent; 6. an unconfirmed
-/// chain confirms; 7. invalidating the tip reorgs and reconsidering
-/// restores it.
+/// 1. A fresh node is at genesis.
+/// 2. Mining 101 blocks matures one coinbase.
+/// 3. Before segwit, a P2PKH coin pays every kind.
+/// 4. Mining to 432 activates segwit and taproot.
+/// 5. Each kind is spent.
+/// 6. An unconfirmed chain confirms.
+/// 7. Invalidating the tip reorgs; reconsidering restores it.
 #[test]
 fn btcd_mines_and_spends_every_script_kind() {
     let node = BtcdNode::start().unwrap();

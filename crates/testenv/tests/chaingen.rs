@@ -6,14 +6,15 @@ use std::str::FromStr;
 
 use bitcoin::Txid;
 use osprey_chaingen::submit::{submit_chain, SubmitLimits};
-use osprey_chaingen::{generate, Config, Preset};
-use osprey_testenv::{BtcdNode, Node};
+use osprey_chaingen::{Preset, Shape};
+use osprey_testenv::{BtcdNode, ChainFixture, Node};
 use serde_json::Value;
 
 /// 1. Generate `tiny` (past btcd's segwit activation at 432, so witness
-/// spends of every kind are validated). 2. Submit it to a fresh btcd in
-/// small batches. 3. The node's tip is the manifest's tip and segwit is
-/// active. 4. Each of the wallet's transactions is where the manifest says.
+///    spends of every kind are validated).
+/// 2. Submit it to a fresh btcd in small batches.
+/// 3. The node's tip is the manifest's tip and segwit is active.
+/// 4. Each of the wallet's transactions is where the manifest says.
 /// 5. Submitting again sends nothing.
 #[test]
 fn btcd_accepts_the_tiny_chain() {
@@ -21,13 +22,8 @@ fn btcd_accepts_the_tiny_chain() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
-    let dir = tempfile::tempdir().unwrap();
-    let config = Config {
-        preset: "tiny".into(),
-        seed,
-        shape: Preset::Tiny.shape(),
-    };
-    let (manifest, _) = generate(config, dir.path(), &mut |_| {}).unwrap();
+    let chain = ChainFixture::tiny(seed).unwrap();
+    let manifest = &chain.manifest;
 
     let node = BtcdNode::start().unwrap();
     // Small batches so the batch boundaries and per-batch tip checks run.
@@ -35,7 +31,7 @@ fn btcd_accepts_the_tiny_chain() {
         batch_blocks_max: 64,
         ..SubmitLimits::default()
     };
-    let done = submit_chain(&dir.path().join("blocks"), node.rpc(), &limits, &mut |_| {})
+    let done = submit_chain(&chain.blocks_dir(), node.rpc(), &limits, &mut |_| {})
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     assert_eq!(done.submitted, manifest.tip_height);
     assert_eq!(done.skipped, 1, "the node has genesis");
@@ -45,6 +41,7 @@ fn btcd_accepts_the_tiny_chain() {
     assert_eq!(hash.to_string(), manifest.tip_hash, "seed {seed}");
     let info: Value = node.rpc().call("getblockchaininfo", &[]).unwrap();
     assert_eq!(info["bip9_softforks"]["segwit"]["status"], "active");
+    assert_eq!(info["bip9_softforks"]["taproot"]["status"], "active");
 
     let mut checked = 0;
     for address in &manifest.wallet.addresses {
@@ -61,7 +58,7 @@ fn btcd_accepts_the_tiny_chain() {
     }
     assert!(checked > 20, "checked {checked} wallet transactions");
 
-    let again = submit_chain(&dir.path().join("blocks"), node.rpc(), &limits, &mut |_| {}).unwrap();
+    let again = submit_chain(&chain.blocks_dir(), node.rpc(), &limits, &mut |_| {}).unwrap();
     assert_eq!(
         (again.submitted, again.skipped),
         (0, manifest.tip_height + 1)
@@ -70,25 +67,18 @@ fn btcd_accepts_the_tiny_chain() {
 
 #[test]
 fn submit_refuses_a_node_on_another_chain() {
-    let dir = tempfile::tempdir().unwrap();
-    let shape = osprey_chaingen::Shape {
-        blocks: 5,
-        ..Preset::Tiny.shape()
-    };
-    generate(
-        Config {
-            preset: "custom".into(),
-            seed: 3,
-            shape,
+    let chain = ChainFixture::with_shape(
+        Shape {
+            blocks: 5,
+            ..Preset::Tiny.shape()
         },
-        dir.path(),
-        &mut |_| {},
+        3,
     )
     .unwrap();
     let node = BtcdNode::start().unwrap();
     node.generate(2).unwrap();
     let err = submit_chain(
-        &dir.path().join("blocks"),
+        &chain.blocks_dir(),
         node.rpc(),
         &SubmitLimits::default(),
         &mut |_| {},
@@ -99,4 +89,18 @@ fn submit_refuses_a_node_on_another_chain() {
         err.contains("height 1") && err.contains("another chain"),
         "{err}"
     );
+}
+
+#[test]
+fn a_loaded_chain_can_be_extended_by_mining() {
+    let shape = Shape {
+        blocks: 120,
+        txs_per_block: 3,
+        ..Preset::Tiny.shape()
+    };
+    let chain = ChainFixture::with_shape(shape, 4).unwrap();
+    let node = BtcdNode::start().unwrap();
+    chain.load_into(&node).unwrap();
+    let mined = node.generate(2).unwrap();
+    assert_eq!(node.tip().unwrap(), (122, mined[1]));
 }
