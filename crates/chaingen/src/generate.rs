@@ -283,8 +283,10 @@ impl WalletState {
             addresses
         };
         let spends = addresses - receive_fresh;
-        // One receive in four goes to an address that was used before.
-        let receives = receive_fresh + receive_fresh / 3;
+        // Half the receives go to an address that was used before, and
+        // spends take about three coins, so most addresses end with
+        // several transactions (funding and spending) and a few coins left.
+        let receives = 2 * receive_fresh;
         WalletState {
             wallet: BigWallet::new(),
             keys: [Vec::new(), Vec::new()],
@@ -1031,9 +1033,9 @@ impl Generator {
 
     fn plan_wallet_spend(&mut self, height: u32) -> Option<TxPlan> {
         let n_in = match self.rng.gen_range(0..100) {
-            0..=59 => 1,
-            60..=84 => 2,
-            _ => self.rng.gen_range(3..=5),
+            0..=29 => 1,
+            30..=59 => 2,
+            _ => self.rng.gen_range(3..=6),
         };
         let inputs: Vec<Coin> = (0..n_in)
             .filter_map(|_| self.take_coin(Source::Wallet, true))
