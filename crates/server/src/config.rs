@@ -1,0 +1,145 @@
+//! The server's configuration: where to listen, what to say about itself,
+//! and every limit that keeps a client from using unbounded memory or CPU.
+//! Plain structs: the binary fills them from its own config layers.
+
+use osprey_core::Network;
+use std::net::SocketAddr;
+
+/// Everything `serve` needs besides the backend.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub electrum_rpc_addr: SocketAddr,
+    pub network: Network,
+    /// Answer of `server.banner`.
+    pub banner: String,
+    /// Answer of `server.donation_address` (may be empty).
+    pub donation_address: String,
+    /// First element of `server.version`'s answer, e.g. "Osprey 0.1.0".
+    pub server_version: String,
+    pub limits: Limits,
+}
+
+/// Per-connection and global limits. Exceeding one gets a JSON-RPC error
+/// (see `osprey_electrum::error` for codes) and the session goes on, except
+/// for `sessions_max` (the extra connection is told and closed), the idle
+/// and write timeouts, and a full outgoing queue (the session is closed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest request line in bytes, newline excluded. Default 2,000,000:
+    /// room for a package of large transactions or a batch of a few thousand
+    /// requests. A longer line gets a -101 error (id null), is discarded up
+    /// to its newline, and the session continues.
+    pub line_bytes_max: usize,
+    /// Most requests in one batch. Default 1,000; a larger batch gets one
+    /// -101 error and none of it runs.
+    pub batch_requests_max: usize,
+    /// Most script subscriptions one session may hold. Default 50,000 (a
+    /// large wallet with many gap-limit addresses fits easily); beyond, the
+    /// subscribe gets -101.
+    pub subscriptions_per_session_max: usize,
+    /// Most concurrent sessions. Default 1,000; an extra connection gets a
+    /// -102 "server busy" error line and is closed.
+    pub sessions_max: usize,
+    /// `max` of `blockchain.block.headers`. Default 2016 (one retarget
+    /// period, the spec's recommended minimum); must be at least 2016.
+    pub headers_per_call_max: usize,
+    /// A session that sends nothing for this long is closed. Default 600
+    /// (the spec's "roughly 10 minutes"; wallets ping more often).
+    pub idle_timeout_secs: u64,
+    /// A write that cannot finish in this long closes the session (a client
+    /// that stopped reading). Default 60.
+    pub write_timeout_secs: u64,
+    /// Notifications queued for one session before it is judged too slow
+    /// and disconnected, rather than buffered without bound. Default 10,000.
+    pub outgoing_queue_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            line_bytes_max: 2_000_000,
+            batch_requests_max: 1_000,
+            subscriptions_per_session_max: 50_000,
+            sessions_max: 1_000,
+            headers_per_call_max: 2016,
+            idle_timeout_secs: 600,
+            write_timeout_secs: 60,
+            outgoing_queue_max: 10_000,
+        }
+    }
+}
+
+/// Why a configuration cannot be served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("limit {name} must be at least {min}, got {value}")]
+    TooSmall {
+        name: &'static str,
+        min: u64,
+        value: u64,
+    },
+}
+
+impl Limits {
+    /// Checks every limit, so a bad value fails at startup, not on a client.
+    ///
+    /// # Errors
+    /// `TooSmall` naming the first limit below its minimum.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let checks: [(&'static str, u64, u64); 8] = [
+            ("line_bytes_max", 1024, self.line_bytes_max as u64),
+            ("batch_requests_max", 1, self.batch_requests_max as u64),
+            (
+                "subscriptions_per_session_max",
+                1,
+                self.subscriptions_per_session_max as u64,
+            ),
+            ("sessions_max", 1, self.sessions_max as u64),
+            (
+                "headers_per_call_max",
+                2016,
+                self.headers_per_call_max as u64,
+            ),
+            ("idle_timeout_secs", 1, self.idle_timeout_secs),
+            ("write_timeout_secs", 1, self.write_timeout_secs),
+            ("outgoing_queue_max", 1, self.outgoing_queue_max as u64),
+        ];
+        for (name, min, value) in checks {
+            if value < min {
+                return Err(ConfigError::TooSmall { name, min, value });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_small_values_are_named() {
+        assert_eq!(Limits::default().validate(), Ok(()));
+        let limits = Limits {
+            headers_per_call_max: 100,
+            ..Limits::default()
+        };
+        assert_eq!(
+            limits.validate(),
+            Err(ConfigError::TooSmall {
+                name: "headers_per_call_max",
+                min: 2016,
+                value: 100
+            })
+        );
+        let limits = Limits {
+            sessions_max: 0,
+            ..Limits::default()
+        };
+        assert!(limits
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("sessions_max"));
+    }
+}

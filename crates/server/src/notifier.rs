@@ -1,0 +1,481 @@
+//! The single owner of "who is subscribed to what": one task that consumes
+//! the change feed and the sessions' subscription messages, and pushes
+//! `blockchain.scripthash.subscribe` / `blockchain.headers.subscribe`
+//! notifications into the sessions' bounded outgoing queues.
+//!
+//! Cost: a change costs one status per touched script hash that has
+//! subscribers, plus one push per subscriber whose last-sent status differs;
+//! there is no loop over all subscriptions, except when the feed lagged or
+//! blocks were undone (`all_scripthashes`), where every subscribed status is
+//! recomputed once because correctness comes first.
+//!
+//! Races: a session computes a subscription's status before the notifier
+//! hears of the subscription. Each change gets a sequence number; a session
+//! reads the last processed one (`seen`) before computing, and at
+//! registration the notifier recomputes the status if a change it already
+//! processed after `seen` touched that script, so no update falls between.
+
+use crate::changes::ChangeView;
+use osprey_core::{Height, ScriptHash, StatusHash};
+use osprey_electrum::request::{ScriptForm, ScriptKey};
+use osprey_electrum::{headers, scripthash, Backend};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, mpsc, watch, Notify};
+
+pub(crate) type SessionId = u64;
+
+/// Statuses computed per blocking call, so one call stays short.
+const STATUS_CHUNK: usize = 1000;
+/// Script hashes of recent changes kept to close the subscribe race; beyond
+/// this, older changes are forgotten and late registrations recompute.
+const RECENT_SCRIPTHASHES_MAX: usize = 200_000;
+
+/// How the notifier reaches a session.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionHandle {
+    /// Serialized notification lines (without newline).
+    pub tx: mpsc::Sender<Arc<str>>,
+    /// Woken when the session must close because its queue is full.
+    pub kick: Arc<Notify>,
+}
+
+/// Messages from sessions to the notifier.
+#[derive(Debug)]
+pub(crate) enum Control {
+    Register {
+        session: SessionId,
+        handle: SessionHandle,
+    },
+    /// `status` is what the client was told; `seen` the last change
+    /// processed before it was computed.
+    Subscribe {
+        session: SessionId,
+        key: ScriptKey,
+        status: Option<StatusHash>,
+        seen: u64,
+    },
+    Unsubscribe {
+        session: SessionId,
+        key: ScriptKey,
+    },
+    SubscribeHeaders {
+        session: SessionId,
+        seen: u64,
+    },
+    Unregister {
+        session: SessionId,
+    },
+}
+
+/// One session's subscription to one script hash.
+#[derive(Debug)]
+struct Subscriber {
+    last_sent: Option<StatusHash>,
+    forms: Vec<ScriptForm>,
+}
+
+#[derive(Debug)]
+struct SessionEntry {
+    handle: SessionHandle,
+    scripts: HashSet<ScriptHash>,
+}
+
+/// Which script hashes recent changes touched, by sequence number.
+#[derive(Debug, Default)]
+struct Recent {
+    touched: HashMap<ScriptHash, u64>,
+    log: VecDeque<(u64, Vec<ScriptHash>)>,
+    held: usize,
+    /// Changes up to this one may have been forgotten.
+    forgotten_through: u64,
+    /// The change that last moved the tip.
+    tip_at: u64,
+}
+
+impl Recent {
+    fn record(&mut self, seq: u64, scripthashes: &[ScriptHash]) {
+        for sh in scripthashes {
+            self.touched.insert(*sh, seq);
+        }
+        self.log.push_back((seq, scripthashes.to_vec()));
+        self.held += scripthashes.len();
+        while self.held > RECENT_SCRIPTHASHES_MAX && self.log.len() > 1 {
+            let Some((old_seq, old)) = self.log.pop_front() else {
+                break;
+            };
+            self.held -= old.len();
+            for sh in old {
+                if self.touched.get(&sh) == Some(&old_seq) {
+                    self.touched.remove(&sh);
+                }
+            }
+            self.forgotten_through = old_seq;
+        }
+    }
+
+    /// Forgets everything: any registration older than `seq` recomputes.
+    fn everything_changed(&mut self, seq: u64) {
+        self.touched.clear();
+        self.log.clear();
+        self.held = 0;
+        self.forgotten_through = seq;
+    }
+
+    fn changed_since(&self, sh: &ScriptHash, seen: u64) -> bool {
+        seen < self.forgotten_through || self.touched.get(sh).is_some_and(|&s| s > seen)
+    }
+}
+
+/// The notifier task's state.
+pub(crate) struct Notifier<C> {
+    backend: Arc<dyn Backend>,
+    changes: broadcast::Receiver<Arc<C>>,
+    control: mpsc::Receiver<Control>,
+    /// The last change processed, read by sessions before computing.
+    processed: Arc<AtomicU64>,
+    seq: u64,
+    recent: Recent,
+    tip: Option<(Height, [u8; 80])>,
+    by_script: HashMap<ScriptHash, HashMap<SessionId, Subscriber>>,
+    sessions: HashMap<SessionId, SessionEntry>,
+    header_sessions: HashSet<SessionId>,
+}
+
+/// Queues a line for a session; false if the session is gone or too slow
+/// (then it is kicked: it closes rather than buffering without bound).
+fn push(handle: &SessionHandle, line: &Arc<str>) -> bool {
+    match handle.tx.try_send(Arc::clone(line)) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            handle.kick.notify_one();
+            false
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => false,
+    }
+}
+
+impl<C: ChangeView> Notifier<C> {
+    pub(crate) fn new(
+        backend: Arc<dyn Backend>,
+        changes: broadcast::Receiver<Arc<C>>,
+        control: mpsc::Receiver<Control>,
+        processed: Arc<AtomicU64>,
+    ) -> Self {
+        Notifier {
+            backend,
+            changes,
+            control,
+            processed,
+            seq: 0,
+            recent: Recent::default(),
+            tip: None,
+            by_script: HashMap::new(),
+            sessions: HashMap::new(),
+            header_sessions: HashSet::new(),
+        }
+    }
+
+    /// Runs until shutdown or until every session handle is gone.
+    pub(crate) async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        let mut feed_open = true;
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                control = self.control.recv() => match control {
+                    Some(control) => self.handle_control(control).await,
+                    None => break,
+                },
+                change = self.changes.recv(), if feed_open => match change {
+                    Ok(change) => self.handle_change(&*change).await,
+                    Err(RecvError::Lagged(skipped)) => {
+                        tracing::warn!(skipped, "change feed lagged: recomputing every subscribed status");
+                        self.resync().await;
+                    }
+                    Err(RecvError::Closed) => {
+                        tracing::info!("change feed closed: no more notifications");
+                        feed_open = false;
+                    }
+                },
+            }
+        }
+    }
+
+    async fn handle_change(&mut self, change: &C) {
+        self.seq += 1;
+        let seq = self.seq;
+        let all = change.all_scripthashes();
+        if all {
+            self.recent.everything_changed(seq);
+        } else {
+            self.recent.record(seq, change.scripthashes());
+        }
+        if let Some(tip) = change.new_tip() {
+            self.tip = Some(tip);
+            self.recent.tip_at = seq;
+        }
+        // Published only after `recent` knows the change (see module docs).
+        self.processed.store(seq, Ordering::Release);
+        if let Some((height, header)) = change.new_tip() {
+            self.notify_headers(height, &header);
+        }
+        let targets: Vec<ScriptHash> = if all {
+            tracing::info!(
+                subscribed = self.by_script.len(),
+                "blocks undone: recomputing every subscribed status"
+            );
+            self.by_script.keys().copied().collect()
+        } else {
+            let mut seen = HashSet::new();
+            change
+                .scripthashes()
+                .iter()
+                .filter(|sh| self.by_script.contains_key(*sh) && seen.insert(**sh))
+                .copied()
+                .collect()
+        };
+        self.refresh(targets).await;
+    }
+
+    /// Recovers from a lagged feed: the tip and every subscribed status.
+    async fn resync(&mut self) {
+        self.seq += 1;
+        self.recent.everything_changed(self.seq);
+        let backend = Arc::clone(&self.backend);
+        let tip = tokio::task::spawn_blocking(move || {
+            let (height, _) = backend.tip();
+            backend.header(height).map(|header| (height, header))
+        })
+        .await
+        .ok()
+        .flatten();
+        let moved = tip.is_some() && tip != self.tip;
+        if moved {
+            self.tip = tip;
+            self.recent.tip_at = self.seq;
+        }
+        self.processed.store(self.seq, Ordering::Release);
+        if let (true, Some((height, header))) = (moved, tip) {
+            self.notify_headers(height, &header);
+        }
+        let targets = self.by_script.keys().copied().collect();
+        self.refresh(targets).await;
+    }
+
+    fn notify_headers(&mut self, height: Height, header: &[u8; 80]) {
+        let line: Arc<str> = headers::notification(height, header).into();
+        let mut gone = Vec::new();
+        for id in &self.header_sessions {
+            if let Some(entry) = self.sessions.get(id) {
+                if !push(&entry.handle, &line) {
+                    gone.push(*id);
+                }
+            }
+        }
+        for id in gone {
+            self.drop_session(id);
+        }
+    }
+
+    /// Computes the statuses of `targets` (each once) and notifies every
+    /// subscriber whose last-sent status differs.
+    async fn refresh(&mut self, targets: Vec<ScriptHash>) {
+        for chunk in targets.chunks(STATUS_CHUNK) {
+            let backend = Arc::clone(&self.backend);
+            let chunk = chunk.to_vec();
+            let statuses = tokio::task::spawn_blocking(move || {
+                chunk
+                    .into_iter()
+                    .map(|sh| (sh, backend.status(&sh)))
+                    .collect::<Vec<_>>()
+            })
+            .await;
+            let statuses = match statuses {
+                Ok(statuses) => statuses,
+                Err(e) => {
+                    tracing::error!(error = %e, "status computation panicked");
+                    continue;
+                }
+            };
+            let mut gone = Vec::new();
+            for (sh, status) in statuses {
+                let status = match status {
+                    Ok(status) => status,
+                    Err(e) => {
+                        tracing::warn!(scripthash = %sh, error = %e, "cannot compute status; not notified");
+                        continue;
+                    }
+                };
+                let Some(subscribers) = self.by_script.get_mut(&sh) else {
+                    continue;
+                };
+                // One serialized line per form, shared by every session.
+                let mut lines: Vec<(ScriptForm, Arc<str>)> = Vec::new();
+                for (id, sub) in subscribers.iter_mut() {
+                    if sub.last_sent == status {
+                        continue;
+                    }
+                    sub.last_sent = status;
+                    let Some(entry) = self.sessions.get(id) else {
+                        continue;
+                    };
+                    for form in &sub.forms {
+                        let line = match lines.iter().find(|(f, _)| f == form) {
+                            Some((_, line)) => Arc::clone(line),
+                            None => {
+                                let key = ScriptKey {
+                                    scripthash: sh,
+                                    form: form.clone(),
+                                };
+                                let line: Arc<str> = scripthash::notification(&key, status).into();
+                                lines.push((form.clone(), Arc::clone(&line)));
+                                line
+                            }
+                        };
+                        if !push(&entry.handle, &line) {
+                            gone.push(*id);
+                            break;
+                        }
+                    }
+                }
+            }
+            for id in gone {
+                self.drop_session(id);
+            }
+        }
+    }
+
+    async fn handle_control(&mut self, control: Control) {
+        match control {
+            Control::Register { session, handle } => {
+                self.sessions.insert(
+                    session,
+                    SessionEntry {
+                        handle,
+                        scripts: HashSet::new(),
+                    },
+                );
+            }
+            Control::Subscribe {
+                session,
+                key,
+                status,
+                seen,
+            } => {
+                let Some(entry) = self.sessions.get_mut(&session) else {
+                    return;
+                };
+                entry.scripts.insert(key.scripthash);
+                let sub = self
+                    .by_script
+                    .entry(key.scripthash)
+                    .or_default()
+                    .entry(session)
+                    .or_insert(Subscriber {
+                        last_sent: status,
+                        forms: Vec::new(),
+                    });
+                sub.last_sent = status;
+                if !sub.forms.contains(&key.form) {
+                    sub.forms.push(key.form);
+                }
+                if self.recent.changed_since(&key.scripthash, seen) {
+                    self.refresh(vec![key.scripthash]).await;
+                }
+            }
+            Control::Unsubscribe { session, key } => {
+                let Some(subscribers) = self.by_script.get_mut(&key.scripthash) else {
+                    return;
+                };
+                if let Some(sub) = subscribers.get_mut(&session) {
+                    sub.forms.retain(|f| *f != key.form);
+                    if sub.forms.is_empty() {
+                        subscribers.remove(&session);
+                        if let Some(entry) = self.sessions.get_mut(&session) {
+                            entry.scripts.remove(&key.scripthash);
+                        }
+                    }
+                }
+                if subscribers.is_empty() {
+                    self.by_script.remove(&key.scripthash);
+                }
+            }
+            Control::SubscribeHeaders { session, seen } => {
+                let Some(entry) = self.sessions.get(&session) else {
+                    return;
+                };
+                self.header_sessions.insert(session);
+                if self.recent.tip_at > seen {
+                    if let Some((height, header)) = self.tip {
+                        let line: Arc<str> = headers::notification(height, &header).into();
+                        if !push(&entry.handle, &line) {
+                            self.drop_session(session);
+                        }
+                    }
+                }
+            }
+            Control::Unregister { session } => self.drop_session(session),
+        }
+    }
+
+    /// Forgets a session and all its subscriptions (cost: its own count).
+    fn drop_session(&mut self, session: SessionId) {
+        let Some(entry) = self.sessions.remove(&session) else {
+            return;
+        };
+        for sh in entry.scripts {
+            if let Some(subscribers) = self.by_script.get_mut(&sh) {
+                subscribers.remove(&session);
+                if subscribers.is_empty() {
+                    self.by_script.remove(&sh);
+                }
+            }
+        }
+        self.header_sessions.remove(&session);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_changes_close_the_subscribe_race() {
+        let mut r = Recent::default();
+        let a = ScriptHash([1; 32]);
+        let b = ScriptHash([2; 32]);
+        r.record(1, &[a]);
+        r.record(2, &[b]);
+        assert!(!r.changed_since(&a, 1), "change 1 was seen");
+        assert!(r.changed_since(&a, 0));
+        assert!(r.changed_since(&b, 1));
+        assert!(!r.changed_since(&ScriptHash([3; 32]), 0));
+        r.everything_changed(3);
+        assert!(r.changed_since(&ScriptHash([3; 32]), 2));
+        assert!(!r.changed_since(&ScriptHash([3; 32]), 3));
+    }
+
+    #[test]
+    fn recent_forgets_old_changes_but_stays_correct() {
+        let mut r = Recent::default();
+        let many: Vec<ScriptHash> = (0..RECENT_SCRIPTHASHES_MAX as u32)
+            .map(|i| {
+                let mut b = [0u8; 32];
+                b[..4].copy_from_slice(&i.to_le_bytes());
+                ScriptHash(b)
+            })
+            .collect();
+        r.record(1, &many);
+        r.record(2, &[ScriptHash([0xff; 32])]);
+        assert_eq!(r.log.len(), 1, "change 1 was evicted");
+        assert!(r.held <= RECENT_SCRIPTHASHES_MAX);
+        assert!(
+            r.changed_since(&ScriptHash([0xee; 32]), 0),
+            "unknown past: recompute"
+        );
+        assert!(!r.changed_since(&ScriptHash([0xee; 32]), 1));
+        assert!(r.changed_since(&ScriptHash([0xff; 32]), 1));
+    }
+}

@@ -1,0 +1,230 @@
+//! One task per connection: reads newline-delimited requests, runs each line
+//! on a blocking thread (queries may hit RocksDB or the node), writes the
+//! response, and interleaves the notifications the notifier queued for it.
+//! Generic over `AsyncRead + AsyncWrite`, so a TLS stream plugs in as is.
+//!
+//! Lines of one session run one at a time, in order; the next line is not
+//! read while one runs, which bounds a session's memory and CPU.
+
+use crate::config::Limits;
+use crate::framer::{Frame, LineFramer};
+use crate::notifier::{Control, SessionHandle, SessionId};
+use osprey_electrum::{jsonrpc, Dispatcher, Effect, RpcError, SessionState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::{sleep_until, timeout, Instant};
+
+/// What every session shares.
+pub(crate) struct SessionContext {
+    pub dispatcher: Arc<Dispatcher>,
+    pub limits: Limits,
+    pub control: mpsc::Sender<Control>,
+    pub processed: Arc<AtomicU64>,
+}
+
+/// Why a session ended, for the log.
+#[derive(Debug)]
+enum End {
+    ClientClosed,
+    Shutdown,
+    Idle,
+    TooSlow,
+    NoCommonVersion,
+    Io(std::io::Error),
+    WriteTimeout,
+    HandlerPanicked,
+}
+
+/// Bytes read from the socket at a time.
+const READ_CHUNK_BYTES: usize = 16 * 1024;
+/// Queued notifications written before the next flush.
+const NOTIFICATIONS_PER_FLUSH: usize = 256;
+
+struct Writer<W> {
+    inner: BufWriter<W>,
+    timeout: Duration,
+}
+
+impl<W: AsyncWrite + Unpin> Writer<W> {
+    /// Writes one line; fails on I/O errors and on a client that stopped reading.
+    async fn line(&mut self, line: &str) -> Result<(), End> {
+        let write = async {
+            self.inner.write_all(line.as_bytes()).await?;
+            self.inner.write_all(b"\n").await
+        };
+        match timeout(self.timeout, write).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(End::Io(e)),
+            Err(_) => Err(End::WriteTimeout),
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), End> {
+        match timeout(self.timeout, self.inner.flush()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(End::Io(e)),
+            Err(_) => Err(End::WriteTimeout),
+        }
+    }
+}
+
+/// Serves one connection until it closes, idles out, or the server stops.
+pub(crate) async fn run<S>(
+    stream: S,
+    id: SessionId,
+    ctx: Arc<SessionContext>,
+    shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(ctx.limits.outgoing_queue_max);
+    let kick = Arc::new(Notify::new());
+    let handle = SessionHandle {
+        tx,
+        kick: Arc::clone(&kick),
+    };
+    if ctx
+        .control
+        .send(Control::Register {
+            session: id,
+            handle,
+        })
+        .await
+        .is_err()
+    {
+        return; // the notifier is gone: the server is stopping
+    }
+    tracing::debug!("session started");
+    let end = serve(stream, id, &ctx, rx, kick, shutdown).await;
+    match &end {
+        End::ClientClosed | End::Shutdown => tracing::debug!(?end, "session ended"),
+        End::Io(error) => tracing::info!(%error, "session ended: i/o error"),
+        _ => tracing::info!(?end, "session ended"),
+    }
+    // Ignored error: the notifier is gone only when the server stops.
+    let _ = ctx.control.send(Control::Unregister { session: id }).await;
+}
+
+async fn serve<S>(
+    stream: S,
+    id: SessionId,
+    ctx: &SessionContext,
+    mut notifications: mpsc::Receiver<Arc<str>>,
+    kick: Arc<Notify>,
+    mut shutdown: watch::Receiver<bool>,
+) -> End
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let limits = &ctx.limits;
+    let (mut reader, writer) = tokio::io::split(stream);
+    let mut writer = Writer {
+        inner: BufWriter::new(writer),
+        timeout: Duration::from_secs(limits.write_timeout_secs),
+    };
+    let mut framer = LineFramer::new(limits.line_bytes_max);
+    let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    let idle = Duration::from_secs(limits.idle_timeout_secs);
+    let mut idle_deadline = Instant::now() + idle;
+    let mut state = Some(SessionState::new());
+    let mut running: Option<
+        tokio::task::JoinHandle<(SessionState, osprey_electrum::Outcome, u64)>,
+    > = None;
+    let mut eof = false;
+    loop {
+        if running.is_none() {
+            match framer.next_frame() {
+                Some(Frame::Line(line)) => {
+                    idle_deadline = Instant::now() + idle;
+                    let Some(mut session_state) = state.take() else {
+                        return End::HandlerPanicked;
+                    };
+                    let dispatcher = Arc::clone(&ctx.dispatcher);
+                    // Read before any status is computed (see `notifier`).
+                    let seen = ctx.processed.load(Ordering::Acquire);
+                    running = Some(tokio::task::spawn_blocking(move || {
+                        let outcome = dispatcher.handle_line(&mut session_state, &line);
+                        (session_state, outcome, seen)
+                    }));
+                    continue;
+                }
+                Some(Frame::TooLong) => {
+                    idle_deadline = Instant::now() + idle;
+                    let error = RpcError::LimitExceeded(format!(
+                        "request line exceeds {} bytes",
+                        limits.line_bytes_max
+                    ));
+                    let line = jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
+                    if let Err(end) = write_and_flush(&mut writer, &line).await {
+                        return end;
+                    }
+                    continue;
+                }
+                None if eof => return End::ClientClosed,
+                None => {}
+            }
+        }
+        tokio::select! {
+            _ = shutdown.changed() => return End::Shutdown,
+            _ = kick.notified() => return End::TooSlow,
+            joined = async { running.as_mut().expect("guarded by is_some").await }, if running.is_some() => {
+                running = None;
+                let Ok((session_state, outcome, seen)) = joined else {
+                    tracing::error!("request handler panicked");
+                    return End::HandlerPanicked;
+                };
+                state = Some(session_state);
+                for effect in outcome.effects {
+                    let control = match effect {
+                        Effect::Subscribed { key, status } => Control::Subscribe { session: id, key, status, seen },
+                        Effect::Unsubscribed { key } => Control::Unsubscribe { session: id, key },
+                        Effect::HeadersSubscribed => Control::SubscribeHeaders { session: id, seen },
+                    };
+                    if ctx.control.send(control).await.is_err() {
+                        return End::Shutdown;
+                    }
+                }
+                if let Some(response) = outcome.response {
+                    if let Err(end) = write_and_flush(&mut writer, &response).await {
+                        return end;
+                    }
+                }
+                if outcome.close {
+                    return End::NoCommonVersion;
+                }
+            }
+            Some(line) = notifications.recv() => {
+                if let Err(end) = writer.line(&line).await {
+                    return end;
+                }
+                // Drain what is already queued, then flush once.
+                for _ in 0..NOTIFICATIONS_PER_FLUSH {
+                    let Ok(line) = notifications.try_recv() else { break };
+                    if let Err(end) = writer.line(&line).await {
+                        return end;
+                    }
+                }
+                if let Err(end) = writer.flush().await {
+                    return end;
+                }
+            }
+            read = reader.read(&mut buf), if running.is_none() && !eof => match read {
+                Ok(0) => eof = true,
+                Ok(n) => framer.push(&buf[..n]),
+                Err(e) => return End::Io(e),
+            },
+            _ = sleep_until(idle_deadline), if running.is_none() => return End::Idle,
+        }
+    }
+}
+
+async fn write_and_flush<W: AsyncWrite + Unpin>(
+    writer: &mut Writer<W>,
+    line: &str,
+) -> Result<(), End> {
+    writer.line(line).await?;
+    writer.flush().await
+}
