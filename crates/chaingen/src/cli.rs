@@ -266,6 +266,26 @@ mod tests {
         chaingen: ChaingenArgs,
     }
 
+    /// How the `osprey` binary nests the command.
+    #[derive(Parser, Debug)]
+    enum Osprey {
+        Chaingen(ChaingenArgs),
+    }
+
+    #[test]
+    fn parses_as_a_subcommand_of_the_binary() {
+        let Osprey::Chaingen(args) =
+            Osprey::try_parse_from(["osprey", "chaingen", "--preset", "medium", "--out", "d"])
+                .unwrap();
+        assert!(args.command.is_none());
+        assert_eq!(args.generate.preset, Preset::Medium);
+        let Osprey::Chaingen(args) = Osprey::try_parse_from([
+            "osprey", "chaingen", "submit", "--dir", "d", "--auth", "u:p",
+        ])
+        .unwrap();
+        assert!(matches!(args.command, Some(ChaingenCommand::Submit(_))));
+    }
+
     #[test]
     fn parses_generate_and_submit_forms() {
         let cli = Cli::try_parse_from([

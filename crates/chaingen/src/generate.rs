@@ -1334,6 +1334,18 @@ pub fn generate(
 ) -> Result<(Manifest, Progress), GenError> {
     let started = Instant::now();
     let mut generator = Generator::new(config)?;
+    // A manifest left from an earlier run must not describe the new
+    // blocks if this run stops half way.
+    let manifest_path = out_dir.join(crate::manifest::MANIFEST_FILE);
+    match std::fs::remove_file(&manifest_path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(GenError::Manifest {
+                path: manifest_path,
+                source: e,
+            })
+        }
+        _ => {}
+    }
     let mut writer = BlkWriter::create(&out_dir.join("blocks"), REGTEST_MAGIC)?;
     while let Some(block) = generator.next_block() {
         writer.write_block(&bitcoin::consensus::serialize(&block))?;
@@ -1345,7 +1357,7 @@ pub fn generate(
     manifest
         .save(out_dir)
         .map_err(|source| GenError::Manifest {
-            path: out_dir.join(crate::manifest::MANIFEST_FILE),
+            path: manifest_path,
             source,
         })?;
     let stats = generator.progress(started, bytes);
