@@ -440,6 +440,160 @@ impl<C: ChangeView> Notifier<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::changes::Change;
+    use bitcoin::hashes::Hash;
+    use osprey_electrum::fake::FakeBackend;
+    use osprey_electrum::HistoryEntry;
+
+    fn notifier(backend: &Arc<FakeBackend>) -> (Notifier<Change>, Arc<AtomicU64>) {
+        let (_feed_tx, feed_rx) = broadcast::channel(8);
+        let (_control_tx, control_rx) = mpsc::channel(8);
+        let processed = Arc::new(AtomicU64::new(0));
+        let backend: Arc<dyn Backend> = backend.clone();
+        (
+            Notifier::new(backend, feed_rx, control_rx, Arc::clone(&processed)),
+            processed,
+        )
+    }
+
+    async fn register(
+        n: &mut Notifier<Change>,
+        id: SessionId,
+        queue: usize,
+    ) -> (mpsc::Receiver<Arc<str>>, Arc<Notify>) {
+        let (tx, rx) = mpsc::channel(queue);
+        let kick = Arc::new(Notify::new());
+        n.handle_control(Control::Register {
+            session: id,
+            handle: SessionHandle {
+                tx,
+                kick: Arc::clone(&kick),
+            },
+        })
+        .await;
+        (rx, kick)
+    }
+
+    fn set_history(backend: &FakeBackend, sh: ScriptHash, txid_byte: u8) {
+        backend.update(|s| {
+            let entry = HistoryEntry {
+                txid: bitcoin::Txid::from_byte_array([txid_byte; 32]),
+                height: 0,
+                fee: None,
+            };
+            s.histories.insert(sh, vec![entry]);
+        });
+    }
+
+    fn key(sh: ScriptHash) -> ScriptKey {
+        ScriptKey {
+            scripthash: sh,
+            form: ScriptForm::ScriptHash,
+        }
+    }
+
+    /// A change processed between a session computing a status and the
+    /// notifier hearing of the subscription still reaches the client.
+    #[tokio::test]
+    async fn subscription_registered_after_a_touching_change_is_recomputed() {
+        let backend = Arc::new(FakeBackend::with_tip(10));
+        let (mut n, processed) = notifier(&backend);
+        let (mut rx, _kick) = register(&mut n, 1, 8).await;
+        let sh = ScriptHash([1; 32]);
+        // The session reads `seen` and computes status None...
+        let seen = processed.load(Ordering::Acquire);
+        // ...then a transaction arrives and its change is processed first.
+        set_history(&backend, sh, 7);
+        n.handle_change(&Change {
+            scripthashes: vec![sh],
+            ..Change::default()
+        })
+        .await;
+        assert!(rx.try_recv().is_err(), "nobody was subscribed yet");
+        n.handle_control(Control::Subscribe {
+            session: 1,
+            key: key(sh),
+            status: None,
+            seen,
+        })
+        .await;
+        let line = rx.try_recv().expect("the missed update is sent");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["params"][0], sh.to_string());
+        assert!(v["params"][1].is_string());
+        // A registration computed after the change costs no recomputation.
+        let calls = backend.update(|s| s.status_calls);
+        let seen = processed.load(Ordering::Acquire);
+        let status = backend.status(&sh).unwrap();
+        n.handle_control(Control::Subscribe {
+            session: 1,
+            key: key(sh),
+            status,
+            seen,
+        })
+        .await;
+        assert_eq!(
+            backend.update(|s| s.status_calls),
+            calls + 1,
+            "only the session's own computation"
+        );
+        assert!(rx.try_recv().is_err());
+    }
+
+    /// A session whose queue is full is kicked and forgotten.
+    #[tokio::test]
+    async fn a_session_that_cannot_keep_up_is_dropped() {
+        let backend = Arc::new(FakeBackend::with_tip(10));
+        let (mut n, _) = notifier(&backend);
+        let (_rx, kick) = register(&mut n, 1, 1).await;
+        let sh = ScriptHash([1; 32]);
+        n.handle_control(Control::Subscribe {
+            session: 1,
+            key: key(sh),
+            status: None,
+            seen: 0,
+        })
+        .await;
+        for txid_byte in [1, 2] {
+            set_history(&backend, sh, txid_byte);
+            n.handle_change(&Change {
+                scripthashes: vec![sh],
+                ..Change::default()
+            })
+            .await;
+        }
+        tokio::time::timeout(std::time::Duration::from_secs(1), kick.notified())
+            .await
+            .expect("kicked");
+        assert!(n.sessions.is_empty());
+        assert!(n.by_script.is_empty(), "its subscriptions are gone too");
+    }
+
+    #[tokio::test]
+    async fn undone_blocks_recompute_every_subscription() {
+        let backend = Arc::new(FakeBackend::with_tip(10));
+        let (mut n, _) = notifier(&backend);
+        let (mut rx, _kick) = register(&mut n, 1, 8).await;
+        let (a, b) = (ScriptHash([1; 32]), ScriptHash([2; 32]));
+        for sh in [a, b] {
+            n.handle_control(Control::Subscribe {
+                session: 1,
+                key: key(sh),
+                status: None,
+                seen: 0,
+            })
+            .await;
+        }
+        set_history(&backend, b, 3);
+        n.handle_change(&Change {
+            all_scripthashes: true,
+            ..Change::default()
+        })
+        .await;
+        let v: serde_json::Value = serde_json::from_str(&rx.try_recv().unwrap()).unwrap();
+        assert_eq!(v["params"][0], b.to_string());
+        assert!(rx.try_recv().is_err(), "a's status did not change");
+    }
 
     #[test]
     fn recent_changes_close_the_subscribe_race() {
