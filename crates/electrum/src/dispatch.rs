@@ -108,7 +108,7 @@ impl Dispatcher {
                 // either: the only one a client sends is a 1.6 `server.ping`.
                 let id = call.id?;
                 let result = Request::parse(&call.method, &call.params)
-                    .and_then(|request| self.execute(state, &call.method, request, out));
+                    .and_then(|request| self.execute(state, request, out));
                 if let Err(e) = &result {
                     tracing::debug!(method = %call.method, error = %e, "request failed");
                 }
@@ -120,7 +120,6 @@ impl Dispatcher {
     fn execute(
         &self,
         state: &mut SessionState,
-        method: &str,
         request: Request,
         out: &mut Outcome,
     ) -> Result<Value, RpcError> {
@@ -179,11 +178,9 @@ impl Dispatcher {
             Request::EstimateFee { number, mode } => {
                 fee::estimatefee(backend, number, mode.as_deref())
             }
-            Request::RelayFee if protocol.is_1_6_or_later() => Err(RpcError::MethodNotAvailable {
-                method: method.to_string(),
-                version: protocol.to_string(),
-                hint: " (removed in 1.6: use mempool.get_info)",
-            }),
+            // 1.6 replaced `relayfee` with `mempool.get_info`, but we keep
+            // serving it: electrum-client 0.25 (BDK) negotiates 1.6 and still
+            // calls it, and servers may support extra methods.
             Request::RelayFee => fee::relayfee(backend),
             Request::Script {
                 method: ScriptMethod::Subscribe,

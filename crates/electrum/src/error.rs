@@ -5,7 +5,7 @@
 //! |--------|---------------------------------|------|
 //! | -32700 | `Parse`                         | the line is not JSON (or not UTF-8); id is null |
 //! | -32600 | `InvalidRequest`                | not a request object, empty batch, bad `jsonrpc`/`id`/`method` |
-//! | -32601 | `MethodNotFound`                | unknown method, or not available in the negotiated version |
+//! | -32601 | `MethodNotFound`                | unknown method (named in the message) |
 //! | -32602 | `InvalidParams`                 | wrong type, bad hex, wrong length, negative height, unknown name... |
 //! | -32603 | `Internal`                      | a bug or a database error on our side |
 //! | -101   | `LimitExceeded`                 | line, batch or subscription limit (aiorpcx's "excessive resource usage") |
@@ -25,12 +25,6 @@ pub enum RpcError {
     InvalidRequest(String),
     #[error("unknown method \"{0}\"")]
     MethodNotFound(String),
-    #[error("method \"{method}\" is not available in protocol version {version}{hint}")]
-    MethodNotAvailable {
-        method: String,
-        version: String,
-        hint: &'static str,
-    },
     #[error("invalid params: {0}")]
     InvalidParams(String),
     #[error("{0}")]
@@ -55,7 +49,7 @@ impl RpcError {
         match self {
             RpcError::Parse(_) => -32700,
             RpcError::InvalidRequest(_) => -32600,
-            RpcError::MethodNotFound(_) | RpcError::MethodNotAvailable { .. } => -32601,
+            RpcError::MethodNotFound(_) => -32601,
             RpcError::InvalidParams(_) => -32602,
             RpcError::Internal(_) => -32603,
             RpcError::LimitExceeded(_) => -101,

@@ -1,6 +1,7 @@
 //! Fee estimates: `blockchain.estimatefee` (with 1.6's optional `mode`) and
-//! `blockchain.relayfee` (below 1.6 only). Rates are BTC per kvB, as the
-//! node gives them.
+//! `blockchain.relayfee` (dropped by the 1.6 spec in favour of
+//! `mempool.get_info`, still served for clients that call it). Rates are BTC
+//! per kvB, as the node gives them.
 
 use crate::backend::Backend;
 use crate::error::RpcError;

@@ -560,9 +560,11 @@ fn fees_and_mempool() {
         json!([[10.0, 500], [1.0, 20000]])
     );
     let mut h = Harness::at("1.6");
-    let (code, msg) = h.err("blockchain.relayfee", json!([]));
-    assert_eq!(code, -32601);
-    assert!(msg.contains("mempool.get_info"), "{msg}");
+    assert_eq!(
+        h.ok("blockchain.relayfee", json!([])),
+        json!(0.00001),
+        "kept for BDK"
+    );
     let info = h.ok("mempool.get_info", json!([]));
     assert_eq!(info["minrelaytxfee"], json!(0.00001));
     assert!(info.get("mempoolminfee").is_some() && info.get("incrementalrelayfee").is_some());

@@ -25,7 +25,8 @@ impl ProtocolVersion {
     /// The version a session speaks when it never sent `server.version`.
     pub const DEFAULT: ProtocolVersion = ProtocolVersion::new(1, 4, 0);
     /// From here on `server.version` must be the first message, headers come
-    /// as a list, `get_merkle` returns the block hash, and `relayfee` is gone.
+    /// as a list, `get_merkle` returns the block hash, and `server.ping`
+    /// answers with padding.
     pub const V1_6: ProtocolVersion = ProtocolVersion::new(1, 6, 0);
     pub const MIN: ProtocolVersion = ProtocolVersion::new(1, 4, 0);
     pub const MAX: ProtocolVersion = ProtocolVersion::new(1, 6, 0);

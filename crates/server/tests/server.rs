@@ -411,3 +411,139 @@ async fn shutdown_closes_sessions() {
     server.stop().await;
     assert!(c.read().await.is_none(), "the session was closed");
 }
+
+/// BDK's client library (electrum-client 0.25, which negotiates 1.6) parses
+/// every answer it asks for.
+#[tokio::test]
+async fn bdk_electrum_client_understands_every_answer() {
+    use electrum_client::{ElectrumApi, EstimationMode};
+    let server = TestServer::start(Limits::default(), 16).await;
+    let script =
+        bitcoin::ScriptBuf::from_hex("76a91462e907b15cbf27d5425399ebf6f0fb50ebb88f1888ac").unwrap();
+    let sh = ScriptHash::from_script(script.as_bytes());
+    let confirmed = Txid::from_byte_array([1; 32]);
+    server.backend.update(|s| {
+        s.histories.insert(
+            sh,
+            vec![
+                HistoryEntry {
+                    txid: confirmed,
+                    height: 50,
+                    fee: None,
+                },
+                HistoryEntry {
+                    txid: Txid::from_byte_array([2; 32]),
+                    height: -1,
+                    fee: Some(250),
+                },
+            ],
+        );
+        s.unspent.insert(
+            sh,
+            vec![osprey_electrum::Utxo {
+                txid: confirmed,
+                vout: 0,
+                height: 50,
+                value: 1234,
+            }],
+        );
+        s.balances.insert(
+            sh,
+            osprey_electrum::Balance {
+                confirmed: 1234,
+                unconfirmed: -34,
+            },
+        );
+        s.merkles.insert(
+            confirmed,
+            osprey_electrum::TxMerkle {
+                block_height: Height(50),
+                block_hash: bitcoin::BlockHash::from_byte_array([5; 32]),
+                pos: 1,
+                branch: vec![bitcoin::TxMerkleNode::from_byte_array([6; 32])],
+            },
+        );
+        s.estimate = Some(0.0001);
+    });
+    let url = format!("tcp://{}", server.addr);
+    let backend = Arc::clone(&server.backend);
+    let changes = server.changes.clone();
+    tokio::task::spawn_blocking(move || {
+        let client = electrum_client::Client::new(&url).unwrap();
+        let features = client.server_features().unwrap();
+        assert_eq!(features.server_version, "Osprey 0.1.0");
+        assert_eq!(features.protocol_max, "1.6");
+        client.ping().unwrap();
+        let tip = client.block_headers_subscribe_raw().unwrap();
+        assert_eq!(
+            (tip.height, tip.header.as_slice()),
+            (100, fake_header(100).as_slice())
+        );
+        let headers = client.block_headers(95, 10).unwrap();
+        assert_eq!(
+            (headers.count, headers.max, headers.headers.len()),
+            (6, 2016, 6)
+        );
+        let header = client.block_header_raw(7).unwrap();
+        assert_eq!(header, fake_header(7));
+        let history = client.script_get_history(&script).unwrap();
+        assert_eq!(history.len(), 2);
+        assert_eq!((history[0].height, history[0].tx_hash), (50, confirmed));
+        assert_eq!((history[1].height, history[1].fee), (-1, Some(250)));
+        let batch = client
+            .batch_script_get_history([script.as_script(), script.as_script()])
+            .unwrap();
+        assert_eq!(batch.len(), 2);
+        let balance = client.script_get_balance(&script).unwrap();
+        assert_eq!((balance.confirmed, balance.unconfirmed), (1234, -34));
+        let unspent = client.script_list_unspent(&script).unwrap();
+        assert_eq!(
+            (unspent[0].tx_hash, unspent[0].value, unspent[0].height),
+            (confirmed, 1234, 50)
+        );
+        let merkle = client.transaction_get_merkle(&confirmed, 50).unwrap();
+        assert_eq!(
+            (merkle.block_height, merkle.pos, merkle.merkle),
+            (50, 1, vec![[6; 32]])
+        );
+        assert_eq!(
+            client
+                .estimate_fee(6, Some(EstimationMode::Economical))
+                .unwrap(),
+            0.0001
+        );
+        assert_eq!(client.relay_fee().unwrap(), 0.00001);
+        let raw = [1u8, 2, 3];
+        let txid = client.transaction_broadcast_raw(&raw).unwrap();
+        assert_eq!(
+            txid,
+            Txid::from_raw_hash(bitcoin::hashes::sha256d::Hash::hash(&raw))
+        );
+        // Subscribe, change the script's history, and pop the notification.
+        let status = client.script_subscribe(&script).unwrap();
+        assert!(status.is_some());
+        backend.update(|s| s.histories.get_mut(&sh).unwrap().pop());
+        changes
+            .send(Arc::new(Change {
+                scripthashes: vec![sh],
+                ..Change::default()
+            }))
+            .unwrap();
+        let mut popped = None;
+        for _ in 0..100 {
+            client.ping().unwrap(); // reads whatever the server pushed
+            popped = client.script_pop(&script).unwrap();
+            if popped.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            popped.is_some() && popped != status,
+            "a new status was pushed"
+        );
+    })
+    .await
+    .unwrap();
+    server.stop().await;
+}
