@@ -1,0 +1,78 @@
+//! The benchmark pipeline end to end with the real binary: `osprey
+//! chaingen` writes a chain, `osprey chaingen submit` feeds it to btcd,
+//! `osprey serve` indexes it, and `osprey bench` measures the server with
+//! every answer checked against the manifest, writing its reports.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::command::{generate_chain, run_osprey, submit_chain};
+use crate::common::{start_btcd, Osprey, OspreyConfig};
+
+/// 1. `osprey chaingen --preset tiny --seed 7 --out DIR/chain`.
+/// 2. Start btcd and `osprey chaingen submit` the chain into it.
+/// 3. Start osprey on it; wait until it serves the chain's tip.
+/// 4. `osprey bench --server 127.0.0.1:PORT --manifest DIR/chain/manifest.json
+///    --out DIR/bench --runs 1 --wallets 2` succeeds.
+/// 5. DIR/bench holds a JSON record per workload and run, each about this
+///    server and marked ok, and a Markdown report with this server's row.
+#[test]
+fn chaingen_submit_serve_and_bench_end_to_end() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 1.
+    let (chain, manifest) = generate_chain(dir.path(), &["--preset", "tiny", "--seed", "7"]);
+    assert_eq!(manifest.seed, 7);
+    // 2.
+    let node = start_btcd();
+    submit_chain(dir.path(), &chain, &node);
+    // 3.
+    let osprey = Osprey::start(&node, &dir.path().join("db"), OspreyConfig::default());
+    // 4.
+    let server = osprey.addr.to_string();
+    let out = dir.path().join("bench");
+    let manifest_path = chain.join("manifest.json");
+    let output = run_osprey(
+        dir.path(),
+        &[
+            "bench",
+            "--server",
+            &server,
+            "--manifest",
+            manifest_path.to_str().expect("utf-8 path"),
+            "--out",
+            out.to_str().expect("utf-8 path"),
+            "--runs",
+            "1",
+            "--wallets",
+            "2",
+        ],
+        Duration::from_secs(300),
+        true,
+    );
+    // 5.
+    let mut records = Vec::new();
+    let mut reports = Vec::new();
+    for entry in std::fs::read_dir(&out).expect("reading the bench output") {
+        let path = entry.expect("dir entry").path();
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("json") => records.push(path),
+            Some("md") => reports.push(path),
+            _ => {}
+        }
+    }
+    assert!(!records.is_empty(), "no JSON record in {}; bench said:\n{}", out.display(), output.stderr);
+    let slug = server.replace(':', "-");
+    for path in &records {
+        let name = path.file_name().and_then(|n| n.to_str()).expect("file name");
+        assert!(name.starts_with(&slug), "record {name} is not about {server}");
+        let record: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("reading a record")).expect("record JSON");
+        assert_eq!(record["ok"], Value::Bool(true), "{name}: {record}");
+    }
+    assert_eq!(reports.len(), 1, "one Markdown report: {reports:?}");
+    let report = std::fs::read_to_string(&reports[0]).expect("reading the report");
+    let row = report.lines().find(|l| l.starts_with('|') && l.contains(&server));
+    let row = row.unwrap_or_else(|| panic!("no table row for {server} in the report:\n{report}"));
+    assert!(row.contains("Osprey"), "the row names the server's software: {row}");
+}

@@ -1,0 +1,86 @@
+//! One-shot `osprey` subcommands (`chaingen`, `chaingen submit`, `bench`)
+//! run to completion with a time limit, their output kept in files and
+//! shown when they fail.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use osprey_chaingen::Manifest;
+use osprey_testenv::Node;
+
+/// What a finished command printed.
+pub struct CommandOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `osprey ARGS` in `dir` and waits at most `timeout`.
+///
+/// # Panics
+/// When it cannot start, outlives `timeout` (it is then killed), or exits
+/// with an error while `must_succeed`.
+pub fn run_osprey(dir: &Path, args: &[&str], timeout: Duration, must_succeed: bool) -> CommandOutput {
+    let out_path = dir.join(format!("cmd-{}.out", std::process::id()));
+    let err_path = dir.join(format!("cmd-{}.err", std::process::id()));
+    let out = std::fs::File::create(&out_path).expect("creating the stdout file");
+    let err = std::fs::File::create(&err_path).expect("creating the stderr file");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_osprey"));
+    command.args(args).current_dir(dir).stdin(Stdio::null()).stdout(out).stderr(err);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("OSPREY_") {
+            command.env_remove(key);
+        }
+    }
+    let started = Instant::now();
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("starting osprey {args:?}: {e}"));
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting on osprey") {
+            break status;
+        }
+        if started.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "osprey {args:?} still ran after {timeout:?}; stderr:\n{}",
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = CommandOutput {
+        status,
+        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
+    };
+    eprintln!("osprey {args:?}: {status} in {:.1?}", started.elapsed());
+    if must_succeed && !status.success() {
+        panic!("osprey {args:?} failed with {status}\nstdout:\n{}\nstderr:\n{}", output.stdout, output.stderr);
+    }
+    output
+}
+
+/// Generates a chain with `osprey chaingen --out DIR/chain ARGS` and
+/// returns its directory and manifest.
+pub fn generate_chain(dir: &Path, args: &[&str]) -> (PathBuf, Manifest) {
+    let chain = dir.join("chain");
+    let mut all = vec!["chaingen", "--out", chain.to_str().expect("utf-8 path")];
+    all.extend_from_slice(args);
+    run_osprey(dir, &all, Duration::from_secs(300), true);
+    let manifest = Manifest::load(&chain).unwrap_or_else(|e| panic!("reading {}/manifest.json: {e}", chain.display()));
+    (chain, manifest)
+}
+
+/// Feeds a generated chain to `node` with `osprey chaingen submit`.
+pub fn submit_chain(dir: &Path, chain: &Path, node: &dyn Node) {
+    let (user, pass) = node.auth();
+    let auth = format!("{user}:{pass}");
+    let rpc = node.rpc_addr().to_string();
+    run_osprey(
+        dir,
+        &["chaingen", "submit", "--dir", chain.to_str().expect("utf-8 path"), "--daemon-rpc-addr", &rpc, "--auth", &auth],
+        Duration::from_secs(300),
+        true,
+    );
+}

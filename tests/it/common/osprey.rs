@@ -1,0 +1,318 @@
+//! The `osprey serve` child process: started on a free loopback port against
+//! a harness node, waited for until it serves the node's tip, stopped with
+//! SIGTERM or SIGKILL, and killed when dropped. Its stderr goes to a log file
+//! next to its `--db-dir` (appended to across restarts, each start marked);
+//! when a test fails, the drop prints the ports, the directory and the log's
+//! tail.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use electrum_client::{Client, ConfigBuilder};
+use osprey_testenv::Node;
+use serde_json::json;
+
+use super::session::Session;
+use super::SYNC_TIMEOUT;
+
+/// Lines of the server's log printed when a test fails.
+const LOG_TAIL_LINES: usize = 150;
+
+/// How Osprey is started: extra flags on top of the harness's own.
+#[derive(Clone, Debug, Default)]
+pub struct OspreyConfig {
+    /// Extra `osprey serve` flags, e.g. `["--batch-requests-max", "5"]`.
+    pub args: Vec<String>,
+}
+
+impl OspreyConfig {
+    pub fn with_args(args: &[&str]) -> OspreyConfig {
+        OspreyConfig { args: args.iter().map(|a| a.to_string()).collect() }
+    }
+}
+
+/// A running (or stopped) `osprey serve`.
+pub struct Osprey {
+    child: Option<Child>,
+    /// Where Electrum clients connect.
+    pub addr: SocketAddr,
+    db_dir: PathBuf,
+    log_path: PathBuf,
+    node_rpc: SocketAddr,
+    config: OspreyConfig,
+    started: Instant,
+}
+
+/// Returns a loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
+    listener.local_addr().expect("a bound socket has an address").port()
+}
+
+impl Osprey {
+    /// Starts `osprey serve` on `db_dir` against `node` and waits until it
+    /// serves the node's tip. Retries on a fresh port when the chosen one
+    /// was taken in between.
+    ///
+    /// # Panics
+    /// When it exits or does not catch up within [`SYNC_TIMEOUT`].
+    pub fn start(node: &dyn Node, db_dir: &Path, config: OspreyConfig) -> Osprey {
+        for attempt in 0..3 {
+            let mut osprey = Osprey::spawn(node, db_dir, config.clone());
+            match osprey.wait_serving(SYNC_TIMEOUT) {
+                Ok(()) => {
+                    osprey.wait_synced(node);
+                    return osprey;
+                }
+                Err(log) if log.contains("in use") && attempt < 2 => {
+                    eprintln!("port {} was taken; retrying", osprey.addr);
+                }
+                Err(log) => panic!("osprey did not start serving: {log}"),
+            }
+        }
+        unreachable!("the last attempt panics or returns")
+    }
+
+    /// Starts `osprey serve` without waiting for anything.
+    ///
+    /// # Panics
+    /// When the binary cannot be run.
+    pub fn spawn(node: &dyn Node, db_dir: &Path, config: OspreyConfig) -> Osprey {
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let log_path = db_dir.with_extension("log");
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap_or_else(|e| panic!("opening {}: {e}", log_path.display()));
+        let (user, pass) = node.auth();
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--network".into(),
+            "regtest".into(),
+            "--daemon-rpc-addr".into(),
+            node.rpc_addr().to_string(),
+            "--auth".into(),
+            format!("{user}:{pass}"),
+            "--db-dir".into(),
+            db_dir.display().to_string(),
+            "--electrum-rpc-addr".into(),
+            addr.to_string(),
+            "--poll-interval-ms".into(),
+            "100".into(),
+            "--log-filter".into(),
+            "debug".into(),
+        ];
+        args.extend(config.args.iter().cloned());
+        writeln!(log, "\n===== osprey {} =====", args.join(" ")).expect("writing the log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_osprey"));
+        command.args(&args).stdin(Stdio::null()).stdout(log.try_clone().expect("log handle")).stderr(log);
+        // No stray ./osprey.toml or OSPREY_* variable may change the setup.
+        command.current_dir(db_dir.parent().unwrap_or(Path::new("/")));
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("OSPREY_") {
+                command.env_remove(key);
+            }
+        }
+        let child = command.spawn().unwrap_or_else(|e| panic!("starting {}: {e}", env!("CARGO_BIN_EXE_osprey")));
+        eprintln!(
+            "osprey pid {} serving {addr}, db {}, log {}, node rpc {}",
+            child.id(),
+            db_dir.display(),
+            log_path.display(),
+            node.rpc_addr()
+        );
+        Osprey {
+            child: Some(child),
+            addr,
+            db_dir: db_dir.to_path_buf(),
+            log_path,
+            node_rpc: node.rpc_addr(),
+            config,
+            started: Instant::now(),
+        }
+    }
+
+    /// Waits until the Electrum port accepts connections and answers
+    /// `server.version`; returns the log tail if the process exits first.
+    fn wait_serving(&mut self, timeout: Duration) -> Result<(), String> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.try_wait() {
+                return Err(format!("osprey exited with {status}; log:\n{}", self.log_tail(LOG_TAIL_LINES)));
+            }
+            if let Ok(mut session) = Session::try_connect(self.addr) {
+                session.negotiate(json!("1.4"));
+                return Ok(());
+            }
+            if started.elapsed() > timeout {
+                return Err(format!("not serving after {timeout:?}; log:\n{}", self.log_tail(LOG_TAIL_LINES)));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits (after a [`Osprey::spawn`]) until the server serves the node's
+    /// tip.
+    ///
+    /// # Panics
+    /// When it exits or does not catch up within [`SYNC_TIMEOUT`].
+    pub fn wait_ready(&mut self, node: &dyn Node) {
+        if let Err(log) = self.wait_serving(SYNC_TIMEOUT) {
+            panic!("osprey did not start serving: {log}");
+        }
+        self.wait_synced(node);
+    }
+
+    /// Waits until `blockchain.headers.subscribe` reports the node's tip
+    /// (height and header bytes).
+    ///
+    /// # Panics
+    /// When that takes longer than [`SYNC_TIMEOUT`].
+    pub fn wait_synced(&mut self, node: &dyn Node) {
+        let mut session = self.session();
+        session.negotiate(json!("1.4"));
+        let started = Instant::now();
+        loop {
+            let (height, hash) = node.tip().expect("asking the node for its tip");
+            let header: String = node
+                .rpc()
+                .call("getblockheader", &[json!(hash.to_string()), json!(false)])
+                .expect("getblockheader");
+            // Every call is a fresh answer: the subscription's first reply.
+            let tip = session.call("blockchain.headers.subscribe", json!([]));
+            if tip["height"] == json!(height) && tip["hex"] == json!(header) {
+                return;
+            }
+            if started.elapsed() > SYNC_TIMEOUT {
+                panic!(
+                    "osprey at {} still reports tip {tip} after {SYNC_TIMEOUT:?}; node is at {height} {hash}",
+                    self.addr
+                );
+            }
+            if let Some(status) = self.try_wait() {
+                panic!("osprey exited with {status} while catching up");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A fresh raw JSON-RPC session (no `server.version` sent yet).
+    pub fn session(&self) -> Session {
+        Session::connect(self.addr)
+    }
+
+    /// A fresh `electrum-client` connection (it negotiates protocol 1.6),
+    /// with a timeout so that a hung server fails the test.
+    pub fn client(&self) -> Client {
+        let config = ConfigBuilder::new().timeout(Some(Duration::from_secs(30))).retry(0).build();
+        Client::from_config(&format!("tcp://{}", self.addr), config)
+            .unwrap_or_else(|e| panic!("electrum-client connecting to {}: {e:?}", self.addr))
+    }
+
+    pub fn db_dir(&self) -> &Path {
+        &self.db_dir
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Time since the process was started.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().expect("waiting on osprey"))
+    }
+
+    /// Returns true while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child.is_some() && self.try_wait().is_none()
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.try_wait() {
+                return Some(status);
+            }
+            if started.elapsed() > timeout {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGTERM and waits (bounded) for a clean exit.
+    ///
+    /// # Panics
+    /// When it does not exit within 30 s or exits with an error.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let pid = self.pid().expect("osprey is running");
+        let sent = Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("running kill");
+        assert!(sent.success(), "kill -TERM {pid} failed");
+        let status = match self.wait_exit(Duration::from_secs(30)) {
+            Some(status) => status,
+            None => panic!("osprey {pid} still runs 30 s after SIGTERM; log:\n{}", self.log_tail(LOG_TAIL_LINES)),
+        };
+        self.child = None;
+        status
+    }
+
+    /// Kills the process with SIGKILL, as a power cut would.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Lets the process run for `duration` (or until it exits, which is
+    /// returned) and then returns: the timer of a kill test.
+    pub fn run_for(&mut self, duration: Duration) -> Option<ExitStatus> {
+        let until = Instant::now() + duration;
+        while Instant::now() < until {
+            if let Some(status) = self.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(5).min(until.saturating_duration_since(Instant::now())));
+        }
+        None
+    }
+
+    /// The whole log (every start on this `--db-dir`).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// The last `lines` lines of the log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = self.log();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Osprey {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- osprey on {} (db {}, node rpc {}, flags {:?}): last {LOG_TAIL_LINES} log lines of {} ----\n{}\n----",
+                self.addr,
+                self.db_dir.display(),
+                self.node_rpc,
+                self.config.args,
+                self.log_path.display(),
+                self.log_tail(LOG_TAIL_LINES)
+            );
+        }
+        self.kill9();
+    }
+}

@@ -1,0 +1,141 @@
+//! A reorg on the real node (`invalidateblock`, then a longer branch that
+//! double-spends a transaction of the old one): Osprey follows it, its
+//! answers equal the node's view, a subscribed client is told the new
+//! status, and every answer equals that of a fresh index of the new chain.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use bitcoin::{Amount, ScriptBuf};
+use osprey_testenv::{mining_address, Node, ScriptKind, TestWallet};
+use serde_json::json;
+
+use crate::common::answers::{
+    assert_answers_match_node, assert_chain_matches_node, assert_same_answers, collect_chain,
+};
+use crate::common::blocks::{burn_script, submit_block_on};
+use crate::common::oracle::confirmed_height_by_rpc;
+use crate::common::{collect_answers, scripthash, start_btcd, wait_until, NodeView, Osprey, OspreyConfig, SYNC_TIMEOUT};
+
+/// Every output script the node knows of now, plus `extra`, deduplicated.
+fn scripts_of(view: &NodeView, extra: &[ScriptBuf]) -> Vec<ScriptBuf> {
+    let mut seen = HashSet::new();
+    view.scripts().into_iter().chain(extra.iter().cloned()).filter(|s| seen.insert(s.clone())).collect()
+}
+
+/// 1. Start btcd, mine 110 blocks (mature coinbases, segwit not active:
+///    blocks built by the test need no witness commitment).
+/// 2. Start osprey A.
+/// 3. Block N confirms tx1 (pays script S1), block N+1 confirms tx2 (pays
+///    S2), block N+2 is empty; A shows S1 at height N (as the node says).
+/// 4. Subscribe S1 and S2 on A.
+/// 5. `invalidateblock` N: the node's tip is N-1; its mempool holds
+///    whatever it put back.
+/// 6. A block built by the test at N spends tx1's input to an untracked
+///    script instead (a double spend); the node mines three more on it:
+///    the new branch (tip N+3) is longer than the old (N+2).
+/// 7. A follows to the new tip; S1's history, status and balance equal the
+///    node's (tx1 is gone for good); S2's equal the node's too (tx2 back in
+///    the mempool or mined again, whatever the node did).
+/// 8. The S1 subscription gets a notification with the node's new status.
+/// 9. Every answer of A about every script of both branches, and every
+///    header, equals the node's view and a fresh osprey B's on an empty
+///    --db-dir.
+#[test]
+fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
+    // 1.
+    let node = start_btcd();
+    node.generate(110).expect("mining");
+    let mut wallet = TestWallet::new();
+    wallet.sync(&node).expect("wallet sync");
+    // 2.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let osprey_a = Osprey::start(&node, &dir.path().join("db-a"), OspreyConfig::default());
+    // 3.
+    let s1 = wallet.new_script(ScriptKind::P2wpkh);
+    let s2 = wallet.new_script(ScriptKind::P2pkh);
+    let tx1 = wallet.send(s1.clone(), Amount::from_sat(1_500_000)).expect("tx1");
+    node.send_raw_transaction(&tx1).expect("broadcast tx1");
+    let block_n = node.generate(1).expect("mining block N")[0];
+    let (height_n, _) = node.tip().expect("tip");
+    wallet.sync(&node).expect("wallet sync");
+    let tx2 = wallet.send(s2.clone(), Amount::from_sat(700_000)).expect("tx2");
+    node.send_raw_transaction(&tx2).expect("broadcast tx2");
+    node.generate(2).expect("mining N+1, N+2");
+    let txid1 = tx1.compute_txid();
+    assert_eq!(confirmed_height_by_rpc(&node, &txid1), Some(height_n));
+    let mut osprey_a = osprey_a;
+    osprey_a.wait_synced(&node);
+    let old_view = NodeView::load(&node);
+    let mut session = osprey_a.session();
+    session.negotiate(json!("1.6"));
+    let sh1 = scripthash(&s1);
+    let sh2 = scripthash(&s2);
+    wait_until("osprey A shows tx1 confirmed", SYNC_TIMEOUT, || {
+        (session.call("blockchain.scripthash.get_history", json!([sh1])) == old_view.history_json(&s1)).then_some(())
+    });
+    // 4.
+    let old_status = session.call("blockchain.scripthash.subscribe", json!([sh1]));
+    assert_eq!(old_status, old_view.status(&s1));
+    session.call("blockchain.scripthash.subscribe", json!([sh2]));
+
+    // 5.
+    node.invalidate_block(&block_n).expect("invalidateblock");
+    let (tip, parent) = node.tip().expect("tip");
+    assert_eq!(tip, height_n - 1, "invalidateblock N leaves the tip at N-1");
+    eprintln!("after invalidateblock the node's mempool holds {:?}", node.mempool_txids().expect("mempool"));
+    // 6.
+    let mut other = TestWallet::new();
+    other.sync(&node).expect("wallet sync");
+    let spent = tx1.input[0].previous_output;
+    let double_spend =
+        other.spend(&[spent], &[(burn_script(7), Amount::from_sat(1_000_000))]).expect("a double spend of tx1");
+    submit_block_on(&node, parent, vec![double_spend.clone()], 1);
+    node.generate(3).expect("mining the new branch");
+    let (new_tip, _) = node.tip().expect("tip");
+    assert_eq!(new_tip, height_n + 3, "the new branch is longer");
+    assert_eq!(
+        confirmed_height_by_rpc(&node, &double_spend.compute_txid()),
+        Some(height_n),
+        "the double spend is at N"
+    );
+    assert!(node.get_raw_transaction_verbose(&txid1).is_err(), "the node forgot tx1");
+
+    // 7.
+    osprey_a.wait_synced(&node);
+    let view = NodeView::load(&node);
+    assert!(view.history(&s1).is_empty(), "the node's S1 history is empty after the double spend");
+    let scripts = scripts_of(&view, &scripts_of(&old_view, &[s1.clone(), s2.clone(), mining_address().script_pubkey()]));
+    let scripthashes: Vec<String> = scripts.iter().map(|s| scripthash(s)).collect();
+    // The mempool is polled: wait until A's view settles on the node's.
+    wait_until("osprey A's answers equal the node's after the reorg", SYNC_TIMEOUT, || {
+        let answers = collect_answers(osprey_a.addr, &scripthashes);
+        let same = answers
+            .iter()
+            .zip(&scripts)
+            .all(|(a, s)| a.with_sorted_unspent() == crate::common::ScriptAnswers::expected(&view, s));
+        same.then_some(())
+    });
+    let answers_a = collect_answers(osprey_a.addr, &scripthashes);
+    assert_answers_match_node("osprey A after the reorg", &answers_a, &view, &scripts);
+    assert_chain_matches_node("osprey A after the reorg", &collect_chain(osprey_a.addr), &view);
+
+    // 8.
+    let want = view.status(&s1);
+    assert_ne!(want, old_status);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let n = session.wait_notification("blockchain.scripthash.subscribe", left);
+        if n["params"] == json!([sh1, want]) {
+            break;
+        }
+        eprintln!("other notification while waiting for S1's new status: {n}");
+    }
+
+    // 9.
+    let osprey_b = Osprey::start(&node, &dir.path().join("db-b"), OspreyConfig::default());
+    let answers_b = collect_answers(osprey_b.addr, &scripthashes);
+    assert_same_answers("reorged osprey A vs fresh osprey B", &answers_a, &answers_b);
+    assert_eq!(collect_chain(osprey_a.addr), collect_chain(osprey_b.addr), "headers of A and B");
+}

@@ -1,0 +1,99 @@
+//! A clean stop (SIGTERM) and a restart on the same index, after the chain
+//! moved on while Osprey was down: the restarted server catches up and
+//! answers exactly like a fresh index of the same chain, and like the node.
+
+use std::time::Duration;
+
+use bitcoin::Amount;
+use osprey_testenv::{mining_address, Node, ScriptKind, TestWallet};
+
+use crate::common::answers::{
+    assert_answers_match_node, assert_chain_matches_node, assert_same_answers, collect_chain,
+};
+use crate::common::{collect_answers, scripthash, start_btcd, wait_until, NodeView, Osprey, OspreyConfig, ScriptAnswers};
+
+/// Pays a fresh script of each kind from the wallet, one transaction each.
+fn pay_each_kind(node: &dyn Node, wallet: &mut TestWallet, sats: u64) {
+    for kind in ScriptKind::ALL {
+        let script = wallet.new_script(kind);
+        let tx = wallet.send(script, Amount::from_sat(sats)).expect("a payment");
+        node.send_raw_transaction(&tx).expect("broadcast");
+    }
+}
+
+/// Waits until the server's answers about `scripts` equal the node's
+/// (mempool changes are polled), then returns them.
+fn settled_answers(osprey: &Osprey, view: &NodeView, scripts: &[bitcoin::ScriptBuf]) -> Vec<ScriptAnswers> {
+    let scripthashes: Vec<String> = scripts.iter().map(|s| scripthash(s)).collect();
+    wait_until("the server's answers equal the node's", Duration::from_secs(60), || {
+        let answers = collect_answers(osprey.addr, &scripthashes);
+        let same = answers.iter().zip(scripts).all(|(a, s)| a.with_sorted_unspent() == ScriptAnswers::expected(view, s));
+        same.then_some(answers)
+    })
+}
+
+/// 1. Start btcd and mine 440 blocks (past segwit activation), pay a script
+///    of each kind and mine it.
+/// 2. Start osprey A on a fresh --db-dir; it serves the tip.
+/// 3. SIGTERM: A exits cleanly (status 0) within 30 s.
+/// 4. While A is down: mine 20 blocks, pay scripts of each kind and mine
+///    them, spend some of the earlier coins, leave payments in the mempool.
+/// 5. Restart A on the same --db-dir: it catches up to the node's tip.
+/// 6. Start osprey B on an empty --db-dir.
+/// 7. For every script the node knows: A's answers equal the node's and
+///    B's, exactly; so do the headers.
+#[test]
+fn restart_after_sigterm_equals_a_fresh_index() {
+    // 1.
+    let node = start_btcd();
+    node.generate(440).expect("mining");
+    let mut wallet = TestWallet::new();
+    wallet.sync(&node).expect("wallet sync");
+    pay_each_kind(&node, &mut wallet, 2_000_000);
+    node.generate(1).expect("mining");
+    wallet.sync(&node).expect("wallet sync");
+    // 2.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db_a = dir.path().join("db-a");
+    let mut osprey_a = Osprey::start(&node, &db_a, OspreyConfig::default());
+    // 3.
+    let status = osprey_a.terminate();
+    assert!(status.success(), "osprey exited with {status} on SIGTERM");
+    // 4.
+    node.generate(20).expect("mining while osprey is down");
+    wallet.sync(&node).expect("wallet sync");
+    pay_each_kind(&node, &mut wallet, 1_000_000);
+    node.generate(1).expect("mining");
+    wallet.sync(&node).expect("wallet sync");
+    // Spend coins the wallet got before the stop, then leave a chain of two
+    // payments in the mempool.
+    let early: Vec<_> = wallet
+        .coins()
+        .filter(|c| !c.coinbase && c.spend.txout.value == Amount::from_sat(2_000_000))
+        .map(|c| c.outpoint)
+        .take(3)
+        .collect();
+    assert_eq!(early.len(), 3, "coins paid before the stop");
+    let target = wallet.new_script(ScriptKind::P2tr);
+    let tx = wallet.spend(&early, &[(target.clone(), Amount::from_sat(5_000_000))]).expect("spending early coins");
+    node.send_raw_transaction(&tx).expect("broadcast");
+    node.generate(1).expect("mining");
+    wallet.sync(&node).expect("wallet sync");
+    pay_each_kind(&node, &mut wallet, 300_000);
+    // 5.
+    let osprey_a = Osprey::start(&node, &db_a, OspreyConfig::default());
+    // 6.
+    let osprey_b = Osprey::start(&node, &dir.path().join("db-b"), OspreyConfig::default());
+    // 7.
+    let view = NodeView::load(&node);
+    assert!(view.mempool().count() >= 5, "payments are waiting in the mempool");
+    let mut scripts = view.scripts();
+    scripts.push(mining_address().script_pubkey());
+    let answers_a = settled_answers(&osprey_a, &view, &scripts);
+    let answers_b = settled_answers(&osprey_b, &view, &scripts);
+    assert_answers_match_node("restarted osprey A", &answers_a, &view, &scripts);
+    assert_same_answers("restarted osprey A vs fresh osprey B", &answers_a, &answers_b);
+    let chain_a = collect_chain(osprey_a.addr);
+    assert_chain_matches_node("restarted osprey A", &chain_a, &view);
+    assert_eq!(chain_a, collect_chain(osprey_b.addr), "headers of A and B");
+}
