@@ -102,8 +102,13 @@ struct FileConfig {
 /// Where the chain comes from.
 #[derive(Clone, Debug)]
 pub enum ChainConfig {
-    Node { rpc_addr: String, auth: osprey_chain::rpc::Auth },
-    BlkFiles { dir: PathBuf },
+    Node {
+        rpc_addr: String,
+        auth: osprey_chain::rpc::Auth,
+    },
+    BlkFiles {
+        dir: PathBuf,
+    },
 }
 
 /// The validated configuration the program runs on.
@@ -139,10 +144,17 @@ impl ConfigArgs {
             None => FileConfig::default(),
         };
         let network: Network = match self.network.clone().or(file.network) {
-            Some(name) => name.parse().map_err(anyhow::Error::msg).context("network")?,
+            Some(name) => name
+                .parse()
+                .map_err(anyhow::Error::msg)
+                .context("network")?,
             None => Network::Bitcoin,
         };
-        let db_dir = self.db_dir.clone().or(file.db_dir).unwrap_or_else(|| PathBuf::from("db"));
+        let db_dir = self
+            .db_dir
+            .clone()
+            .or(file.db_dir)
+            .unwrap_or_else(|| PathBuf::from("db"));
         let blocks_dir = self.blocks_dir.clone().or(file.blocks_dir);
         let chain = match blocks_dir {
             Some(dir) => ChainConfig::BlkFiles { dir },
@@ -152,19 +164,23 @@ impl ConfigArgs {
                     .clone()
                     .or(file.daemon_rpc_addr)
                     .unwrap_or_else(|| format!("127.0.0.1:{}", network.default_daemon_rpc_port()));
-                let auth = match (self.auth.clone().or(file.auth), self.cookie_file.clone().or(file.cookie_file)) {
+                let auth = match (
+                    self.auth.clone().or(file.auth),
+                    self.cookie_file.clone().or(file.cookie_file),
+                ) {
                     (Some(_), Some(_)) => bail!("give either auth or cookie_file, not both"),
                     (Some(auth), None) => {
-                        let (user, pass) = auth
-                            .split_once(':')
-                            .context("auth must be USER:PASSWORD")?;
+                        let (user, pass) =
+                            auth.split_once(':').context("auth must be USER:PASSWORD")?;
                         osprey_chain::rpc::Auth::UserPass(user.to_string(), pass.to_string())
                     }
                     (None, Some(cookie)) => osprey_chain::rpc::Auth::CookieFile(cookie),
                     (None, None) => {
                         let daemon_dir = match self.daemon_dir.clone().or(file.daemon_dir) {
                             Some(dir) => dir,
-                            None => home_dir().context("cannot find the home directory; set --daemon-dir")?.join(".bitcoin"),
+                            None => home_dir()
+                                .context("cannot find the home directory; set --daemon-dir")?
+                                .join(".bitcoin"),
                         };
                         let dir = match network.daemon_subdir() {
                             Some(sub) => daemon_dir.join(sub),
@@ -195,31 +211,61 @@ impl ConfigArgs {
             db_path: db_dir.join(network.name()),
             chain,
             electrum_rpc_addr,
-            log_filter: self.log_filter.clone().or(file.log_filter).unwrap_or_else(|| "info".into()),
+            log_filter: self
+                .log_filter
+                .clone()
+                .or(file.log_filter)
+                .unwrap_or_else(|| "info".into()),
             reindex: self.reindex,
             history_entries_max: positive(
                 "history_entries_max",
-                self.history_entries_max.or(file.history_entries_max).unwrap_or(500_000),
+                self.history_entries_max
+                    .or(file.history_entries_max)
+                    .unwrap_or(500_000),
             )?,
-            line_bytes_max: positive("line_bytes_max", self.line_bytes_max.or(file.line_bytes_max).unwrap_or(1_000_000))?,
+            line_bytes_max: positive(
+                "line_bytes_max",
+                self.line_bytes_max
+                    .or(file.line_bytes_max)
+                    .unwrap_or(1_000_000),
+            )?,
             batch_requests_max: positive(
                 "batch_requests_max",
-                self.batch_requests_max.or(file.batch_requests_max).unwrap_or(200),
+                self.batch_requests_max
+                    .or(file.batch_requests_max)
+                    .unwrap_or(200),
             )?,
             subscriptions_per_session_max: positive(
                 "subscriptions_per_session_max",
-                self.subscriptions_per_session_max.or(file.subscriptions_per_session_max).unwrap_or(50_000),
+                self.subscriptions_per_session_max
+                    .or(file.subscriptions_per_session_max)
+                    .unwrap_or(50_000),
             )?,
-            sessions_max: positive("sessions_max", self.sessions_max.or(file.sessions_max).unwrap_or(1000))?,
-            reorg_depth_max: self.reorg_depth_max.or(file.reorg_depth_max).unwrap_or(1000),
-            poll_interval_ms: self.poll_interval_ms.or(file.poll_interval_ms).unwrap_or(1000).max(10),
-            banner: self.banner.clone().or(file.banner).unwrap_or_else(|| "Welcome to Osprey".into()),
+            sessions_max: positive(
+                "sessions_max",
+                self.sessions_max.or(file.sessions_max).unwrap_or(1000),
+            )?,
+            reorg_depth_max: self
+                .reorg_depth_max
+                .or(file.reorg_depth_max)
+                .unwrap_or(1000),
+            poll_interval_ms: self
+                .poll_interval_ms
+                .or(file.poll_interval_ms)
+                .unwrap_or(1000)
+                .max(10),
+            banner: self
+                .banner
+                .clone()
+                .or(file.banner)
+                .unwrap_or_else(|| "Welcome to Osprey".into()),
         })
     }
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading config file {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
     toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
 }
 
@@ -232,14 +278,21 @@ mod tests {
     use super::*;
 
     fn args(conf: Option<&Path>) -> ConfigArgs {
-        ConfigArgs { conf: conf.map(Path::to_path_buf), ..ConfigArgs::default() }
+        ConfigArgs {
+            conf: conf.map(Path::to_path_buf),
+            ..ConfigArgs::default()
+        }
     }
 
     #[test]
     fn flags_override_the_file_which_overrides_defaults() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("osprey.toml");
-        std::fs::write(&path, "network = \"regtest\"\nauth = \"u:p\"\nsessions_max = 7\nbanner = \"hi\"\n").unwrap();
+        std::fs::write(
+            &path,
+            "network = \"regtest\"\nauth = \"u:p\"\nsessions_max = 7\nbanner = \"hi\"\n",
+        )
+        .unwrap();
         let mut a = args(Some(&path));
         a.banner = Some("flag".into());
         let c = a.resolve().unwrap();
@@ -247,7 +300,9 @@ mod tests {
         assert_eq!(c.sessions_max, 7);
         assert_eq!(c.banner, "flag");
         assert_eq!(c.electrum_rpc_addr.port(), 60401);
-        assert!(matches!(c.chain, ChainConfig::Node { ref rpc_addr, .. } if rpc_addr == "127.0.0.1:18443"));
+        assert!(
+            matches!(c.chain, ChainConfig::Node { ref rpc_addr, .. } if rpc_addr == "127.0.0.1:18443")
+        );
         assert!(c.db_path.ends_with("db/regtest"));
     }
 
@@ -276,7 +331,10 @@ mod tests {
         a.daemon_dir = Some("/data/bitcoin".into());
         let c = a.resolve().unwrap();
         match c.chain {
-            ChainConfig::Node { auth: osprey_chain::rpc::Auth::CookieFile(p), .. } => {
+            ChainConfig::Node {
+                auth: osprey_chain::rpc::Auth::CookieFile(p),
+                ..
+            } => {
                 assert_eq!(p, PathBuf::from("/data/bitcoin/testnet4/.cookie"));
             }
             other => panic!("{other:?}"),

@@ -36,23 +36,41 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let preset = Preset::ALL
         .into_iter()
         .find(|p| p.name() == args.preset)
-        .with_context(|| format!("unknown preset {:?} (tiny, small, medium, large)", args.preset))?;
+        .with_context(|| {
+            format!(
+                "unknown preset {:?} (tiny, small, medium, large)",
+                args.preset
+            )
+        })?;
     let (dir, _temp) = match args.dir {
         Some(dir) => (dir, None),
         None => {
-            let temp = tempfile::Builder::new().prefix("osprey-demo-").tempdir().context("creating a temporary directory")?;
+            let temp = tempfile::Builder::new()
+                .prefix("osprey-demo-")
+                .tempdir()
+                .context("creating a temporary directory")?;
             (temp.path().to_path_buf(), Some(temp))
         }
     };
     tracing::info!(preset = preset.name(), dir = %dir.display(), "generating a regtest chain");
-    let gen_config = GenConfig { preset: preset.name().into(), seed: args.seed, shape: preset.shape() };
-    let (manifest, _) = generate(gen_config, &dir.join("chain"), &mut |_| {}).context("generating the chain")?;
+    let gen_config = GenConfig {
+        preset: preset.name().into(),
+        seed: args.seed,
+        shape: preset.shape(),
+    };
+    let (manifest, _) =
+        generate(gen_config, &dir.join("chain"), &mut |_| {}).context("generating the chain")?;
 
     let config = Config {
         network: Network::Regtest,
         db_path: dir.join("db"),
-        chain: ChainConfig::BlkFiles { dir: dir.join("chain").join("blocks") },
-        electrum_rpc_addr: args.electrum_rpc_addr.parse().context("--electrum-rpc-addr")?,
+        chain: ChainConfig::BlkFiles {
+            dir: dir.join("chain").join("blocks"),
+        },
+        electrum_rpc_addr: args
+            .electrum_rpc_addr
+            .parse()
+            .context("--electrum-rpc-addr")?,
         log_filter: args.log_filter.clone(),
         reindex: true,
         history_entries_max: 500_000,
@@ -67,7 +85,11 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let store = serve::open_store(&config)?;
     let source = serve::connect_source(&config, &stop)?;
-    let indexer = Indexer::new(Arc::clone(&store), Arc::clone(&source), IndexerConfig::default());
+    let indexer = Indexer::new(
+        Arc::clone(&store),
+        Arc::clone(&source),
+        IndexerConfig::default(),
+    );
     let query = Arc::new(Query::new(store, source, QueryConfig::default()));
     let tracker = Tracker::new(indexer, Arc::clone(&query));
 

@@ -50,8 +50,11 @@ fn init_logging(filter: &str) {
         }
         tracing_subscriber::EnvFilter::new("info")
     });
+    // Colours only for a person at a terminal, not in log files.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .init();
 }

@@ -18,7 +18,10 @@ pub fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
         std::fs::remove_dir_all(&config.db_path)
             .with_context(|| format!("deleting {}", config.db_path.display()))?;
     }
-    let store_config = StoreConfig { reorg_depth_max: config.reorg_depth_max, ..StoreConfig::default() };
+    let store_config = StoreConfig {
+        reorg_depth_max: config.reorg_depth_max,
+        ..StoreConfig::default()
+    };
     let store = Store::open(&config.db_path, config.network.name(), store_config)
         .with_context(|| format!("opening index at {}", config.db_path.display()))?;
     Ok(Arc::new(store))
@@ -29,14 +32,17 @@ pub fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
 pub fn connect_source(config: &Config, stop: &AtomicBool) -> anyhow::Result<Arc<dyn ChainSource>> {
     match &config.chain {
         ChainConfig::BlkFiles { dir } => Ok(Arc::new(
-            BlkFiles::open(dir, config.network).with_context(|| format!("reading blocks from {}", dir.display()))?,
+            BlkFiles::open(dir, config.network)
+                .with_context(|| format!("reading blocks from {}", dir.display()))?,
         )),
         ChainConfig::Node { rpc_addr, auth } => loop {
             match Daemon::connect(rpc_addr, auth.clone(), config.network) {
                 Ok(daemon) => {
                     tracing::info!(node = rpc_addr, kind = ?daemon.kind(), "connected to node");
                     while daemon.initial_block_download().unwrap_or(false) {
-                        tracing::info!("node is in initial block download; waiting for it to finish");
+                        tracing::info!(
+                            "node is in initial block download; waiting for it to finish"
+                        );
                         sleep_unless_stopped(Duration::from_secs(10), stop);
                         if stop.load(Ordering::Relaxed) {
                             anyhow::bail!("stopped while waiting for the node");
@@ -77,7 +83,14 @@ pub struct ProgressLog {
 impl ProgressLog {
     pub fn new(json: bool) -> ProgressLog {
         let now = Instant::now();
-        ProgressLog { started: now, last_log: now - Duration::from_secs(60), blocks: 0, txs: 0, bytes: 0, json }
+        ProgressLog {
+            started: now,
+            last_log: now - Duration::from_secs(60),
+            blocks: 0,
+            txs: 0,
+            bytes: 0,
+            json,
+        }
     }
 
     pub fn on_batch(&mut self, stats: &BatchStats) {
@@ -127,14 +140,27 @@ impl ProgressLog {
 fn build(config: &Config, stop: &AtomicBool) -> anyhow::Result<(Tracker, Arc<Query>)> {
     let store = open_store(config)?;
     let source = connect_source(config, stop)?;
-    let indexer = Indexer::new(Arc::clone(&store), Arc::clone(&source), IndexerConfig::default());
-    let query =
-        Arc::new(Query::new(store, source, QueryConfig { history_entries_max: config.history_entries_max }));
+    let indexer = Indexer::new(
+        Arc::clone(&store),
+        Arc::clone(&source),
+        IndexerConfig::default(),
+    );
+    let query = Arc::new(Query::new(
+        store,
+        source,
+        QueryConfig {
+            history_entries_max: config.history_entries_max,
+        },
+    ));
     Ok((Tracker::new(indexer, Arc::clone(&query)), query))
 }
 
 /// Runs one tracker update, retrying transient node errors until `stop`.
-fn update_until_ok(tracker: &mut Tracker, progress: &mut ProgressLog, stop: &AtomicBool) -> anyhow::Result<()> {
+fn update_until_ok(
+    tracker: &mut Tracker,
+    progress: &mut ProgressLog,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
     loop {
         match tracker.update(&mut |s| progress.on_batch(s)) {
             Ok(()) => return Ok(()),
@@ -243,13 +269,14 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {},
             _ = term.recv() => {},
