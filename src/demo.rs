@@ -94,27 +94,35 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let tracker = Tracker::new(indexer, Arc::clone(&query));
 
     let addr = config.electrum_rpc_addr;
-    let message = format!(
-        "\n\
-         Osprey demo: {blocks} blocks, {txs} transactions, serving on {addr} (plain TCP, regtest)\n\
-         \n\
-         Electrum:  electrum --regtest --oneserver --server {host}:{port}:t\n\
-         Sparrow:   start with -n regtest (or File > Switch network > Regtest), then\n\
-                    Preferences > Server > Private Electrum, URL {host} port {port}, no SSL\n\
-         \n\
-         The demo wallet (BIP84, {used} used addresses); import these descriptors:\n\
-           receive: {recv}\n\
-           change:  {change}\n\
-         \n\
-         Stop with Ctrl-C.\n",
-        blocks = manifest.tip_height,
-        txs = manifest.tx_count,
-        host = addr.ip(),
-        port = addr.port(),
-        used = manifest.wallet.addresses.len(),
-        recv = manifest.wallet.receive_descriptor,
-        change = manifest.wallet.change_descriptor,
-    );
+    let message = [
+        String::new(),
+        format!(
+            "Osprey demo: {} blocks, {} transactions, serving on {addr} (plain TCP, regtest)",
+            manifest.tip_height, manifest.tx_count
+        ),
+        String::new(),
+        format!(
+            "  Electrum:  electrum --regtest --oneserver --server {}:{}:t",
+            addr.ip(),
+            addr.port()
+        ),
+        "  Sparrow:   start with -n regtest (or File > Switch network > Regtest), then".into(),
+        format!(
+            "             Preferences > Server > Private Electrum, URL {} port {}, no SSL",
+            addr.ip(),
+            addr.port()
+        ),
+        String::new(),
+        format!(
+            "  The demo wallet (BIP84, {} used addresses); import these descriptors:",
+            manifest.wallet.addresses.len()
+        ),
+        format!("    receive: {}", manifest.wallet.receive_descriptor),
+        format!("    change:  {}", manifest.wallet.change_descriptor),
+        String::new(),
+        "  Stop with Ctrl-C.".into(),
+    ]
+    .join("\n");
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     {
         let stop = Arc::clone(&stop);
