@@ -7,10 +7,15 @@ use std::path::PathBuf;
 
 /// `osprey bench`: measures Electrum servers on the workloads of
 /// BENCHMARKS.md and checks every answer against a chaingen manifest.
+///
+/// The flags below belong to the Electrum workloads; a subcommand has its
+/// own, and clap rejects them before it (`args_conflicts_with_subcommands`)
+/// rather than silently ignoring `osprey bench --out X index`.
 #[derive(Clone, Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
-    /// Benchmarks other than the Electrum workloads (none yet; `index` will
-    /// measure the index build).
+    /// Benchmarks other than the Electrum workloads: `index` measures
+    /// Osprey's own index build (workload 3).
     #[command(subcommand)]
     pub command: Option<BenchCommand>,
 
@@ -51,9 +56,94 @@ pub struct BenchArgs {
     pub max_response_bytes: usize,
 }
 
-/// Subcommands of `osprey bench`. None yet: `index` (workload 3) comes later.
+/// Subcommands of `osprey bench`.
 #[derive(Clone, Debug, clap::Subcommand)]
-pub enum BenchCommand {}
+pub enum BenchCommand {
+    /// Time Osprey's index build of a chaingen chain from an empty database
+    /// (workload 3): rate per tenth of the chain, size, RSS, CPU, disk writes
+    Index(IndexArgs),
+}
+
+/// `osprey bench index`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct IndexArgs {
+    /// Chain to index: an `osprey chaingen` output directory (blocks/blk*.dat, manifest.json).
+    #[arg(long, value_name = "DIR")]
+    pub chain: PathBuf,
+
+    /// Directory for the reports: one JSON file per run, index.md, index.svg.
+    #[arg(long, value_name = "OUTDIR", default_value = "bench-results")]
+    pub out: PathBuf,
+
+    /// Index builds to run, each from an empty database.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+
+    /// The osprey binary to measure [default: this executable].
+    #[arg(long, value_name = "PATH")]
+    pub osprey: Option<PathBuf>,
+
+    /// Where the fresh database of each run is made [default: OUTDIR]. Not
+    /// /tmp by default: it is often a tmpfs, whose writes /proc/PID/io does
+    /// not count and whose size says nothing about a disk.
+    #[arg(long, value_name = "DIR")]
+    pub db_parent: Option<PathBuf>,
+
+    /// Keep each run's database instead of deleting it.
+    #[arg(long)]
+    pub keep_db: bool,
+}
+
+/// Validated settings of `osprey bench index`.
+#[derive(Clone, Debug)]
+pub(crate) struct IndexPlan {
+    /// Absolute, since the indexer runs in another working directory.
+    pub chain: PathBuf,
+    pub blocks_dir: PathBuf,
+    pub out: PathBuf,
+    pub runs: usize,
+    /// `None`: this executable.
+    pub osprey: Option<PathBuf>,
+    /// Absolute, like `chain`: the indexer gets a database path under it.
+    pub db_parent: PathBuf,
+    pub keep_db: bool,
+}
+
+impl IndexPlan {
+    pub fn from_args(args: &IndexArgs) -> anyhow::Result<IndexPlan> {
+        if args.runs == 0 {
+            bail!("--runs must be at least 1");
+        }
+        let chain = std::path::absolute(&args.chain)
+            .with_context(|| format!("--chain {}", args.chain.display()))?;
+        let blocks_dir = chain.join("blocks");
+        if !blocks_dir.is_dir() {
+            bail!(
+                "--chain {}: no blocks/ directory; expected the output directory of `osprey chaingen`",
+                chain.display()
+            );
+        }
+        let osprey = match &args.osprey {
+            Some(path) => Some(
+                std::path::absolute(path)
+                    .with_context(|| format!("--osprey {}", path.display()))?,
+            ),
+            None => None,
+        };
+        let db_parent = args.db_parent.as_ref().unwrap_or(&args.out);
+        let db_parent = std::path::absolute(db_parent)
+            .with_context(|| format!("database parent directory {}", db_parent.display()))?;
+        Ok(IndexPlan {
+            chain,
+            blocks_dir,
+            out: args.out.clone(),
+            runs: args.runs,
+            osprey,
+            db_parent,
+            keep_db: args.keep_db,
+        })
+    }
+}
 
 /// The `--workload` choices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -220,5 +310,72 @@ mod tests {
             "0"
         ])
         .is_err());
+    }
+
+    fn index_args(cli: Cli) -> IndexArgs {
+        match cli.bench.command {
+            Some(BenchCommand::Index(args)) => args,
+            None => panic!("no subcommand parsed"),
+        }
+    }
+
+    #[test]
+    fn parses_the_index_subcommand() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("blocks")).unwrap();
+        let chain = dir.path().to_str().unwrap();
+        let cli = Cli::try_parse_from([
+            "bench",
+            "index",
+            "--chain",
+            chain,
+            "--out",
+            "o",
+            "--runs",
+            "5",
+            "--osprey",
+            "bin/osprey",
+            "--keep-db",
+        ])
+        .unwrap();
+        let plan = IndexPlan::from_args(&index_args(cli)).unwrap();
+        assert_eq!(plan.runs, 5);
+        assert!(plan.keep_db);
+        assert_eq!(plan.blocks_dir, dir.path().join("blocks"));
+        // Paths handed to the indexer, which runs elsewhere, are absolute.
+        let osprey = plan.osprey.unwrap();
+        assert!(osprey.is_absolute() && osprey.ends_with("bin/osprey"));
+        assert!(plan.db_parent.is_absolute() && plan.db_parent.ends_with("o"));
+        assert_eq!(plan.out, PathBuf::from("o"));
+
+        let cli = Cli::try_parse_from(["bench", "index", "--chain", chain]).unwrap();
+        let defaults = IndexPlan::from_args(&index_args(cli)).unwrap();
+        assert_eq!(defaults.runs, 3);
+        assert_eq!(defaults.osprey, None);
+        assert!(!defaults.keep_db);
+        assert!(defaults.db_parent.ends_with("bench-results"));
+    }
+
+    #[test]
+    fn index_rejects_unusable_settings() {
+        let plan =
+            |args: &[&str]| IndexPlan::from_args(&index_args(Cli::try_parse_from(args).unwrap()));
+        assert!(
+            Cli::try_parse_from(["bench", "index"]).is_err(),
+            "--chain is required"
+        );
+        let err = plan(&["bench", "index", "--chain", "/nonexistent/chain"]).unwrap_err();
+        assert!(err.to_string().contains("no blocks/ directory"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("blocks")).unwrap();
+        let chain = dir.path().to_str().unwrap();
+        let err = plan(&["bench", "index", "--chain", chain, "--runs", "0"]).unwrap_err();
+        assert!(err.to_string().contains("--runs"), "{err}");
+        // Flags of the Electrum workloads before the subcommand are refused,
+        // not silently ignored.
+        assert!(Cli::try_parse_from(["bench", "--out", "x", "index", "--chain", chain]).is_err());
+        assert!(
+            Cli::try_parse_from(["bench", "--server", "h:1", "index", "--chain", chain]).is_err()
+        );
     }
 }

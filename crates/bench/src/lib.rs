@@ -11,7 +11,9 @@
 //! - [`check`]: the expected answers derived from the manifest, and the
 //!   comparisons (status hash, history, transactions, headers);
 //! - [`workload`]: the workloads, as a wallet runs them;
-//! - [`stats`], [`machine`], [`report`], [`svg`]: numbers, context and output.
+//! - [`stats`], [`machine`], [`report`], [`svg`]: numbers, context and output;
+//! - [`index`]: `osprey bench index`, the index build (workload 3), which
+//!   runs Osprey's indexer as a child process instead of talking to a server.
 //!
 //! [`run`] ties them together. Servers are measured one after the other,
 //! never at once, so they do not compete for the machine; and each server's
@@ -35,13 +37,14 @@ pub mod args;
 pub mod check;
 pub mod client;
 pub mod error;
+pub mod index;
 pub mod machine;
 pub mod report;
 pub mod stats;
 pub mod svg;
 pub mod workload;
 
-pub use args::{BenchArgs, BenchCommand, WorkloadArg};
+pub use args::{BenchArgs, BenchCommand, IndexArgs, WorkloadArg};
 pub use check::status_hash;
 pub use error::BenchError;
 
@@ -73,7 +76,9 @@ pub const CHART_FILE: &str = "latency.svg";
 /// of every server are written.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(command) = args.command {
-        match command {}
+        return match command {
+            BenchCommand::Index(index_args) => index::run(&index_args),
+        };
     }
     let plan = Plan::from_args(&args)?;
     if tokio::runtime::Handle::try_current().is_ok() {

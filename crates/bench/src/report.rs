@@ -425,7 +425,7 @@ pub fn fmt_secs(secs: f64) -> String {
 }
 
 /// Formats `value` with `digits` significant digits, without exponent.
-fn fmt_significant(value: f64, digits: i32) -> String {
+pub(crate) fn fmt_significant(value: f64, digits: i32) -> String {
     if value == 0.0 || !value.is_finite() {
         return format!("{value}");
     }
@@ -435,7 +435,7 @@ fn fmt_significant(value: f64, digits: i32) -> String {
 }
 
 /// Keeps server-supplied text from breaking a Markdown table row.
-fn escape_cell(text: &str) -> String {
+pub(crate) fn escape_cell(text: &str) -> String {
     text.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 

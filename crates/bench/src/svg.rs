@@ -13,7 +13,7 @@ const PANEL_TOP: f64 = 34.0;
 const PANEL_BOTTOM: f64 = 36.0;
 /// Points drawn per line: quantiles beyond this add nothing a reader can see.
 const POINTS_MAX: usize = 400;
-const COLOURS: [&str; 8] = [
+pub(crate) const COLOURS: [&str; 8] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
 ];
 
@@ -201,7 +201,7 @@ fn ms_label(ms: f64) -> String {
 }
 
 /// Escapes text for SVG (server names come from the servers).
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -1,0 +1,359 @@
+//! The progress stream of `osprey index --progress-json` (one JSON object
+//! per committed batch on stdout) and its division into tenths of the chain.
+//! Pure functions, no I/O.
+//!
+//! A batch is only seen when it commits, and batches are coarse (up to 2000
+//! blocks or 2M rows, so a `large` chain has a few dozen of them): a tenth's
+//! figures are the sum of each batch's share of it, the share being the
+//! batch's blocks inside the tenth over all its blocks. Txs, bytes and
+//! seconds are thus spread evenly over a batch's blocks: a tenth shares its
+//! rate with the batches that straddle its bounds, which is why the report
+//! says how many batches each tenth draws on.
+
+use serde::{Deserialize, Serialize};
+
+/// One committed batch as `osprey index --progress-json` prints it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// Height of the batch's last block.
+    pub height: u32,
+    /// The source's tip when the batch was fetched.
+    pub source_height: u32,
+    pub blocks: u32,
+    pub txs: u64,
+    pub rows: u64,
+    pub block_bytes: u64,
+    /// Time the indexer spent on this batch.
+    pub batch_secs: f64,
+    /// Seconds since the indexer started syncing, at this batch's commit.
+    pub elapsed_secs: f64,
+}
+
+impl Batch {
+    /// Height of the batch's first block.
+    pub fn first_height(&self) -> u32 {
+        (self.height + 1).saturating_sub(self.blocks)
+    }
+}
+
+/// Why the progress stream cannot be measured.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ProgressError {
+    #[error("progress line {line}: not a batch record ({detail}): {text}")]
+    Malformed {
+        line: usize,
+        detail: String,
+        text: String,
+    },
+    #[error(
+        "progress line {line}: a batch of 0 blocks, or more blocks than heights up to {height}"
+    )]
+    BadBlockCount { line: usize, height: u32 },
+    #[error(
+        "progress line {line}: the batch starts at height {first}, but the previous one ended \
+         at {previous}: the indexer skipped or repeated blocks"
+    )]
+    NotContiguous {
+        line: usize,
+        first: u32,
+        previous: u32,
+    },
+    #[error("progress line {line}: elapsed_secs went back from {previous} to {elapsed}")]
+    TimeWentBack {
+        line: usize,
+        previous: f64,
+        elapsed: f64,
+    },
+    #[error("the indexer printed no progress line: it indexed nothing")]
+    Empty,
+}
+
+/// Parses one stdout line: `Ok(None)` for a line that is not a JSON object
+/// (nothing else should be on stdout, but a stray line is not a measurement
+/// error), an error for an object that is not a batch record.
+///
+/// # Errors
+/// When the line looks like JSON but does not parse as a [`Batch`].
+pub fn parse_line(line_number: usize, text: &str) -> Result<Option<Batch>, ProgressError> {
+    let trimmed = text.trim();
+    if !trimmed.starts_with('{') {
+        return Ok(None);
+    }
+    serde_json::from_str(trimmed)
+        .map(Some)
+        .map_err(|e| ProgressError::Malformed {
+            line: line_number,
+            detail: e.to_string(),
+            text: crate::error::excerpt(trimmed, 200),
+        })
+}
+
+/// Checks that the batches cover consecutive heights and that time runs
+/// forward, so the tenths computed from them account for every block once.
+///
+/// # Errors
+/// On an empty stream, a batch of no blocks, a gap or overlap, or time going back.
+pub fn check_sequence(batches: &[Batch]) -> Result<(), ProgressError> {
+    if batches.is_empty() {
+        return Err(ProgressError::Empty);
+    }
+    let mut previous: Option<&Batch> = None;
+    for (i, batch) in batches.iter().enumerate() {
+        let line = i + 1;
+        if batch.blocks == 0 || batch.blocks > batch.height.saturating_add(1) {
+            return Err(ProgressError::BadBlockCount {
+                line,
+                height: batch.height,
+            });
+        }
+        if let Some(prev) = previous {
+            if batch.first_height() != prev.height.wrapping_add(1) {
+                return Err(ProgressError::NotContiguous {
+                    line,
+                    first: batch.first_height(),
+                    previous: prev.height,
+                });
+            }
+            if batch.elapsed_secs < prev.elapsed_secs {
+                return Err(ProgressError::TimeWentBack {
+                    line,
+                    previous: prev.elapsed_secs,
+                    elapsed: batch.elapsed_secs,
+                });
+            }
+        }
+        previous = Some(batch);
+    }
+    Ok(())
+}
+
+/// Number of parts the chain is cut into for the flat-ingest check.
+pub const TENTHS: usize = 10;
+
+/// One tenth of the indexed heights and what the indexer did in it.
+/// Blocks, txs, bytes and seconds are fractional: see the module docs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tenth {
+    /// 1..=10.
+    pub tenth: usize,
+    pub first_height: u32,
+    pub last_height: u32,
+    pub blocks: f64,
+    pub txs: f64,
+    pub block_bytes: f64,
+    /// Wall seconds of the batches' intervals attributed to this tenth.
+    pub seconds: f64,
+    /// Batches with at least one block in this tenth.
+    pub batches: usize,
+    /// `None` when the tenth holds no block (chains under ten blocks) or took no time.
+    pub txs_per_second: Option<f64>,
+    pub block_mb_per_second: Option<f64>,
+}
+
+/// Cuts the heights the batches cover into ten equal parts (differing by at
+/// most a block when the count does not divide) and attributes each
+/// batch to them in proportion to its blocks in each part.
+///
+/// A batch's time is the interval since the previous commit
+/// (`elapsed_secs` minus the previous line's, from 0 for the first), not its
+/// `batch_secs`: the intervals tile the whole sync, so the tenths add up to
+/// it, waits for the block reader included.
+///
+/// The batches must have passed [`check_sequence`].
+pub fn tenths(batches: &[Batch]) -> Vec<Tenth> {
+    let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
+        return Vec::new();
+    };
+    let start = u64::from(first.first_height());
+    let count = u64::from(last.height) + 1 - start;
+    // Tenth k covers [bound(k), bound(k + 1)).
+    let bound = |k: usize| start + count * k as u64 / TENTHS as u64;
+    let mut parts: Vec<Tenth> = (0..TENTHS)
+        .map(|k| Tenth {
+            tenth: k + 1,
+            first_height: bound(k) as u32,
+            // Saturates for an empty tenth (fewer than ten blocks).
+            last_height: bound(k + 1).saturating_sub(1).max(bound(k)) as u32,
+            blocks: 0.0,
+            txs: 0.0,
+            block_bytes: 0.0,
+            seconds: 0.0,
+            batches: 0,
+            txs_per_second: None,
+            block_mb_per_second: None,
+        })
+        .collect();
+    let mut previous_elapsed = 0.0;
+    for batch in batches {
+        let lo = u64::from(batch.first_height());
+        let hi = u64::from(batch.height) + 1;
+        let interval = (batch.elapsed_secs - previous_elapsed).max(0.0);
+        previous_elapsed = batch.elapsed_secs;
+        for (k, part) in parts.iter_mut().enumerate() {
+            let overlap = hi.min(bound(k + 1)).saturating_sub(lo.max(bound(k)));
+            if overlap == 0 {
+                continue;
+            }
+            let share = overlap as f64 / f64::from(batch.blocks);
+            part.blocks += overlap as f64;
+            part.txs += batch.txs as f64 * share;
+            part.block_bytes += batch.block_bytes as f64 * share;
+            part.seconds += interval * share;
+            part.batches += 1;
+        }
+    }
+    for part in &mut parts {
+        if part.blocks > 0.0 && part.seconds > 0.0 {
+            part.txs_per_second = Some(part.txs / part.seconds);
+            part.block_mb_per_second = Some(part.block_bytes / part.seconds / 1e6);
+        }
+    }
+    parts
+}
+
+/// Returns last tenth's rate over the first's by `rate` (1.0: flat ingest;
+/// below 1: the index slows down as it grows), or `None` when either is
+/// unknown.
+pub fn last_over_first(tenths: &[Tenth], rate: impl Fn(&Tenth) -> Option<f64>) -> Option<f64> {
+    let first = rate(tenths.first()?)?;
+    let last = rate(tenths.last()?)?;
+    (first > 0.0).then(|| last / first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(height: u32, blocks: u32, txs: u64, elapsed_secs: f64) -> Batch {
+        Batch {
+            height,
+            source_height: 99,
+            blocks,
+            txs,
+            rows: txs * 4,
+            block_bytes: txs * 1000,
+            batch_secs: 0.0,
+            elapsed_secs,
+        }
+    }
+
+    #[test]
+    fn parses_the_indexer_line() {
+        let line = r#"{"height":479,"source_height":480,"blocks":472,"txs":950,"rows":4100,"block_bytes":123456,"batch_secs":0.25,"elapsed_secs":0.5}"#;
+        let b = parse_line(1, line).unwrap().unwrap();
+        assert_eq!((b.height, b.source_height, b.blocks), (479, 480, 472));
+        assert_eq!((b.txs, b.rows, b.block_bytes), (950, 4100, 123_456));
+        assert_eq!((b.batch_secs, b.elapsed_secs), (0.25, 0.5));
+        assert_eq!(b.first_height(), 8);
+    }
+
+    #[test]
+    fn skips_stray_text_but_rejects_broken_records() {
+        assert_eq!(parse_line(1, "hello"), Ok(None));
+        assert_eq!(parse_line(1, ""), Ok(None));
+        let err = parse_line(7, r#"{"height": 5}"#).unwrap_err();
+        assert!(
+            matches!(err, ProgressError::Malformed { line: 7, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("missing field"), "{err}");
+    }
+
+    #[test]
+    fn sequence_must_be_contiguous_and_forward() {
+        assert_eq!(check_sequence(&[]), Err(ProgressError::Empty));
+        let ok = [batch(49, 50, 10, 1.0), batch(99, 50, 10, 2.0)];
+        assert_eq!(check_sequence(&ok), Ok(()));
+        let gap = [batch(49, 50, 10, 1.0), batch(99, 40, 10, 2.0)];
+        assert_eq!(
+            check_sequence(&gap),
+            Err(ProgressError::NotContiguous {
+                line: 2,
+                first: 60,
+                previous: 49
+            })
+        );
+        let overlap = [batch(49, 50, 10, 1.0), batch(99, 51, 10, 2.0)];
+        assert!(matches!(
+            check_sequence(&overlap),
+            Err(ProgressError::NotContiguous { first: 49, .. })
+        ));
+        let back = [batch(49, 50, 10, 2.0), batch(99, 50, 10, 1.0)];
+        assert!(matches!(
+            check_sequence(&back),
+            Err(ProgressError::TimeWentBack { line: 2, .. })
+        ));
+        assert!(matches!(
+            check_sequence(&[batch(9, 0, 0, 1.0)]),
+            Err(ProgressError::BadBlockCount { .. })
+        ));
+        assert!(matches!(
+            check_sequence(&[batch(9, 11, 0, 1.0)]),
+            Err(ProgressError::BadBlockCount { .. })
+        ));
+    }
+
+    #[test]
+    fn one_batch_per_tenth_maps_exactly() {
+        // Heights 0..=99, ten batches of ten blocks; batch k takes k+1 seconds.
+        let mut elapsed = 0.0;
+        let batches: Vec<Batch> = (0..10u32)
+            .map(|k| {
+                elapsed += f64::from(k + 1);
+                batch(k * 10 + 9, 10, 100, elapsed)
+            })
+            .collect();
+        check_sequence(&batches).unwrap();
+        let t = tenths(&batches);
+        assert_eq!(t.len(), TENTHS);
+        assert_eq!((t[0].first_height, t[0].last_height), (0, 9));
+        assert_eq!((t[9].first_height, t[9].last_height), (90, 99));
+        assert_eq!(t[0].txs_per_second, Some(100.0));
+        assert_eq!(t[9].txs_per_second, Some(10.0));
+        assert_eq!(t[9].block_mb_per_second, Some(100.0 * 1000.0 / 10.0 / 1e6));
+        assert!(t.iter().all(|p| p.batches == 1 && p.blocks == 10.0));
+        let ratio = last_over_first(&t, |p| p.txs_per_second).unwrap();
+        assert!((ratio - 0.1).abs() < 1e-12, "{ratio}");
+    }
+
+    #[test]
+    fn straddling_batches_are_split_by_blocks() {
+        // Heights 0..=99 in a batch of 15 blocks (3 s) and one of 85 (17 s).
+        let batches = [batch(14, 15, 30, 3.0), batch(99, 85, 170, 20.0)];
+        let t = tenths(&batches);
+        // Tenth 2 (heights 10..=19): 5 blocks of each batch.
+        assert_eq!((t[1].first_height, t[1].last_height), (10, 19));
+        assert_eq!(t[1].batches, 2);
+        assert!((t[1].blocks - 10.0).abs() < 1e-12);
+        assert!((t[1].txs - (30.0 * 5.0 / 15.0 + 170.0 * 5.0 / 85.0)).abs() < 1e-9);
+        assert!((t[1].seconds - (3.0 * 5.0 / 15.0 + 17.0 * 5.0 / 85.0)).abs() < 1e-9);
+        // Everything is attributed exactly once.
+        let sum = |f: fn(&Tenth) -> f64| t.iter().map(f).sum::<f64>();
+        assert!((sum(|p| p.blocks) - 100.0).abs() < 1e-9);
+        assert!((sum(|p| p.txs) - 200.0).abs() < 1e-9);
+        assert!((sum(|p| p.seconds) - 20.0).abs() < 1e-9);
+        assert!((sum(|p| p.block_bytes) - 200_000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn uneven_counts_and_offsets() {
+        // Heights 5..=27: 23 blocks; bounds 5, 7, 9, 11, 14, 16, 18, 21, 23, 25, 28.
+        let t = tenths(&[batch(27, 23, 23, 2.3)]);
+        let sizes: Vec<f64> = t.iter().map(|p| p.blocks).collect();
+        assert_eq!(sizes, [2.0, 2.0, 2.0, 3.0, 2.0, 2.0, 3.0, 2.0, 2.0, 3.0]);
+        assert_eq!(t[0].first_height, 5);
+        assert_eq!(t[9].last_height, 27);
+        assert!(t
+            .windows(2)
+            .all(|w| w[1].first_height == w[0].last_height + 1));
+    }
+
+    #[test]
+    fn fewer_blocks_than_tenths_leave_empty_tenths() {
+        let t = tenths(&[batch(2, 3, 3, 1.0)]);
+        assert_eq!(t.iter().filter(|p| p.blocks > 0.0).count(), 3);
+        assert!(t.iter().any(|p| p.txs_per_second.is_none()));
+        assert_eq!(t.iter().map(|p| p.blocks).sum::<f64>(), 3.0);
+        assert!(tenths(&[]).is_empty());
+    }
+}
