@@ -4,7 +4,7 @@
 use crate::config::{ChainConfig, Config};
 use anyhow::Context;
 use osprey_chain::{BlkFiles, ChainSource, Daemon};
-use osprey_indexer::{BatchStats, Indexer, IndexerConfig};
+use osprey_indexer::{ChunkStats, Indexer, IndexerConfig};
 use osprey_query::{Query, QueryConfig, Tracker};
 use osprey_store::{Store, StoreConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -93,7 +93,7 @@ impl ProgressLog {
         }
     }
 
-    pub fn on_batch(&mut self, stats: &BatchStats) {
+    pub fn on_chunk(&mut self, stats: &ChunkStats) {
         self.blocks += u64::from(stats.blocks);
         self.txs += stats.txs;
         self.bytes += stats.block_bytes;
@@ -162,7 +162,7 @@ fn update_until_ok(
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
     loop {
-        match tracker.update(&mut |s| progress.on_batch(s)) {
+        match tracker.update(&mut |s| progress.on_chunk(s)) {
             Ok(()) => return Ok(()),
             Err(e) if e.is_transient() => {
                 tracing::warn!("node: {e}; retrying in 5 s");

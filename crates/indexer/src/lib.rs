@@ -4,7 +4,7 @@
 pub mod rows;
 mod sync;
 
-pub use sync::{BatchStats, Indexer, IndexerConfig, SyncReport};
+pub use sync::{ChunkStats, Indexer, IndexerConfig, SyncReport};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -49,9 +49,10 @@ pub struct SyncReport {
     pub all_touched: bool,
 }
 
-/// Figures of one committed batch, for progress reports and benchmarks.
+/// Figures of one chunk of blocks indexed (committed or not yet), for
+/// progress reports and benchmarks.
 #[derive(Clone, Debug)]
-pub struct BatchStats {
+pub struct ChunkStats {
     pub height: Height,
     pub source_height: Height,
     pub blocks: u32,
@@ -80,13 +81,13 @@ impl Indexer {
         &self.store
     }
 
-    /// Indexes up to the source's best block, calling `on_batch` after each
-    /// commit.
+    /// Indexes up to the source's best block, calling `on_chunk` after each
+    /// chunk of blocks.
     ///
     /// # Errors
     /// Source errors (see [`Error::is_transient`]), store errors, and blocks
     /// that fail validation. Everything committed before an error stays.
-    pub fn sync(&mut self, on_batch: &mut dyn FnMut(&BatchStats)) -> Result<SyncReport, Error> {
+    pub fn sync(&mut self, on_chunk: &mut dyn FnMut(&ChunkStats)) -> Result<SyncReport, Error> {
         let mut report = SyncReport::default();
         let (source_height, source_hash) = self.source.best_block()?;
         if self.store.tip().map(|(_, h)| h) == Some(source_hash) {
@@ -98,7 +99,7 @@ impl Indexer {
         if next > source_height.0 {
             return Ok(report);
         }
-        self.connect(next, source_height, &mut report, on_batch)?;
+        self.connect(next, source_height, &mut report, on_chunk)?;
         Ok(report)
     }
 
@@ -141,7 +142,7 @@ impl Indexer {
         from: u32,
         source_height: Height,
         report: &mut SyncReport,
-        on_batch: &mut dyn FnMut(&BatchStats),
+        on_chunk: &mut dyn FnMut(&ChunkStats),
     ) -> Result<(), Error> {
         let chunk = self.config.fetch_blocks.max(1);
         let source = Arc::clone(&self.source);
@@ -177,7 +178,7 @@ impl Indexer {
             .expect("spawning a thread");
 
         let mut batch: Vec<IndexedBlock> = Vec::new();
-        let mut stats = BatchStats {
+        let mut stats = ChunkStats {
             height: Height(from),
             source_height,
             blocks: 0,
@@ -233,6 +234,7 @@ impl Indexer {
                 stats.block_bytes += size as u64;
                 stats.blocks += 1;
                 batch_rows += rows.indexed.rows.len();
+                stats.rows += rows.indexed.rows.len() as u64;
                 if !report.all_touched {
                     report.touched.extend(rows.touched);
                     if report.touched.len() > self.config.touched_max {
@@ -249,29 +251,27 @@ impl Indexer {
                 || batch.len() >= self.config.batch_blocks_max
                 || at_tip
             {
-                self.commit(
-                    &mut batch,
-                    &mut stats,
-                    &mut batch_rows,
-                    &mut started,
-                    at_tip,
-                    report,
-                    on_batch,
-                )?;
+                self.commit(&mut batch, at_tip, report)?;
+                batch_rows = 0;
+            }
+            // Progress is reported per chunk, not per commit, so that rates
+            // over parts of the chain mean something even when one commit
+            // covers them all; a commit's cost lands in the chunk that made it.
+            if let Some(last) = last {
+                stats.height = last;
+                stats.elapsed = started.elapsed();
+                on_chunk(&stats);
+                stats.blocks = 0;
+                stats.txs = 0;
+                stats.rows = 0;
+                stats.block_bytes = 0;
+                started = Instant::now();
             }
             if result.is_err() {
                 break;
             }
         }
-        self.commit(
-            &mut batch,
-            &mut stats,
-            &mut batch_rows,
-            &mut started,
-            true,
-            report,
-            on_batch,
-        )?;
+        self.commit(&mut batch, true, report)?;
         fetcher.join().expect("fetch thread does not panic");
         if report.all_touched {
             report.touched.clear();
@@ -285,16 +285,11 @@ impl Indexer {
         }
     }
 
-    #[allow(clippy::too_many_arguments)] // the loop state of `connect`, kept together there
     fn commit(
         &mut self,
         batch: &mut Vec<IndexedBlock>,
-        stats: &mut BatchStats,
-        batch_rows: &mut usize,
-        started: &mut Instant,
         sync: bool,
         report: &mut SyncReport,
-        on_batch: &mut dyn FnMut(&BatchStats),
     ) -> Result<(), Error> {
         let Some(last) = batch.last().map(|b| b.height) else {
             return Ok(());
@@ -302,16 +297,7 @@ impl Indexer {
         let _span = tracing::info_span!("index", from = batch[0].height.0, to = last.0).entered();
         self.store.apply(batch, sync)?;
         report.connected += batch.len() as u32;
-        stats.height = last;
-        stats.rows = *batch_rows as u64;
-        stats.elapsed = started.elapsed();
-        on_batch(stats);
         batch.clear();
-        *batch_rows = 0;
-        stats.blocks = 0;
-        stats.txs = 0;
-        stats.block_bytes = 0;
-        *started = Instant::now();
         Ok(())
     }
 }

@@ -6,7 +6,7 @@ use crate::query::{Change, Query};
 use bitcoin::{Transaction, TxOut, Txid};
 use osprey_chain::MempoolTx;
 use osprey_core::{Height, ScriptHash};
-use osprey_indexer::{BatchStats, Indexer};
+use osprey_indexer::{ChunkStats, Indexer};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -31,10 +31,10 @@ impl Tracker {
     /// What the indexer returns; the mempool is then left as it was.
     pub fn update(
         &mut self,
-        on_batch: &mut dyn FnMut(&BatchStats),
+        on_chunk: &mut dyn FnMut(&ChunkStats),
     ) -> Result<(), osprey_indexer::Error> {
         let first_new_tx = self.query.store().tx_count();
-        let report = self.indexer.sync(on_batch)?;
+        let report = self.indexer.sync(on_chunk)?;
         let mut touched = report.touched;
         if report.connected > 0 || report.disconnected > 0 {
             // Drop transactions the new blocks confirmed right away, so no
