@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use crate::common::answers::{assert_answers_match_node, assert_chain_matches_node, assert_same_answers, collect_chain};
 use crate::common::command::{generate_chain, submit_chain};
 use crate::common::osprey::Osprey;
-use crate::common::{collect_answers, scripthash, seed, start_btcd, wait_until, NodeView, OspreyConfig, Rng, SYNC_TIMEOUT};
+use crate::common::{collect_answers, scripthash, seed, start_btcd, NodeView, OspreyConfig, Rng, SYNC_TIMEOUT};
 
 /// Height of the generated chain: past 2000 blocks, so the initial sync
 /// commits more than one batch and a kill can land between commits.
@@ -26,22 +26,69 @@ const SAMPLE_SCRIPTS: usize = 150;
 /// Kill moments after each start; seeded jitter is added.
 const KILL_AFTER_MS: [u64; 4] = [50, 200, 500, 1200];
 
-/// Lets a fresh start on `db` run until its log reports a committed batch
-/// ("indexed height"), then kills it.
-fn kill_after_first_commit(node: &dyn osprey_testenv::Node, db: &Path) {
+/// The lines of the log written since byte `marker` that tell how far a
+/// run got: committed batches, flat files cut back, serving.
+fn progress_since(osprey: &Osprey, marker: usize) -> Vec<String> {
+    let log = osprey.log();
+    log[marker.min(log.len())..]
+        .lines()
+        .filter(|l| {
+            ["indexed height", "osprey_store", "serving Electrum", "connected to node"].iter().any(|w| l.contains(w))
+        })
+        .map(|l| l.split_once("osprey").map_or(l, |(_, rest)| rest).to_string())
+        .collect()
+}
+
+/// How a killed run ends: after a delay, or the moment its next commit
+/// starts, seen as the flat headers file growing (the flat files are
+/// written and synced just before the database commit that covers them:
+/// the kill lands between the two, or just after).
+#[derive(Clone, Copy, Debug)]
+enum KillAt {
+    After(Duration),
+    Commit,
+}
+
+/// Size of the headers flat file under `db` (0 when it does not exist). A
+/// kill trigger only: the test never reads Osprey's index.
+fn headers_file_len(db: &Path) -> u64 {
+    std::fs::metadata(db.join("regtest").join("headers.dat")).map_or(0, |m| m.len())
+}
+
+/// Starts osprey on `db`, SIGKILLs it at `when`, and prints how far it got.
+fn start_and_kill(node: &dyn osprey_testenv::Node, db: &Path, when: KillAt) {
     let mut osprey = Osprey::spawn(node, db, OspreyConfig::default());
     let marker = osprey.log().len();
-    let committed = wait_until("a committed batch in the log", SYNC_TIMEOUT, || {
-        let log = osprey.log();
-        let since = &log[marker.min(log.len())..];
-        if since.contains("indexed height") {
-            return Some(true);
+    match when {
+        KillAt::After(delay) => {
+            if let Some(status) = osprey.run_for(delay) {
+                panic!("osprey exited with {status} during its initial sync; log:\n{}", osprey.log_tail(80));
+            }
         }
-        (!osprey.is_running()).then_some(false)
-    });
-    assert!(committed, "osprey exited during its initial sync; log:\n{}", osprey.log_tail(80));
+        KillAt::Commit => {
+            // The file may first be cut back (a killed commit): wait until
+            // it grows past the smallest size seen.
+            let mut low = headers_file_len(db);
+            let started = std::time::Instant::now();
+            loop {
+                let len = headers_file_len(db);
+                if len > low {
+                    break;
+                }
+                low = low.min(len);
+                assert!(osprey.is_running(), "osprey exited during its initial sync; log:\n{}", osprey.log_tail(80));
+                assert!(started.elapsed() < SYNC_TIMEOUT, "no commit within {SYNC_TIMEOUT:?}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    let uptime = osprey.uptime();
     osprey.kill9();
-    eprintln!("killed after the first committed batch");
+    eprintln!(
+        "killed at {when:?} after {uptime:?} with {} header bytes on disk; log: {:?}",
+        headers_file_len(db),
+        progress_since(&osprey, marker)
+    );
 }
 
 /// 1. Generate a chain with `osprey chaingen --preset tiny --blocks 2300`
@@ -49,9 +96,10 @@ fn kill_after_first_commit(node: &dyn osprey_testenv::Node, db: &Path) {
 ///    btcd with `osprey chaingen submit`.
 /// 2. Start the reference osprey F on its own --db-dir; it indexes in the
 ///    background meanwhile.
-/// 3. Start osprey K on another --db-dir and SIGKILL it after 50, 200, 500
-///    and 1200 ms (plus jitter), restarting each time on the same directory;
-///    once more right after its log reports a committed batch.
+/// 3. Start osprey K on another --db-dir and SIGKILL it, restarting each
+///    time on the same directory: after 50 ms (plus seeded jitter), twice
+///    the moment a commit starts writing (the chain needs two batches), then
+///    after 200, 500 and 1200 ms.
 /// 4. Start K a last time and wait until it serves the tip.
 /// 5. For every wallet address of the manifest: K's history equals the
 ///    manifest's, its confirmed balance and unspent count too.
@@ -75,20 +123,23 @@ fn sigkill_during_initial_sync_leaves_a_consistent_index() {
     let mut reference = Osprey::spawn(&node, &dir.path().join("db-fresh"), OspreyConfig::default());
     // 3.
     let db = dir.path().join("db-killed");
-    for base in KILL_AFTER_MS {
-        let delay = Duration::from_millis(base + rng.below(50));
-        let mut osprey = Osprey::spawn(&node, &db, OspreyConfig::default());
-        if let Some(status) = osprey.run_for(delay) {
-            panic!("osprey exited with {status} during its initial sync; log:\n{}", osprey.log_tail(80));
-        }
-        let serving = std::net::TcpStream::connect(osprey.addr).is_ok();
-        osprey.kill9();
-        eprintln!("killed after {delay:?} (serving already: {serving})");
+    let jitter = |rng: &mut Rng, ms: u64| KillAt::After(Duration::from_millis(ms + rng.below(ms / 2 + 1)));
+    let plan = [
+        jitter(&mut rng, KILL_AFTER_MS[0]),
+        KillAt::Commit,
+        KillAt::Commit,
+        jitter(&mut rng, KILL_AFTER_MS[1]),
+        jitter(&mut rng, KILL_AFTER_MS[2]),
+        jitter(&mut rng, KILL_AFTER_MS[3]),
+    ];
+    for when in plan {
+        start_and_kill(&node, &db, when);
     }
-    kill_after_first_commit(&node, &db);
     // 4.
     let mut killed = Osprey::spawn(&node, &db, OspreyConfig::default());
+    let marker = killed.log().len();
     killed.wait_ready(&node);
+    eprintln!("last start: {:?}", progress_since(&killed, marker));
     reference.wait_ready(&node);
 
     // 5.

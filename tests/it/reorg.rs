@@ -10,9 +10,7 @@ use bitcoin::{Amount, ScriptBuf};
 use osprey_testenv::{mining_address, Node, ScriptKind, TestWallet};
 use serde_json::json;
 
-use crate::common::answers::{
-    assert_answers_match_node, assert_chain_matches_node, assert_same_answers, collect_chain,
-};
+use crate::common::answers::{assert_chain_matches_node, assert_same_answers, collect_chain, wait_answers_match_node};
 use crate::common::blocks::{burn_script, submit_block_on};
 use crate::common::oracle::confirmed_height_by_rpc;
 use crate::common::{collect_answers, scripthash, start_btcd, wait_until, NodeView, Osprey, OspreyConfig, SYNC_TIMEOUT};
@@ -107,17 +105,7 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
     assert!(view.history(&s1).is_empty(), "the node's S1 history is empty after the double spend");
     let scripts = scripts_of(&view, &scripts_of(&old_view, &[s1.clone(), s2.clone(), mining_address().script_pubkey()]));
     let scripthashes: Vec<String> = scripts.iter().map(|s| scripthash(s)).collect();
-    // The mempool is polled: wait until A's view settles on the node's.
-    wait_until("osprey A's answers equal the node's after the reorg", SYNC_TIMEOUT, || {
-        let answers = collect_answers(osprey_a.addr, &scripthashes);
-        let same = answers
-            .iter()
-            .zip(&scripts)
-            .all(|(a, s)| a.with_sorted_unspent() == crate::common::ScriptAnswers::expected(&view, s));
-        same.then_some(())
-    });
-    let answers_a = collect_answers(osprey_a.addr, &scripthashes);
-    assert_answers_match_node("osprey A after the reorg", &answers_a, &view, &scripts);
+    let answers_a = wait_answers_match_node("osprey A after the reorg", osprey_a.addr, &view, &scripts, SYNC_TIMEOUT);
     assert_chain_matches_node("osprey A after the reorg", &collect_chain(osprey_a.addr), &view);
 
     // 8.

@@ -137,6 +137,37 @@ pub fn assert_answers_match_node(what: &str, answers: &[ScriptAnswers], view: &N
     }
 }
 
+/// Waits (the mempool is polled) until the server's answers about
+/// `scripts` equal the node's view, and returns them.
+///
+/// # Panics
+/// After `timeout`, with the first difference.
+pub fn wait_answers_match_node(
+    what: &str,
+    addr: SocketAddr,
+    view: &NodeView,
+    scripts: &[bitcoin::ScriptBuf],
+    timeout: std::time::Duration,
+) -> Vec<ScriptAnswers> {
+    let scripthashes: Vec<String> = scripts.iter().map(|s| scripthash(s)).collect();
+    let started = std::time::Instant::now();
+    loop {
+        let answers = collect_answers(addr, &scripthashes);
+        let same = answers
+            .iter()
+            .zip(scripts)
+            .all(|(a, s)| a.with_sorted_unspent() == ScriptAnswers::expected(view, s));
+        if same {
+            return answers;
+        }
+        if started.elapsed() > timeout {
+            eprintln!("{what}: answers still differ from the node's after {timeout:?}");
+            assert_answers_match_node(what, &answers, view, scripts);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Asserts that a server's chain answers equal the node's chain.
 ///
 /// # Panics

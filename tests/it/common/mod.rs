@@ -21,7 +21,7 @@ use bitcoin::hashes::{sha256, Hash};
 use bitcoin::Script;
 use osprey_testenv::{BtcdNode, Node};
 
-pub use answers::{collect_answers, ScriptAnswers};
+pub use answers::collect_answers;
 pub use oracle::NodeView;
 pub use osprey::{Osprey, OspreyConfig};
 pub use session::Session;

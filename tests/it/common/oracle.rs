@@ -213,6 +213,9 @@ impl NodeView {
     }
 
     fn touches(&self, tx: &NodeTx, script: &Script) -> bool {
+        if !is_indexed(script) {
+            return false;
+        }
         tx.tx.output.iter().any(|o| o.script_pubkey.as_script() == script)
             || (!tx.tx.is_coinbase()
                 && tx.tx.input.iter().any(|i| {
@@ -257,6 +260,9 @@ impl NodeView {
     /// Outputs paying `script` and not spent by any transaction the node
     /// knows (confirmed or mempool), sorted by (txid, vout).
     pub fn unspent(&self, script: &Script) -> Vec<UnspentItem> {
+        if !is_indexed(script) {
+            return Vec::new();
+        }
         let spent: HashSet<OutPoint> = self
             .txs
             .iter()
@@ -296,6 +302,9 @@ impl NodeView {
     /// confirmed transaction; the mempool's outputs to the script minus the
     /// script's outputs the mempool spends.
     pub fn balance(&self, script: &Script) -> (u64, i64) {
+        if !is_indexed(script) {
+            return (0, 0);
+        }
         let confirmed_spent: HashSet<OutPoint> = self
             .txs
             .iter()
@@ -336,7 +345,8 @@ impl NodeView {
     }
 
     /// Every distinct output script of the chain (genesis excluded) and
-    /// the mempool, in first-seen order.
+    /// the mempool, in first-seen order (OP_RETURN scripts included: they
+    /// must have no history).
     pub fn scripts(&self) -> Vec<ScriptBuf> {
         let mut seen = HashSet::new();
         let mut scripts = Vec::new();
@@ -356,6 +366,13 @@ impl NodeView {
         let end = (start as usize + count as usize).min(self.headers.len());
         self.headers[(start as usize).min(end)..end].concat()
     }
+}
+
+/// Whether outputs locked by `script` are indexed: provably unspendable
+/// OP_RETURN outputs are not (as in ElectrumX and electrs), so such a
+/// script has no history.
+pub fn is_indexed(script: &Script) -> bool {
+    !script.is_op_return()
 }
 
 fn history_item_json(item: &HistoryItem) -> Value {

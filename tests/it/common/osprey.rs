@@ -111,6 +111,8 @@ impl Osprey {
         writeln!(log, "\n===== osprey {} =====", args.join(" ")).expect("writing the log");
         let mut command = Command::new(env!("CARGO_BIN_EXE_osprey"));
         command.args(&args).stdin(Stdio::null()).stdout(log.try_clone().expect("log handle")).stderr(log);
+        // A log for people: no colour codes.
+        command.env("NO_COLOR", "1");
         // No stray ./osprey.toml or OSPREY_* variable may change the setup.
         command.current_dir(db_dir.parent().unwrap_or(Path::new("/")));
         for (key, _) in std::env::vars_os() {
