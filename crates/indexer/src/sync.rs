@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 pub struct IndexerConfig {
     /// Blocks fetched from the source per request.
     pub fetch_blocks: u32,
-    /// A batch is committed once it holds this many history rows…
+    /// A batch is committed once it holds this many history rows (small
+    /// enough that commits spread evenly over a sync and bound memory,
+    /// large enough that per-commit fsyncs do not matter)…
     pub batch_rows_max: usize,
     /// …or this many blocks.
     pub batch_blocks_max: usize,
@@ -30,8 +32,8 @@ impl Default for IndexerConfig {
     fn default() -> Self {
         IndexerConfig {
             fetch_blocks: 16,
-            batch_rows_max: 2_000_000,
-            batch_blocks_max: 2000,
+            batch_rows_max: 250_000,
+            batch_blocks_max: 1000,
             touched_max: 1_000_000,
         }
     }
