@@ -276,10 +276,12 @@ impl RpcClient {
             }
         }
         match status {
-            401 | 403 => return Err(Error::persistent(format!(
+            401 | 403 => {
+                return Err(Error::persistent(format!(
                 "node {} refused our credentials (HTTP {status}): check --auth or --cookie-file",
                 self.addr
-            ))),
+            )))
+            }
             503 => {
                 return Err(Error::transient(format!(
                     "node {} is busy (HTTP 503)",
