@@ -61,18 +61,35 @@ fn chaingen_submit_serve_and_bench_end_to_end() {
             _ => {}
         }
     }
-    assert!(!records.is_empty(), "no JSON record in {}; bench said:\n{}", out.display(), output.stderr);
+    assert!(
+        !records.is_empty(),
+        "no JSON record in {}; bench said:\n{}",
+        out.display(),
+        output.stderr
+    );
     let slug = server.replace(':', "-");
     for path in &records {
-        let name = path.file_name().and_then(|n| n.to_str()).expect("file name");
-        assert!(name.starts_with(&slug), "record {name} is not about {server}");
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("file name");
+        assert!(
+            name.starts_with(&slug),
+            "record {name} is not about {server}"
+        );
         let record: Value =
-            serde_json::from_str(&std::fs::read_to_string(path).expect("reading a record")).expect("record JSON");
+            serde_json::from_str(&std::fs::read_to_string(path).expect("reading a record"))
+                .expect("record JSON");
         assert_eq!(record["ok"], Value::Bool(true), "{name}: {record}");
     }
     assert_eq!(reports.len(), 1, "one Markdown report: {reports:?}");
     let report = std::fs::read_to_string(&reports[0]).expect("reading the report");
-    let row = report.lines().find(|l| l.starts_with('|') && l.contains(&server));
+    let row = report
+        .lines()
+        .find(|l| l.starts_with('|') && l.contains(&server));
     let row = row.unwrap_or_else(|| panic!("no table row for {server} in the report:\n{report}"));
-    assert!(row.contains("Osprey"), "the row names the server's software: {row}");
+    assert!(
+        row.contains("Osprey"),
+        "the row names the server's software: {row}"
+    );
 }

@@ -11,10 +11,14 @@ use std::time::Duration;
 use bitcoin::{Address, Network, ScriptBuf};
 use serde_json::{json, Value};
 
-use crate::common::answers::{assert_answers_match_node, assert_chain_matches_node, assert_same_answers, collect_chain};
+use crate::common::answers::{
+    assert_answers_match_node, assert_chain_matches_node, assert_same_answers, collect_chain,
+};
 use crate::common::command::{generate_chain, submit_chain};
 use crate::common::osprey::Osprey;
-use crate::common::{collect_answers, scripthash, seed, start_btcd, NodeView, OspreyConfig, Rng, SYNC_TIMEOUT};
+use crate::common::{
+    collect_answers, scripthash, seed, start_btcd, NodeView, OspreyConfig, Rng, SYNC_TIMEOUT,
+};
 
 /// Height of the generated chain: past 2000 blocks, so the initial sync
 /// commits more than one batch and a kill can land between commits.
@@ -33,9 +37,20 @@ fn progress_since(osprey: &Osprey, marker: usize) -> Vec<String> {
     log[marker.min(log.len())..]
         .lines()
         .filter(|l| {
-            ["indexed height", "osprey_store", "serving Electrum", "connected to node"].iter().any(|w| l.contains(w))
+            [
+                "indexed height",
+                "osprey_store",
+                "serving Electrum",
+                "connected to node",
+            ]
+            .iter()
+            .any(|w| l.contains(w))
         })
-        .map(|l| l.split_once("osprey").map_or(l, |(_, rest)| rest).to_string())
+        .map(|l| {
+            l.split_once("osprey")
+                .map_or(l, |(_, rest)| rest)
+                .to_string()
+        })
         .collect()
 }
 
@@ -62,7 +77,10 @@ fn start_and_kill(node: &dyn osprey_testenv::Node, db: &Path, when: KillAt) {
     match when {
         KillAt::After(delay) => {
             if let Some(status) = osprey.run_for(delay) {
-                panic!("osprey exited with {status} during its initial sync; log:\n{}", osprey.log_tail(80));
+                panic!(
+                    "osprey exited with {status} during its initial sync; log:\n{}",
+                    osprey.log_tail(80)
+                );
             }
         }
         KillAt::Commit => {
@@ -76,8 +94,15 @@ fn start_and_kill(node: &dyn osprey_testenv::Node, db: &Path, when: KillAt) {
                     break;
                 }
                 low = low.min(len);
-                assert!(osprey.is_running(), "osprey exited during its initial sync; log:\n{}", osprey.log_tail(80));
-                assert!(started.elapsed() < SYNC_TIMEOUT, "no commit within {SYNC_TIMEOUT:?}");
+                assert!(
+                    osprey.is_running(),
+                    "osprey exited during its initial sync; log:\n{}",
+                    osprey.log_tail(80)
+                );
+                assert!(
+                    started.elapsed() < SYNC_TIMEOUT,
+                    "no commit within {SYNC_TIMEOUT:?}"
+                );
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
@@ -113,8 +138,17 @@ fn sigkill_during_initial_sync_leaves_a_consistent_index() {
     // 1.
     let chain_seed = (seed % 1000).to_string();
     let blocks = CHAIN_BLOCKS.to_string();
-    let (chain, manifest) =
-        generate_chain(dir.path(), &["--preset", "tiny", "--seed", &chain_seed, "--blocks", &blocks]);
+    let (chain, manifest) = generate_chain(
+        dir.path(),
+        &[
+            "--preset",
+            "tiny",
+            "--seed",
+            &chain_seed,
+            "--blocks",
+            &blocks,
+        ],
+    );
     let node = start_btcd();
     submit_chain(dir.path(), &chain, &node);
     let (tip, _) = osprey_testenv::Node::tip(&node).expect("tip");
@@ -123,7 +157,8 @@ fn sigkill_during_initial_sync_leaves_a_consistent_index() {
     let mut reference = Osprey::spawn(&node, &dir.path().join("db-fresh"), OspreyConfig::default());
     // 3.
     let db = dir.path().join("db-killed");
-    let jitter = |rng: &mut Rng, ms: u64| KillAt::After(Duration::from_millis(ms + rng.below(ms / 2 + 1)));
+    let jitter =
+        |rng: &mut Rng, ms: u64| KillAt::After(Duration::from_millis(ms + rng.below(ms / 2 + 1)));
     let plan = [
         jitter(&mut rng, KILL_AFTER_MS[0]),
         KillAt::Commit,
@@ -148,13 +183,31 @@ fn sigkill_during_initial_sync_leaves_a_consistent_index() {
     for address in &manifest.wallet.addresses {
         let p = json!([address.scripthash]);
         let history = session.call("blockchain.scripthash.get_history", p.clone());
-        let want: Vec<Value> =
-            address.history.iter().map(|(txid, height)| json!({"tx_hash": txid, "height": height})).collect();
-        assert_eq!(history, Value::Array(want), "history of wallet address {}", address.address);
+        let want: Vec<Value> = address
+            .history
+            .iter()
+            .map(|(txid, height)| json!({"tx_hash": txid, "height": height}))
+            .collect();
+        assert_eq!(
+            history,
+            Value::Array(want),
+            "history of wallet address {}",
+            address.address
+        );
         let balance = session.call("blockchain.scripthash.get_balance", p.clone());
-        assert_eq!(balance, json!({"confirmed": address.balance, "unconfirmed": 0}), "balance of {}", address.address);
+        assert_eq!(
+            balance,
+            json!({"confirmed": address.balance, "unconfirmed": 0}),
+            "balance of {}",
+            address.address
+        );
         let unspent = session.call("blockchain.scripthash.listunspent", p);
-        assert_eq!(unspent.as_array().map(Vec::len), Some(address.utxo_count as usize), "utxos of {}", address.address);
+        assert_eq!(
+            unspent.as_array().map(Vec::len),
+            Some(address.utxo_count as usize),
+            "utxos of {}",
+            address.address
+        );
     }
 
     // 6.
@@ -164,9 +217,16 @@ fn sigkill_during_initial_sync_leaves_a_consistent_index() {
         .addresses
         .iter()
         .map(|a| {
-            let address = Address::from_str(&a.address).expect("address").require_network(Network::Regtest);
+            let address = Address::from_str(&a.address)
+                .expect("address")
+                .require_network(Network::Regtest);
             let script = address.expect("a regtest address").script_pubkey();
-            assert_eq!(scripthash(&script), a.scripthash, "the manifest's script hash of {}", a.address);
+            assert_eq!(
+                scripthash(&script),
+                a.scripthash,
+                "the manifest's script hash of {}",
+                a.address
+            );
             script
         })
         .collect();
@@ -178,10 +238,23 @@ fn sigkill_during_initial_sync_leaves_a_consistent_index() {
     }
     let scripthashes: Vec<String> = scripts.iter().map(|s| scripthash(s)).collect();
     let answers_killed = collect_answers(killed.addr, &scripthashes);
-    assert_answers_match_node("osprey killed and restarted", &answers_killed, &view, &scripts);
+    assert_answers_match_node(
+        "osprey killed and restarted",
+        &answers_killed,
+        &view,
+        &scripts,
+    );
     let answers_fresh = collect_answers(reference.addr, &scripthashes);
-    assert_same_answers("killed-and-restarted vs fresh index", &answers_killed, &answers_fresh);
+    assert_same_answers(
+        "killed-and-restarted vs fresh index",
+        &answers_killed,
+        &answers_fresh,
+    );
     let chain_killed = collect_chain(killed.addr);
     assert_chain_matches_node("osprey killed and restarted", &chain_killed, &view);
-    assert_eq!(chain_killed, collect_chain(reference.addr), "headers of the killed and the fresh index");
+    assert_eq!(
+        chain_killed,
+        collect_chain(reference.addr),
+        "headers of the killed and the fresh index"
+    );
 }

@@ -10,15 +10,24 @@ use bitcoin::{Amount, ScriptBuf};
 use osprey_testenv::{mining_address, Node, ScriptKind, TestWallet};
 use serde_json::json;
 
-use crate::common::answers::{assert_chain_matches_node, assert_same_answers, collect_chain, wait_answers_match_node};
+use crate::common::answers::{
+    assert_chain_matches_node, assert_same_answers, collect_chain, wait_answers_match_node,
+};
 use crate::common::blocks::{burn_script, submit_block_on};
 use crate::common::oracle::confirmed_height_by_rpc;
-use crate::common::{collect_answers, scripthash, start_btcd, wait_until, NodeView, Osprey, OspreyConfig, SYNC_TIMEOUT};
+use crate::common::{
+    collect_answers, scripthash, start_btcd, wait_until, NodeView, Osprey, OspreyConfig,
+    SYNC_TIMEOUT,
+};
 
 /// Every output script the node knows of now, plus `extra`, deduplicated.
 fn scripts_of(view: &NodeView, extra: &[ScriptBuf]) -> Vec<ScriptBuf> {
     let mut seen = HashSet::new();
-    view.scripts().into_iter().chain(extra.iter().cloned()).filter(|s| seen.insert(s.clone())).collect()
+    view.scripts()
+        .into_iter()
+        .chain(extra.iter().cloned())
+        .filter(|s| seen.insert(s.clone()))
+        .collect()
 }
 
 /// 1. Start btcd, mine 110 blocks (mature coinbases, segwit not active:
@@ -35,7 +44,8 @@ fn scripts_of(view: &NodeView, extra: &[ScriptBuf]) -> Vec<ScriptBuf> {
 /// 7. A follows to the new tip; S1's history, status and balance equal the
 ///    node's (tx1 is gone for good); S2's equal the node's too (tx2 back in
 ///    the mempool or mined again, whatever the node did).
-/// 8. The S1 subscription gets a notification with the node's new status.
+/// 8. The S1 subscription gets a notification with the node's new status,
+///    the headers subscription one with the new tip.
 /// 9. Every answer of A about every script of both branches, and every
 ///    header, equals the node's view and a fresh osprey B's on an empty
 ///    --db-dir.
@@ -52,12 +62,16 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
     // 3.
     let s1 = wallet.new_script(ScriptKind::P2wpkh);
     let s2 = wallet.new_script(ScriptKind::P2pkh);
-    let tx1 = wallet.send(s1.clone(), Amount::from_sat(1_500_000)).expect("tx1");
+    let tx1 = wallet
+        .send(s1.clone(), Amount::from_sat(1_500_000))
+        .expect("tx1");
     node.send_raw_transaction(&tx1).expect("broadcast tx1");
     let block_n = node.generate(1).expect("mining block N")[0];
     let (height_n, _) = node.tip().expect("tip");
     wallet.sync(&node).expect("wallet sync");
-    let tx2 = wallet.send(s2.clone(), Amount::from_sat(700_000)).expect("tx2");
+    let tx2 = wallet
+        .send(s2.clone(), Amount::from_sat(700_000))
+        .expect("tx2");
     node.send_raw_transaction(&tx2).expect("broadcast tx2");
     node.generate(2).expect("mining N+1, N+2");
     let txid1 = tx1.compute_txid();
@@ -70,24 +84,31 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
     let sh1 = scripthash(&s1);
     let sh2 = scripthash(&s2);
     wait_until("osprey A shows tx1 confirmed", SYNC_TIMEOUT, || {
-        (session.call("blockchain.scripthash.get_history", json!([sh1])) == old_view.history_json(&s1)).then_some(())
+        (session.call("blockchain.scripthash.get_history", json!([sh1]))
+            == old_view.history_json(&s1))
+        .then_some(())
     });
     // 4.
     let old_status = session.call("blockchain.scripthash.subscribe", json!([sh1]));
     assert_eq!(old_status, old_view.status(&s1));
     session.call("blockchain.scripthash.subscribe", json!([sh2]));
+    session.call("blockchain.headers.subscribe", json!([]));
 
     // 5.
     node.invalidate_block(&block_n).expect("invalidateblock");
     let (tip, parent) = node.tip().expect("tip");
     assert_eq!(tip, height_n - 1, "invalidateblock N leaves the tip at N-1");
-    eprintln!("after invalidateblock the node's mempool holds {:?}", node.mempool_txids().expect("mempool"));
+    eprintln!(
+        "after invalidateblock the node's mempool holds {:?}",
+        node.mempool_txids().expect("mempool")
+    );
     // 6.
     let mut other = TestWallet::new();
     other.sync(&node).expect("wallet sync");
     let spent = tx1.input[0].previous_output;
-    let double_spend =
-        other.spend(&[spent], &[(burn_script(7), Amount::from_sat(1_000_000))]).expect("a double spend of tx1");
+    let double_spend = other
+        .spend(&[spent], &[(burn_script(7), Amount::from_sat(1_000_000))])
+        .expect("a double spend of tx1");
     submit_block_on(&node, parent, vec![double_spend.clone()], 1);
     node.generate(3).expect("mining the new branch");
     let (new_tip, _) = node.tip().expect("tip");
@@ -97,16 +118,38 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
         Some(height_n),
         "the double spend is at N"
     );
-    assert!(node.get_raw_transaction_verbose(&txid1).is_err(), "the node forgot tx1");
+    assert!(
+        node.get_raw_transaction_verbose(&txid1).is_err(),
+        "the node forgot tx1"
+    );
 
     // 7.
     osprey_a.wait_synced(&node);
     let view = NodeView::load(&node);
-    assert!(view.history(&s1).is_empty(), "the node's S1 history is empty after the double spend");
-    let scripts = scripts_of(&view, &scripts_of(&old_view, &[s1.clone(), s2.clone(), mining_address().script_pubkey()]));
+    assert!(
+        view.history(&s1).is_empty(),
+        "the node's S1 history is empty after the double spend"
+    );
+    let scripts = scripts_of(
+        &view,
+        &scripts_of(
+            &old_view,
+            &[s1.clone(), s2.clone(), mining_address().script_pubkey()],
+        ),
+    );
     let scripthashes: Vec<String> = scripts.iter().map(|s| scripthash(s)).collect();
-    let answers_a = wait_answers_match_node("osprey A after the reorg", osprey_a.addr, &view, &scripts, SYNC_TIMEOUT);
-    assert_chain_matches_node("osprey A after the reorg", &collect_chain(osprey_a.addr), &view);
+    let answers_a = wait_answers_match_node(
+        "osprey A after the reorg",
+        osprey_a.addr,
+        &view,
+        &scripts,
+        SYNC_TIMEOUT,
+    );
+    assert_chain_matches_node(
+        "osprey A after the reorg",
+        &collect_chain(osprey_a.addr),
+        &view,
+    );
 
     // 8.
     let want = view.status(&s1);
@@ -121,9 +164,83 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
         eprintln!("other notification while waiting for S1's new status: {n}");
     }
 
+    let tip = json!({"height": view.tip_height, "hex": view.headers[view.tip_height as usize]});
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let n = session.wait_notification("blockchain.headers.subscribe", left);
+        if n["params"] == json!([tip]) {
+            break;
+        }
+        eprintln!("headers notification before the new tip: {n}");
+    }
+
     // 9.
     let osprey_b = Osprey::start(&node, &dir.path().join("db-b"), OspreyConfig::default());
     let answers_b = collect_answers(osprey_b.addr, &scripthashes);
     assert_same_answers("reorged osprey A vs fresh osprey B", &answers_a, &answers_b);
-    assert_eq!(collect_chain(osprey_a.addr), collect_chain(osprey_b.addr), "headers of A and B");
+    assert_eq!(
+        collect_chain(osprey_a.addr),
+        collect_chain(osprey_b.addr),
+        "headers of A and B"
+    );
+}
+
+/// 1. Start btcd and mine 110 blocks.
+/// 2. Start osprey with --reorg-depth-max 2 (undo data for two blocks).
+/// 3. Invalidate the block 4 below the tip and mine 6 blocks: a reorg of 5
+///    blocks, deeper than Osprey can undo.
+/// 4. Osprey never serves the stale branch as current: it stops with an
+///    error that names --reindex (the documented way out), within 60 s.
+/// 5. Restarted with --reindex on the same --db-dir, it serves the new
+///    chain: headers and every script's answers equal the node's.
+#[test]
+fn reorg_deeper_than_the_undo_limit_stops_and_reindex_recovers() {
+    // 1.
+    let node = start_btcd();
+    node.generate(110).expect("mining");
+    // 2.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let mut osprey = Osprey::start(
+        &node,
+        &db,
+        OspreyConfig::with_args(&["--reorg-depth-max", "2"]),
+    );
+    // 3.
+    let (tip, _) = node.tip().expect("tip");
+    node.invalidate_block(&node.block_hash(tip - 4).expect("block hash"))
+        .expect("invalidateblock");
+    node.generate(6).expect("mining the new branch");
+    // 4.
+    let status = osprey.wait_exit(Duration::from_secs(60));
+    let Some(status) = status else {
+        let served = crate::common::answers::collect_chain(osprey.addr).tip;
+        panic!("osprey still runs 60 s after a reorg deeper than --reorg-depth-max; it serves tip {served}");
+    };
+    assert!(
+        !status.success(),
+        "osprey exited with {status} after a reorg it cannot undo"
+    );
+    let log = osprey.log();
+    assert!(
+        log.contains("--reindex"),
+        "the error names --reindex; log tail:\n{}",
+        osprey.log_tail(30)
+    );
+    // 5.
+    let osprey = Osprey::start(
+        &node,
+        &db,
+        OspreyConfig::with_args(&["--reorg-depth-max", "2", "--reindex"]),
+    );
+    let view = NodeView::load(&node);
+    let scripts = view.scripts();
+    wait_answers_match_node(
+        "osprey after --reindex",
+        osprey.addr,
+        &view,
+        &scripts,
+        SYNC_TIMEOUT,
+    );
+    assert_chain_matches_node("osprey after --reindex", &collect_chain(osprey.addr), &view);
 }

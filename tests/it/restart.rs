@@ -7,7 +7,9 @@ use std::time::Duration;
 use bitcoin::Amount;
 use osprey_testenv::{mining_address, Node, ScriptKind, TestWallet};
 
-use crate::common::answers::{assert_chain_matches_node, assert_same_answers, collect_chain, wait_answers_match_node};
+use crate::common::answers::{
+    assert_chain_matches_node, assert_same_answers, collect_chain, wait_answers_match_node,
+};
 use crate::common::{start_btcd, NodeView, Osprey, OspreyConfig};
 
 /// How long a server may take to show the node's mempool.
@@ -17,7 +19,9 @@ const SETTLE: Duration = Duration::from_secs(30);
 fn pay_each_kind(node: &dyn Node, wallet: &mut TestWallet, sats: u64) {
     for kind in ScriptKind::ALL {
         let script = wallet.new_script(kind);
-        let tx = wallet.send(script, Amount::from_sat(sats)).expect("a payment");
+        let tx = wallet
+            .send(script, Amount::from_sat(sats))
+            .expect("a payment");
         node.send_raw_transaction(&tx).expect("broadcast");
     }
 }
@@ -65,7 +69,9 @@ fn restart_after_sigterm_equals_a_fresh_index() {
         .collect();
     assert_eq!(early.len(), 3, "coins paid before the stop");
     let target = wallet.new_script(ScriptKind::P2tr);
-    let tx = wallet.spend(&early, &[(target.clone(), Amount::from_sat(5_000_000))]).expect("spending early coins");
+    let tx = wallet
+        .spend(&early, &[(target.clone(), Amount::from_sat(5_000_000))])
+        .expect("spending early coins");
     node.send_raw_transaction(&tx).expect("broadcast");
     node.generate(1).expect("mining");
     wallet.sync(&node).expect("wallet sync");
@@ -76,12 +82,21 @@ fn restart_after_sigterm_equals_a_fresh_index() {
     let osprey_b = Osprey::start(&node, &dir.path().join("db-b"), OspreyConfig::default());
     // 7.
     let view = NodeView::load(&node);
-    assert!(view.mempool().count() >= 5, "payments are waiting in the mempool");
+    assert!(
+        view.mempool().count() >= 5,
+        "payments are waiting in the mempool"
+    );
     let scripts = view.scripts();
     assert!(scripts.contains(&mining_address().script_pubkey()));
-    let answers_a = wait_answers_match_node("restarted osprey A", osprey_a.addr, &view, &scripts, SETTLE);
-    let answers_b = wait_answers_match_node("fresh osprey B", osprey_b.addr, &view, &scripts, SETTLE);
-    assert_same_answers("restarted osprey A vs fresh osprey B", &answers_a, &answers_b);
+    let answers_a =
+        wait_answers_match_node("restarted osprey A", osprey_a.addr, &view, &scripts, SETTLE);
+    let answers_b =
+        wait_answers_match_node("fresh osprey B", osprey_b.addr, &view, &scripts, SETTLE);
+    assert_same_answers(
+        "restarted osprey A vs fresh osprey B",
+        &answers_a,
+        &answers_b,
+    );
     let chain_a = collect_chain(osprey_a.addr);
     assert_chain_matches_node("restarted osprey A", &chain_a, &view);
     assert_eq!(chain_a, collect_chain(osprey_b.addr), "headers of A and B");

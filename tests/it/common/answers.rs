@@ -9,8 +9,8 @@ use bitcoin::Script;
 use serde_json::{json, Value};
 
 use super::oracle::NodeView;
-use super::session::{RpcError, Session};
 use super::scripthash;
+use super::session::{RpcError, Session};
 
 /// One server's answers about one script: each a result, or
 /// `{"error": {code, message}}`.
@@ -30,7 +30,12 @@ impl ScriptAnswers {
     pub fn with_sorted_unspent(&self) -> ScriptAnswers {
         let mut copy = self.clone();
         if let Value::Array(items) = &mut copy.unspent {
-            items.sort_by_key(|u| (u["tx_hash"].as_str().unwrap_or_default().to_string(), u["tx_pos"].as_u64()));
+            items.sort_by_key(|u| {
+                (
+                    u["tx_hash"].as_str().unwrap_or_default().to_string(),
+                    u["tx_pos"].as_u64(),
+                )
+            });
         }
         copy
     }
@@ -100,13 +105,21 @@ pub fn collect_chain(addr: SocketAddr) -> ChainAnswers {
     let mut session = Session::connect(addr);
     session.negotiate(json!(["1.4", "1.6"]));
     let tip = session.call("blockchain.headers.subscribe", json!([]));
-    let height = tip["height"].as_u64().unwrap_or_else(|| panic!("tip without height: {tip}"));
+    let height = tip["height"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("tip without height: {tip}"));
     let mut headers = Vec::new();
     let mut start = 0;
     while start <= height {
         let answer = session.call("blockchain.block.headers", json!([start, 2016]));
-        let chunk = answer["headers"].as_array().unwrap_or_else(|| panic!("1.6 headers answer: {answer}")).clone();
-        assert!(!chunk.is_empty(), "no headers from {start} though the tip is {height}");
+        let chunk = answer["headers"]
+            .as_array()
+            .unwrap_or_else(|| panic!("1.6 headers answer: {answer}"))
+            .clone();
+        assert!(
+            !chunk.is_empty(),
+            "no headers from {start} though the tip is {height}"
+        );
         start += chunk.len() as u64;
         headers.extend(chunk);
     }
@@ -119,9 +132,17 @@ pub fn collect_chain(addr: SocketAddr) -> ChainAnswers {
 /// # Panics
 /// On the first difference.
 pub fn assert_same_answers(what: &str, left: &[ScriptAnswers], right: &[ScriptAnswers]) {
-    assert_eq!(left.len(), right.len(), "{what}: different numbers of scripts");
+    assert_eq!(
+        left.len(),
+        right.len(),
+        "{what}: different numbers of scripts"
+    );
     for (l, r) in left.iter().zip(right) {
-        assert_eq!(l, r, "{what}: answers differ for script hash {}", l.scripthash);
+        assert_eq!(
+            l, r,
+            "{what}: answers differ for script hash {}",
+            l.scripthash
+        );
     }
 }
 
@@ -129,11 +150,20 @@ pub fn assert_same_answers(what: &str, left: &[ScriptAnswers], right: &[ScriptAn
 ///
 /// # Panics
 /// On the first difference, naming the script.
-pub fn assert_answers_match_node(what: &str, answers: &[ScriptAnswers], view: &NodeView, scripts: &[bitcoin::ScriptBuf]) {
+pub fn assert_answers_match_node(
+    what: &str,
+    answers: &[ScriptAnswers],
+    view: &NodeView,
+    scripts: &[bitcoin::ScriptBuf],
+) {
     assert_eq!(answers.len(), scripts.len());
     for (got, script) in answers.iter().zip(scripts) {
         let want = ScriptAnswers::expected(view, script);
-        assert_eq!(got.with_sorted_unspent(), want, "{what}: server and node disagree about script {script:x}");
+        assert_eq!(
+            got.with_sorted_unspent(),
+            want,
+            "{what}: server and node disagree about script {script:x}"
+        );
     }
 }
 

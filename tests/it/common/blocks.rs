@@ -11,8 +11,8 @@ use bitcoin::hashes::Hash;
 use bitcoin::script::Builder;
 use bitcoin::transaction::Version as TxVersion;
 use bitcoin::{
-    Amount, Block, BlockHash, CompactTarget, OutPoint, ScriptBuf, Sequence, Transaction, TxIn, TxMerkleNode, TxOut,
-    Witness,
+    Amount, Block, BlockHash, CompactTarget, OutPoint, ScriptBuf, Sequence, Transaction, TxIn,
+    TxMerkleNode, TxOut, Witness,
 };
 use osprey_testenv::{mining_address, Node};
 use serde_json::{json, Value};
@@ -29,13 +29,21 @@ const HALVING_INTERVAL: u32 = 150;
 /// # Panics
 /// When a transaction has witness data (no commitment is written), or the
 /// node rejects the block.
-pub fn submit_block_on(node: &dyn Node, parent: BlockHash, txs: Vec<Transaction>, tag: u32) -> Block {
+pub fn submit_block_on(
+    node: &dyn Node,
+    parent: BlockHash,
+    txs: Vec<Transaction>,
+    tag: u32,
+) -> Block {
     assert!(
-        txs.iter().all(|tx| tx.input.iter().all(|i| i.witness.is_empty())),
+        txs.iter()
+            .all(|tx| tx.input.iter().all(|i| i.witness.is_empty())),
         "submit_block_on writes no witness commitment: legacy transactions only"
     );
-    let parent_header: Value =
-        node.rpc().call("getblockheader", &[json!(parent.to_string()), json!(true)]).expect("getblockheader");
+    let parent_header: Value = node
+        .rpc()
+        .call("getblockheader", &[json!(parent.to_string()), json!(true)])
+        .expect("getblockheader");
     let height = parent_header["height"].as_u64().expect("height") as u32 + 1;
     let parent_time = parent_header["time"].as_u64().expect("time") as u32;
     let now = std::time::SystemTime::now()
@@ -49,11 +57,17 @@ pub fn submit_block_on(node: &dyn Node, parent: BlockHash, txs: Vec<Transaction>
         input: vec![TxIn {
             previous_output: OutPoint::null(),
             // BIP34 height, then a tag so sibling blocks differ.
-            script_sig: Builder::new().push_int(i64::from(height)).push_int(i64::from(tag) + 1000).into_script(),
+            script_sig: Builder::new()
+                .push_int(i64::from(height))
+                .push_int(i64::from(tag) + 1000)
+                .into_script(),
             sequence: Sequence::MAX,
             witness: Witness::new(),
         }],
-        output: vec![TxOut { value: subsidy, script_pubkey: mining_address().script_pubkey() }],
+        output: vec![TxOut {
+            value: subsidy,
+            script_pubkey: mining_address().script_pubkey(),
+        }],
     };
     let mut txdata = vec![coinbase];
     txdata.extend(txs);
@@ -68,12 +82,15 @@ pub fn submit_block_on(node: &dyn Node, parent: BlockHash, txs: Vec<Transaction>
         },
         txdata,
     };
-    block.header.merkle_root = block.compute_merkle_root().expect("a block with a coinbase has a merkle root");
+    block.header.merkle_root = block
+        .compute_merkle_root()
+        .expect("a block with a coinbase has a merkle root");
     let target = block.header.target();
     while block.header.validate_pow(target).is_err() {
         block.header.nonce += 1;
     }
-    node.submit_block(&block).unwrap_or_else(|e| panic!("node rejected our block at height {height}: {e:#}"));
+    node.submit_block(&block)
+        .unwrap_or_else(|e| panic!("node rejected our block at height {height}: {e:#}"));
     block
 }
 

@@ -21,20 +21,32 @@ pub struct CommandOutput {
 /// # Panics
 /// When it cannot start, outlives `timeout` (it is then killed), or exits
 /// with an error while `must_succeed`.
-pub fn run_osprey(dir: &Path, args: &[&str], timeout: Duration, must_succeed: bool) -> CommandOutput {
+pub fn run_osprey(
+    dir: &Path,
+    args: &[&str],
+    timeout: Duration,
+    must_succeed: bool,
+) -> CommandOutput {
     let out_path = dir.join(format!("cmd-{}.out", std::process::id()));
     let err_path = dir.join(format!("cmd-{}.err", std::process::id()));
     let out = std::fs::File::create(&out_path).expect("creating the stdout file");
     let err = std::fs::File::create(&err_path).expect("creating the stderr file");
     let mut command = Command::new(env!("CARGO_BIN_EXE_osprey"));
-    command.args(args).current_dir(dir).stdin(Stdio::null()).stdout(out).stderr(err);
+    command
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("OSPREY_") {
             command.env_remove(key);
         }
     }
     let started = Instant::now();
-    let mut child = command.spawn().unwrap_or_else(|e| panic!("starting osprey {args:?}: {e}"));
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting osprey {args:?}: {e}"));
     let status = loop {
         if let Some(status) = child.try_wait().expect("waiting on osprey") {
             break status;
@@ -56,7 +68,10 @@ pub fn run_osprey(dir: &Path, args: &[&str], timeout: Duration, must_succeed: bo
     };
     eprintln!("osprey {args:?}: {status} in {:.1?}", started.elapsed());
     if must_succeed && !status.success() {
-        panic!("osprey {args:?} failed with {status}\nstdout:\n{}\nstderr:\n{}", output.stdout, output.stderr);
+        panic!(
+            "osprey {args:?} failed with {status}\nstdout:\n{}\nstderr:\n{}",
+            output.stdout, output.stderr
+        );
     }
     output
 }
@@ -68,7 +83,8 @@ pub fn generate_chain(dir: &Path, args: &[&str]) -> (PathBuf, Manifest) {
     let mut all = vec!["chaingen", "--out", chain.to_str().expect("utf-8 path")];
     all.extend_from_slice(args);
     run_osprey(dir, &all, Duration::from_secs(300), true);
-    let manifest = Manifest::load(&chain).unwrap_or_else(|e| panic!("reading {}/manifest.json: {e}", chain.display()));
+    let manifest = Manifest::load(&chain)
+        .unwrap_or_else(|e| panic!("reading {}/manifest.json: {e}", chain.display()));
     (chain, manifest)
 }
 
@@ -79,7 +95,16 @@ pub fn submit_chain(dir: &Path, chain: &Path, node: &dyn Node) {
     let rpc = node.rpc_addr().to_string();
     run_osprey(
         dir,
-        &["chaingen", "submit", "--dir", chain.to_str().expect("utf-8 path"), "--daemon-rpc-addr", &rpc, "--auth", &auth],
+        &[
+            "chaingen",
+            "submit",
+            "--dir",
+            chain.to_str().expect("utf-8 path"),
+            "--daemon-rpc-addr",
+            &rpc,
+            "--auth",
+            &auth,
+        ],
         Duration::from_secs(300),
         true,
     );

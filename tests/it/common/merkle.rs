@@ -39,7 +39,10 @@ pub fn root(leaves: &[[u8; 32]]) -> [u8; 32] {
     assert!(!leaves.is_empty(), "a merkle tree needs a leaf");
     let mut level = leaves.to_vec();
     while level.len() > 1 {
-        level = level.chunks(2).map(|pair| hash_pair(&pair[0], pair.get(1).unwrap_or(&pair[0]))).collect();
+        level = level
+            .chunks(2)
+            .map(|pair| hash_pair(&pair[0], pair.get(1).unwrap_or(&pair[0])))
+            .collect();
     }
     level[0]
 }
@@ -50,7 +53,11 @@ pub fn fold(leaf: [u8; 32], mut pos: u64, branch: &[String]) -> [u8; 32] {
     let mut hash = leaf;
     for sibling in branch {
         let sibling = from_display_hex(sibling);
-        hash = if pos & 1 == 0 { hash_pair(&hash, &sibling) } else { hash_pair(&sibling, &hash) };
+        hash = if pos & 1 == 0 {
+            hash_pair(&hash, &sibling)
+        } else {
+            hash_pair(&sibling, &hash)
+        };
         pos >>= 1;
     }
     hash
@@ -62,7 +69,11 @@ pub fn branch_of(value: &serde_json::Value) -> Vec<String> {
         .as_array()
         .unwrap_or_else(|| panic!("merkle branch is not an array: {value}"))
         .iter()
-        .map(|h| h.as_str().unwrap_or_else(|| panic!("branch element {h} is not a string")).to_string())
+        .map(|h| {
+            h.as_str()
+                .unwrap_or_else(|| panic!("branch element {h} is not a string"))
+                .to_string()
+        })
         .collect()
 }
 
@@ -83,10 +94,17 @@ mod tests {
                 while level.len() > 1 {
                     let sibling = level.get(p ^ 1).unwrap_or(&level[p]);
                     branch.push(to_display_hex(*sibling));
-                    level = level.chunks(2).map(|c| hash_pair(&c[0], c.get(1).unwrap_or(&c[0]))).collect();
+                    level = level
+                        .chunks(2)
+                        .map(|c| hash_pair(&c[0], c.get(1).unwrap_or(&c[0])))
+                        .collect();
                     p /= 2;
                 }
-                assert_eq!(fold(leaves[pos], pos as u64, &branch), want, "n={n} pos={pos}");
+                assert_eq!(
+                    fold(leaves[pos], pos as u64, &branch),
+                    want,
+                    "n={n} pos={pos}"
+                );
             }
         }
     }

@@ -69,7 +69,9 @@ pub struct NodeView {
 
 /// Converts a node's BTC amount (a JSON number) to satoshis.
 pub fn btc_to_sat(value: &Value) -> u64 {
-    let btc = value.as_f64().unwrap_or_else(|| panic!("not a BTC amount: {value}"));
+    let btc = value
+        .as_f64()
+        .unwrap_or_else(|| panic!("not a BTC amount: {value}"));
     (btc * 1e8).round() as u64
 }
 
@@ -91,22 +93,57 @@ impl NodeView {
                 .call_batch("getblockhash", &params)
                 .expect("getblockhash batch")
                 .into_iter()
-                .map(|r| r.expect("getblockhash").as_str().expect("a hash string").to_string())
+                .map(|r| {
+                    r.expect("getblockhash")
+                        .as_str()
+                        .expect("a hash string")
+                        .to_string()
+                })
                 .collect();
-            let params: Vec<Vec<Value>> = hashes.iter().map(|h| vec![json!(h), json!(false)]).collect();
-            for reply in node.rpc().call_batch("getblockheader", &params).expect("getblockheader batch") {
-                headers.push(reply.expect("getblockheader").as_str().expect("header hex").to_string());
+            let params: Vec<Vec<Value>> = hashes
+                .iter()
+                .map(|h| vec![json!(h), json!(false)])
+                .collect();
+            for reply in node
+                .rpc()
+                .call_batch("getblockheader", &params)
+                .expect("getblockheader batch")
+            {
+                headers.push(
+                    reply
+                        .expect("getblockheader")
+                        .as_str()
+                        .expect("header hex")
+                        .to_string(),
+                );
             }
             let params: Vec<Vec<Value>> = hashes.iter().map(|h| vec![json!(h), json!(0)]).collect();
-            for reply in node.rpc().call_batch("getblock", &params).expect("getblock batch") {
-                let hex = reply.expect("getblock").as_str().expect("block hex").to_string();
+            for reply in node
+                .rpc()
+                .call_batch("getblock", &params)
+                .expect("getblock batch")
+            {
+                let hex = reply
+                    .expect("getblock")
+                    .as_str()
+                    .expect("block hex")
+                    .to_string();
                 let block: Block =
-                    bitcoin::consensus::deserialize(&hex::decode(hex).expect("block hex")).expect("block bytes");
+                    bitcoin::consensus::deserialize(&hex::decode(hex).expect("block hex"))
+                        .expect("block bytes");
                 blocks.push(block);
             }
-            block_hashes.extend(hashes.iter().map(|h| BlockHash::from_str(h).expect("block hash")));
+            block_hashes.extend(
+                hashes
+                    .iter()
+                    .map(|h| BlockHash::from_str(h).expect("block hash")),
+            );
         }
-        assert_eq!(block_hashes.last(), Some(&tip_hash), "the node's chain changed while it was read");
+        assert_eq!(
+            block_hashes.last(),
+            Some(&tip_hash),
+            "the node's chain changed while it was read"
+        );
 
         let mut view = NodeView {
             tip_height,
@@ -120,8 +157,13 @@ impl NodeView {
             mempool_verbose: Value::Null,
         };
         for (height, block) in blocks.into_iter().enumerate() {
-            assert_eq!(block.block_hash(), view.block_hashes[height], "block {height} bytes do not hash to its hash");
-            view.block_txids.push(block.txdata.iter().map(Transaction::compute_txid).collect());
+            assert_eq!(
+                block.block_hash(),
+                view.block_hashes[height],
+                "block {height} bytes do not hash to its hash"
+            );
+            view.block_txids
+                .push(block.txdata.iter().map(Transaction::compute_txid).collect());
             // The genesis coinbase is unspendable and never indexed (spec).
             if height == 0 {
                 continue;
@@ -143,32 +185,48 @@ impl NodeView {
 
     fn add(&mut self, tx: NodeTx) {
         for (vout, out) in tx.tx.output.iter().enumerate() {
-            self.outputs.insert(OutPoint { txid: tx.txid, vout: vout as u32 }, out.clone());
+            self.outputs.insert(
+                OutPoint {
+                    txid: tx.txid,
+                    vout: vout as u32,
+                },
+                out.clone(),
+            );
         }
         self.by_txid.insert(tx.txid, self.txs.len());
         self.txs.push(tx);
     }
 
     fn load_mempool(&mut self, node: &dyn Node) {
-        let verbose: Value = node.rpc().call("getrawmempool", &[json!(true)]).expect("getrawmempool true");
+        let verbose: Value = node
+            .rpc()
+            .call("getrawmempool", &[json!(true)])
+            .expect("getrawmempool true");
         let txids: Vec<Txid> = verbose
             .as_object()
             .expect("getrawmempool true is an object")
             .keys()
             .map(|t| Txid::from_str(t).expect("txid"))
             .collect();
-        let params: Vec<Vec<Value>> = txids.iter().map(|t| vec![json!(t.to_string()), json!(0)]).collect();
+        let params: Vec<Vec<Value>> = txids
+            .iter()
+            .map(|t| vec![json!(t.to_string()), json!(0)])
+            .collect();
         let raw = if params.is_empty() {
             Vec::new()
         } else {
-            node.rpc().call_batch("getrawtransaction", &params).expect("getrawtransaction batch")
+            node.rpc()
+                .call_batch("getrawtransaction", &params)
+                .expect("getrawtransaction batch")
         };
         let mempool: Vec<Transaction> = raw
             .into_iter()
             .map(|r| {
                 let hex = r.expect("getrawtransaction of a mempool tx");
-                bitcoin::consensus::deserialize(&hex::decode(hex.as_str().expect("hex")).expect("hex"))
-                    .expect("transaction bytes")
+                bitcoin::consensus::deserialize(
+                    &hex::decode(hex.as_str().expect("hex")).expect("hex"),
+                )
+                .expect("transaction bytes")
             })
             .collect();
         let in_mempool: HashSet<Txid> = txids.iter().copied().collect();
@@ -176,7 +234,13 @@ impl NodeView {
         for tx in &mempool {
             let txid = tx.compute_txid();
             for (vout, out) in tx.output.iter().enumerate() {
-                self.outputs.insert(OutPoint { txid, vout: vout as u32 }, out.clone());
+                self.outputs.insert(
+                    OutPoint {
+                        txid,
+                        vout: vout as u32,
+                    },
+                    out.clone(),
+                );
             }
         }
         for tx in mempool {
@@ -184,12 +248,25 @@ impl NodeView {
             let inputs: u64 = tx
                 .input
                 .iter()
-                .map(|i| self.outputs.get(&i.previous_output).expect("mempool input spends a known output").value.to_sat())
+                .map(|i| {
+                    self.outputs
+                        .get(&i.previous_output)
+                        .expect("mempool input spends a known output")
+                        .value
+                        .to_sat()
+                })
                 .sum();
             let outputs: u64 = tx.output.iter().map(|o| o.value.to_sat()).sum();
             let fee = inputs - outputs;
-            assert_eq!(fee, btc_to_sat(&verbose[txid.to_string()]["fee"]), "node's fee of {txid}");
-            let unconfirmed_parent = tx.input.iter().any(|i| in_mempool.contains(&i.previous_output.txid));
+            assert_eq!(
+                fee,
+                btc_to_sat(&verbose[txid.to_string()]["fee"]),
+                "node's fee of {txid}"
+            );
+            let unconfirmed_parent = tx
+                .input
+                .iter()
+                .any(|i| in_mempool.contains(&i.previous_output.txid));
             self.add(NodeTx {
                 txid,
                 tx,
@@ -216,10 +293,15 @@ impl NodeView {
         if !is_indexed(script) {
             return false;
         }
-        tx.tx.output.iter().any(|o| o.script_pubkey.as_script() == script)
+        tx.tx
+            .output
+            .iter()
+            .any(|o| o.script_pubkey.as_script() == script)
             || (!tx.tx.is_coinbase()
                 && tx.tx.input.iter().any(|i| {
-                    self.outputs.get(&i.previous_output).is_some_and(|o| o.script_pubkey.as_script() == script)
+                    self.outputs
+                        .get(&i.previous_output)
+                        .is_some_and(|o| o.script_pubkey.as_script() == script)
                 }))
     }
 
@@ -229,7 +311,11 @@ impl NodeView {
         let mut confirmed = Vec::new();
         let mut mempool = Vec::new();
         for tx in self.txs.iter().filter(|t| self.touches(t, script)) {
-            let item = HistoryItem { txid: tx.txid, height: tx.electrum_height, fee: tx.fee };
+            let item = HistoryItem {
+                txid: tx.txid,
+                height: tx.electrum_height,
+                fee: tx.fee,
+            };
             if tx.height.is_some() {
                 confirmed.push(item);
             } else {
@@ -249,7 +335,13 @@ impl NodeView {
 
     /// The mempool part as `blockchain.scripthash.get_mempool` sends it.
     pub fn mempool_json(&self, script: &Script) -> Value {
-        Value::Array(self.history(script).iter().filter(|i| i.fee.is_some()).map(history_item_json).collect())
+        Value::Array(
+            self.history(script)
+                .iter()
+                .filter(|i| i.fee.is_some())
+                .map(history_item_json)
+                .collect(),
+        )
     }
 
     /// The status hash of `script` (protocol-basics, "Status"), or null.
@@ -272,7 +364,10 @@ impl NodeView {
         let mut unspent = Vec::new();
         for tx in &self.txs {
             for (vout, out) in tx.tx.output.iter().enumerate() {
-                let outpoint = OutPoint { txid: tx.txid, vout: vout as u32 };
+                let outpoint = OutPoint {
+                    txid: tx.txid,
+                    vout: vout as u32,
+                };
                 if out.script_pubkey.as_script() == script && !spent.contains(&outpoint) {
                     unspent.push(UnspentItem {
                         txid: tx.txid.to_string(),
@@ -318,7 +413,10 @@ impl NodeView {
                 if out.script_pubkey.as_script() != script {
                     continue;
                 }
-                let outpoint = OutPoint { txid: tx.txid, vout: vout as u32 };
+                let outpoint = OutPoint {
+                    txid: tx.txid,
+                    vout: vout as u32,
+                };
                 if tx.height.is_some() {
                     if !confirmed_spent.contains(&outpoint) {
                         confirmed += out.value.to_sat();
@@ -388,15 +486,25 @@ pub fn status_of(history: &[HistoryItem]) -> Value {
     if history.is_empty() {
         return Value::Null;
     }
-    let text: String = history.iter().map(|i| format!("{}:{}:", i.txid, i.height)).collect();
-    json!(hex::encode(sha256::Hash::hash(text.as_bytes()).to_byte_array()))
+    let text: String = history
+        .iter()
+        .map(|i| format!("{}:{}:", i.txid, i.height))
+        .collect();
+    json!(hex::encode(
+        sha256::Hash::hash(text.as_bytes()).to_byte_array()
+    ))
 }
 
 /// The height of the block holding `txid` according to the node's verbose
 /// `getrawtransaction` (its `blockhash`), or `None` in the mempool.
 pub fn confirmed_height_by_rpc(node: &dyn Node, txid: &Txid) -> Option<u32> {
-    let verbose = node.get_raw_transaction_verbose(txid).expect("getrawtransaction txid 1");
+    let verbose = node
+        .get_raw_transaction_verbose(txid)
+        .expect("getrawtransaction txid 1");
     let hash = verbose.get("blockhash").and_then(Value::as_str)?;
-    let header: Value = node.rpc().call("getblockheader", &[json!(hash), json!(true)]).expect("getblockheader");
+    let header: Value = node
+        .rpc()
+        .call("getblockheader", &[json!(hash), json!(true)])
+        .expect("getblockheader");
     Some(header["height"].as_u64().expect("height") as u32)
 }

@@ -31,7 +31,9 @@ pub struct OspreyConfig {
 
 impl OspreyConfig {
     pub fn with_args(args: &[&str]) -> OspreyConfig {
-        OspreyConfig { args: args.iter().map(|a| a.to_string()).collect() }
+        OspreyConfig {
+            args: args.iter().map(|a| a.to_string()).collect(),
+        }
     }
 }
 
@@ -50,7 +52,10 @@ pub struct Osprey {
 /// Returns a loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
-    listener.local_addr().expect("a bound socket has an address").port()
+    listener
+        .local_addr()
+        .expect("a bound socket has an address")
+        .port()
 }
 
 impl Osprey {
@@ -110,7 +115,11 @@ impl Osprey {
         args.extend(config.args.iter().cloned());
         writeln!(log, "\n===== osprey {} =====", args.join(" ")).expect("writing the log");
         let mut command = Command::new(env!("CARGO_BIN_EXE_osprey"));
-        command.args(&args).stdin(Stdio::null()).stdout(log.try_clone().expect("log handle")).stderr(log);
+        command
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log);
         // A log for people: no colour codes.
         command.env("NO_COLOR", "1");
         // No stray ./osprey.toml or OSPREY_* variable may change the setup.
@@ -120,7 +129,9 @@ impl Osprey {
                 command.env_remove(key);
             }
         }
-        let child = command.spawn().unwrap_or_else(|e| panic!("starting {}: {e}", env!("CARGO_BIN_EXE_osprey")));
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", env!("CARGO_BIN_EXE_osprey")));
         eprintln!(
             "osprey pid {} serving {addr}, db {}, log {}, node rpc {}",
             child.id(),
@@ -145,14 +156,20 @@ impl Osprey {
         let started = Instant::now();
         loop {
             if let Some(status) = self.try_wait() {
-                return Err(format!("osprey exited with {status}; log:\n{}", self.log_tail(LOG_TAIL_LINES)));
+                return Err(format!(
+                    "osprey exited with {status}; log:\n{}",
+                    self.log_tail(LOG_TAIL_LINES)
+                ));
             }
             if let Ok(mut session) = Session::try_connect(self.addr) {
                 session.negotiate(json!("1.4"));
                 return Ok(());
             }
             if started.elapsed() > timeout {
-                return Err(format!("not serving after {timeout:?}; log:\n{}", self.log_tail(LOG_TAIL_LINES)));
+                return Err(format!(
+                    "not serving after {timeout:?}; log:\n{}",
+                    self.log_tail(LOG_TAIL_LINES)
+                ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -211,7 +228,10 @@ impl Osprey {
     /// A fresh `electrum-client` connection (it negotiates protocol 1.6),
     /// with a timeout so that a hung server fails the test.
     pub fn client(&self) -> Client {
-        let config = ConfigBuilder::new().timeout(Some(Duration::from_secs(30))).retry(0).build();
+        let config = ConfigBuilder::new()
+            .timeout(Some(Duration::from_secs(30)))
+            .retry(0)
+            .build();
         Client::from_config(&format!("tcp://{}", self.addr), config)
             .unwrap_or_else(|e| panic!("electrum-client connecting to {}: {e:?}", self.addr))
     }
@@ -230,7 +250,9 @@ impl Osprey {
     }
 
     fn try_wait(&mut self) -> Option<ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().expect("waiting on osprey"))
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().expect("waiting on osprey"))
     }
 
     /// Returns true while the process runs.
@@ -258,11 +280,17 @@ impl Osprey {
     /// When it does not exit within 30 s or exits with an error.
     pub fn terminate(&mut self) -> ExitStatus {
         let pid = self.pid().expect("osprey is running");
-        let sent = Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("running kill");
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("running kill");
         assert!(sent.success(), "kill -TERM {pid} failed");
         let status = match self.wait_exit(Duration::from_secs(30)) {
             Some(status) => status,
-            None => panic!("osprey {pid} still runs 30 s after SIGTERM; log:\n{}", self.log_tail(LOG_TAIL_LINES)),
+            None => panic!(
+                "osprey {pid} still runs 30 s after SIGTERM; log:\n{}",
+                self.log_tail(LOG_TAIL_LINES)
+            ),
         };
         self.child = None;
         status
@@ -284,7 +312,9 @@ impl Osprey {
             if let Some(status) = self.try_wait() {
                 return Some(status);
             }
-            std::thread::sleep(Duration::from_millis(5).min(until.saturating_duration_since(Instant::now())));
+            std::thread::sleep(
+                Duration::from_millis(5).min(until.saturating_duration_since(Instant::now())),
+            );
         }
         None
     }

@@ -29,7 +29,9 @@ pub fn outcome(response: &Value) -> Result<Value, RpcError> {
     match (response.get("result"), response.get("error")) {
         (Some(result), None) => Ok(result.clone()),
         (None, Some(error)) => Err(RpcError {
-            code: error["code"].as_i64().unwrap_or_else(|| panic!("error without a code: {response}")),
+            code: error["code"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("error without a code: {response}")),
             message: error["message"].as_str().unwrap_or_default().to_string(),
         }),
         _ => panic!("response with neither result nor error (or both): {response}"),
@@ -96,7 +98,10 @@ impl Session {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(std::io::Error::new(ErrorKind::TimedOut, "no complete line in time"));
+                return Err(std::io::Error::new(
+                    ErrorKind::TimedOut,
+                    "no complete line in time",
+                ));
             }
             self.reader.get_ref().set_read_timeout(Some(left))?;
             match self.reader.read_until(b'\n', &mut self.partial) {
@@ -104,13 +109,18 @@ impl Session {
                 Ok(_) if self.partial.ends_with(b"\n") => {
                     let line = std::mem::take(&mut self.partial);
                     let value = serde_json::from_slice(&line).unwrap_or_else(|e| {
-                        panic!("server sent a line that is not JSON ({e}): {}", String::from_utf8_lossy(&line))
+                        panic!(
+                            "server sent a line that is not JSON ({e}): {}",
+                            String::from_utf8_lossy(&line)
+                        )
                     });
                     return Ok(Some(value));
                 }
                 // EOF in the middle of a line.
                 Ok(_) => return Ok(None),
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    continue
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
@@ -131,7 +141,10 @@ impl Session {
                 }
                 Ok(Some(v)) => return v,
                 Ok(None) => panic!("{} closed the connection instead of answering", self.addr),
-                Err(e) => panic!("no answer from {} within {RESPONSE_TIMEOUT:?}: {e}", self.addr),
+                Err(e) => panic!(
+                    "no answer from {} within {RESPONSE_TIMEOUT:?}: {e}",
+                    self.addr
+                ),
             }
         }
     }
@@ -144,7 +157,11 @@ impl Session {
         self.send_line(line.to_string().as_bytes())
             .unwrap_or_else(|e| panic!("sending {method} to {}: {e}", self.addr));
         let response = self.read_response();
-        assert_eq!(response["id"], json!(id), "{method}: response to another request: {response}");
+        assert_eq!(
+            response["id"],
+            json!(id),
+            "{method}: response to another request: {response}"
+        );
         assert_eq!(response["jsonrpc"], json!("2.0"), "{method}: {response}");
         response
     }
@@ -170,17 +187,32 @@ impl Session {
         self.send_line(Value::Array(requests).to_string().as_bytes())
             .unwrap_or_else(|e| panic!("sending a batch to {}: {e}", self.addr));
         let response = self.read_response();
-        let items = response.as_array().unwrap_or_else(|| panic!("a batch answered with {response}"));
-        assert_eq!(items.len(), calls.len(), "batch answered with {} responses: {response}", items.len());
+        let items = response
+            .as_array()
+            .unwrap_or_else(|| panic!("a batch answered with {response}"));
+        assert_eq!(
+            items.len(),
+            calls.len(),
+            "batch answered with {} responses: {response}",
+            items.len()
+        );
         let mut outcomes = vec![None; calls.len()];
         for item in items {
-            let id = item["id"].as_u64().unwrap_or_else(|| panic!("batch response without a numeric id: {item}"));
-            let slot = id.checked_sub(first).filter(|i| (*i as usize) < calls.len());
-            let slot = slot.unwrap_or_else(|| panic!("batch response with a foreign id: {item}")) as usize;
+            let id = item["id"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("batch response without a numeric id: {item}"));
+            let slot = id
+                .checked_sub(first)
+                .filter(|i| (*i as usize) < calls.len());
+            let slot =
+                slot.unwrap_or_else(|| panic!("batch response with a foreign id: {item}")) as usize;
             assert!(outcomes[slot].is_none(), "two responses with id {id}");
             outcomes[slot] = Some(outcome(item));
         }
-        outcomes.into_iter().map(|o| o.expect("every id answered once")).collect()
+        outcomes
+            .into_iter()
+            .map(|o| o.expect("every id answered once"))
+            .collect()
     }
 
     /// Calls `method`, which must succeed.
@@ -207,7 +239,10 @@ impl Session {
     /// of a 1.6 session) and returns the agreed version.
     pub fn negotiate(&mut self, version: Value) -> String {
         let answer = self.call("server.version", json!(["osprey-it", version]));
-        answer[1].as_str().unwrap_or_else(|| panic!("server.version answer {answer}")).to_string()
+        answer[1]
+            .as_str()
+            .unwrap_or_else(|| panic!("server.version answer {answer}"))
+            .to_string()
     }
 
     /// Returns the next notification of `method`, waiting up to `timeout`;
@@ -218,17 +253,27 @@ impl Session {
     pub fn wait_notification(&mut self, method: &str, timeout: Duration) -> Value {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(i) = self.notifications.iter().position(|n| n["method"] == json!(method)) {
+            if let Some(i) = self
+                .notifications
+                .iter()
+                .position(|n| n["method"] == json!(method))
+            {
                 return self.notifications.remove(i).expect("index found above");
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                panic!("no {method} notification within {timeout:?} (queued: {:?})", self.notifications);
+                panic!(
+                    "no {method} notification within {timeout:?} (queued: {:?})",
+                    self.notifications
+                );
             }
             match self.read_message_within(left) {
                 Ok(Some(v)) if v.get("id").is_none() => self.notifications.push_back(v),
                 Ok(Some(v)) => panic!("unexpected response while waiting for {method}: {v}"),
-                Ok(None) => panic!("{} closed the connection while we waited for {method}", self.addr),
+                Ok(None) => panic!(
+                    "{} closed the connection while we waited for {method}",
+                    self.addr
+                ),
                 Err(e) if e.kind() == ErrorKind::TimedOut => {}
                 Err(e) => panic!("reading from {}: {e}", self.addr),
             }
