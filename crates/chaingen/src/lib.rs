@@ -7,6 +7,27 @@
 //! - [`sign`] holds the keys and signing code, shared with `osprey-testenv`;
 //! - [`submit`] feeds a generated chain to a running node;
 //! - [`cli`] is the `osprey chaingen` command.
+//!
+//! Output of `osprey chaingen --preset P --seed S --out DIR`:
+//! `DIR/blocks/blk00000.dat, ...` (Core's format, regtest magic, no XOR,
+//! files rolled at 128 MiB, genesis first, so `bitcoind -reindex` loads
+//! them) and `DIR/manifest.json`.
+//!
+//! Measured on the 2-core development machine, shared with other builds
+//! (release build, `examples/chaingen.rs`; `examples/chainstats.rs` for the
+//! shape):
+//!
+//! | preset | blocks | transactions | blk data | time |
+//! |---|---|---|---|---|
+//! | tiny | 481 | ~1.3k | 0.4 MB | 0.1 s (~0.5 s debug) |
+//! | small | 1,001 | ~103k | 43 MB | 6 s |
+//! | medium | 2,501 | ~980k | 417 MB | 61 s |
+//! | large | 5,001 | ~9.7M | 4.1 GB | 13.5 min (niced, busy machine) |
+//!
+//! Every preset averages ~2.2 inputs and ~2.6 outputs per transfer; the
+//! busiest exchange script of `large` has ~490k history rows. The
+//! `sign_transactions` bench builds and signs 10,000 transfers in ~0.4 s on
+//! both cores (~0.85 s on one).
 
 pub mod blkfile;
 pub mod cli;

@@ -217,7 +217,7 @@ impl TestWallet {
             .filter(|c| {
                 !c.coinbase
                     || c.height
-                        .is_some_and(|h| next_height - h >= COINBASE_MATURITY)
+                        .is_some_and(|h| next_height.saturating_sub(h) >= COINBASE_MATURITY)
             })
             .filter(|c| segwit || !c.spend.kind.needs_witness())
             .cloned()
