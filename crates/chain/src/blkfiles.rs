@@ -18,6 +18,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+/// Each transaction's (offset, length) within its block.
+type TxSpans = Vec<(u32, u32)>;
+
 struct BlockPos {
     file: usize,
     offset: u64,
@@ -39,7 +42,7 @@ pub struct BlkFiles {
     /// learnt on the block's first transaction fetch, so later fetches read
     /// only their own bytes. 8 bytes per transaction: fine for generated
     /// chains.
-    tx_spans: Mutex<HashMap<u32, Arc<Vec<(u32, u32)>>>>,
+    tx_spans: Mutex<HashMap<u32, Arc<TxSpans>>>,
 }
 
 impl BlkFiles {
@@ -154,7 +157,7 @@ impl BlkFiles {
     }
 
     /// The (offset, length) of every transaction of the block at `height`.
-    fn tx_spans(&self, height: Height) -> Result<Arc<Vec<(u32, u32)>>, Error> {
+    fn tx_spans(&self, height: Height) -> Result<Arc<TxSpans>, Error> {
         if let Some(spans) = self
             .tx_spans
             .lock()

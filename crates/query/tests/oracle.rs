@@ -109,7 +109,7 @@ fn indexed_chain_matches_the_manifest() {
             let mut pos = proof.pos;
             for node in &proof.branch {
                 let mut engine = sha256d::Hash::engine();
-                if pos % 2 == 0 {
+                if pos.is_multiple_of(2) {
                     engine.input(&hash);
                     engine.input(node.as_byte_array());
                 } else {
