@@ -417,7 +417,8 @@ impl Query {
             let (height, _) = self
                 .store
                 .locate(f.tx_num)
-                .expect("funding rows are below the tip");
+                // A reorg may have cut the chain since the rows were read.
+                .ok_or_else(|| Error::Internal(format!("tx_num {} beyond the tip", f.tx_num)))?;
             utxos.push(Utxo {
                 txid: f.txid,
                 vout: f.vout,
