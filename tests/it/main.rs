@@ -7,6 +7,7 @@
 //! | module        | proves |
 //! |---------------|--------|
 //! | `protocol`    | every Electrum method answers like the node, notifications included |
+//! | `mempool`     | mempool answers follow the node: parents mined alone, replacements, surprise blocks |
 //! | `bad_input`   | malformed or oversized input and exhausted limits give clear errors; the server lives on |
 //! | `reorg`       | after a reorg, answers equal the node's view and a fresh index's |
 //! | `restart`     | a SIGTERM + restart on the same index equals a fresh index |
@@ -25,6 +26,7 @@ mod common;
 mod bad_input;
 mod bench_e2e;
 mod kill9;
+mod mempool;
 mod protocol;
 mod reorg;
 mod restart;

@@ -102,7 +102,7 @@ fn build_scenario(node: &dyn Node, wallet: &mut TestWallet) -> Scenario {
     // then paid again by a later transaction of the same block.
     let fund_txid = fund.compute_txid();
     let mut spends = Vec::new();
-    for (i, (_, script)) in targets.iter().enumerate() {
+    for (i, (kind, script)) in targets.iter().enumerate() {
         let outpoint = wallet
             .coins()
             .find(|c| {
@@ -112,8 +112,15 @@ fn build_scenario(node: &dyn Node, wallet: &mut TestWallet) -> Scenario {
             })
             .expect("the target's coin from fund")
             .outpoint;
+        // P2WSH pays itself: a transaction both spending from and paying to
+        // a script is one history entry.
+        let to = if *kind == ScriptKind::P2wsh {
+            script.clone()
+        } else {
+            burn_script(i as u8 + 1)
+        };
         let tx = wallet
-            .spend(&[outpoint], &[(burn_script(i as u8 + 1), sat(400_000))])
+            .spend(&[outpoint], &[(to, sat(400_000))])
             .expect("spending a target");
         send(node, &tx);
         spends.push(tx);
@@ -189,8 +196,8 @@ fn build_scenario(node: &dyn Node, wallet: &mut TestWallet) -> Scenario {
 
 /// 1. Start btcd and mine 2100 blocks (segwit active from 432).
 /// 2. Build the scenario: block A pays a fresh script of each type
-///    (P2PKH, P2SH-P2WPKH, P2WPKH, P2WSH, P2TR); block B spends each and pays
-///    each again; the mempool holds m0 (confirmed inputs: height 0), m1
+///    (P2PKH, P2SH-P2WPKH, P2WPKH, P2WSH, P2TR); block B spends each (P2WSH
+///    paying itself) and pays each again; the mempool holds m0 (confirmed inputs: height 0), m1
 ///    (spends m0: height -1) and m2 (a second height-0 entry).
 /// 3. Start osprey; wait until it serves the tip and sees the mempool.
 /// 4. Check the server.* methods, negotiation of 1.4 and 1.6 included.
@@ -819,6 +826,11 @@ fn check_transactions(
             "blockchain.transaction.get_merkle",
             json!([txid.to_string(), height]),
         );
+        let without_height = s16.call(
+            "blockchain.transaction.get_merkle",
+            json!([txid.to_string()]),
+        );
+        assert_eq!(without_height, answer16, "get_merkle without a height");
         assert_eq!(
             answer16["block_hash"],
             json!(view.block_hashes[height as usize].to_string()),

@@ -49,6 +49,10 @@ fn scripts_of(view: &NodeView, extra: &[ScriptBuf]) -> Vec<ScriptBuf> {
 /// 9. Every answer of A about every script of both branches, and every
 ///    header, equals the node's view and a fresh osprey B's on an empty
 ///    --db-dir.
+/// 10. Back again: `reconsiderblock` N (the old branch is shorter: nothing
+///     moves), `invalidateblock` the test's block: the node returns to the
+///     old branch (tx1 confirmed at N again). A and B follow; both equal the
+///     node's view and a fresh osprey C.
 #[test]
 fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
     // 1.
@@ -109,7 +113,7 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
     let double_spend = other
         .spend(&[spent], &[(burn_script(7), Amount::from_sat(1_000_000))])
         .expect("a double spend of tx1");
-    submit_block_on(&node, parent, vec![double_spend.clone()], 1);
+    let new_block_n = submit_block_on(&node, parent, vec![double_spend.clone()], 1).block_hash();
     node.generate(3).expect("mining the new branch");
     let (new_tip, _) = node.tip().expect("tip");
     assert_eq!(new_tip, height_n + 3, "the new branch is longer");
@@ -175,7 +179,7 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
     }
 
     // 9.
-    let osprey_b = Osprey::start(&node, &dir.path().join("db-b"), OspreyConfig::default());
+    let mut osprey_b = Osprey::start(&node, &dir.path().join("db-b"), OspreyConfig::default());
     let answers_b = collect_answers(osprey_b.addr, &scripthashes);
     assert_same_answers("reorged osprey A vs fresh osprey B", &answers_a, &answers_b);
     assert_eq!(
@@ -183,6 +187,56 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
         collect_chain(osprey_b.addr),
         "headers of A and B"
     );
+
+    // 10.
+    node.reconsider_block(&block_n).expect("reconsiderblock");
+    assert_eq!(
+        node.tip().expect("tip").0,
+        height_n + 3,
+        "the shorter old branch does not win"
+    );
+    node.invalidate_block(&new_block_n)
+        .expect("invalidateblock");
+    assert_eq!(
+        node.tip().expect("tip").0,
+        height_n + 2,
+        "back on the old branch"
+    );
+    assert_eq!(
+        confirmed_height_by_rpc(&node, &txid1),
+        Some(height_n),
+        "tx1 confirmed again"
+    );
+    osprey_a.wait_synced(&node);
+    osprey_b.wait_synced(&node);
+    let back = NodeView::load(&node);
+    let scripts = scripts_of(&back, &scripts);
+    let scripthashes: Vec<String> = scripts.iter().map(|s| scripthash(s)).collect();
+    let answers_a = wait_answers_match_node(
+        "osprey A back on the old branch",
+        osprey_a.addr,
+        &back,
+        &scripts,
+        SYNC_TIMEOUT,
+    );
+    let answers_b = wait_answers_match_node(
+        "osprey B back on the old branch",
+        osprey_b.addr,
+        &back,
+        &scripts,
+        SYNC_TIMEOUT,
+    );
+    assert_same_answers("A vs B back on the old branch", &answers_a, &answers_b);
+    let osprey_c = Osprey::start(&node, &dir.path().join("db-c"), OspreyConfig::default());
+    let answers_c = collect_answers(osprey_c.addr, &scripthashes);
+    assert_same_answers(
+        "A vs fresh osprey C on the old branch",
+        &answers_a,
+        &answers_c,
+    );
+    let chain = collect_chain(osprey_a.addr);
+    assert_chain_matches_node("osprey A back on the old branch", &chain, &back);
+    assert_eq!(chain, collect_chain(osprey_c.addr), "headers of A and C");
 }
 
 /// 1. Start btcd and mine 110 blocks.
