@@ -123,7 +123,8 @@ fn setup() -> (
 ///    "Status"). Every answer (history, status, balance, unspent, mempool)
 ///    equals the node's; the subscriptions are told the new statuses.
 /// 4. The test invalidates that block: P returns to the node's mempool and
-///    C's height is -1 again; the answers follow.
+///    C's height is -1 again; the answers follow. (The reverse order, C
+///    sent after P is mined, is `child_height_becomes_minus_1_when_its_parent_returns`.)
 #[test]
 fn child_height_follows_its_parent_in_and_out_of_a_block() {
     // 1.
@@ -257,5 +258,58 @@ fn mempool_answers_follow_replacements_and_surprise_blocks() {
         &mut subscriber,
         &scripts,
         "a block with a transaction never in the mempool",
+    );
+}
+
+/// 1. Start btcd, osprey, and subscribe scripts X, Y (see `setup`).
+/// 2. P pays X and is mined (by the node); C spends P's output and pays Y:
+///    C has confirmed inputs only, height 0.
+/// 3. The test invalidates P's block: the node puts P back in its mempool,
+///    so C now has an unconfirmed input: height -1. Every answer equals the
+///    node's; the subscriptions are told.
+#[test]
+fn child_height_becomes_minus_1_when_its_parent_returns() {
+    // 1.
+    let (node, mut wallet, _dir, osprey, mut subscriber, scripts) = setup();
+    let (x, y) = (scripts[0].clone(), scripts[1].clone());
+    // 2.
+    let p = wallet
+        .send(x.clone(), Amount::from_sat(3_000_000))
+        .expect("P");
+    send(&node, &p);
+    let block = node.generate(1).expect("mining P")[0];
+    wallet.sync(&node).expect("wallet sync");
+    let coin = wallet
+        .coins()
+        .find(|c| c.outpoint.txid == p.compute_txid() && c.spend.txout.script_pubkey == x)
+        .expect("P's output to X")
+        .outpoint;
+    let c = wallet
+        .spend(&[coin], &[(y.clone(), Amount::from_sat(1_000_000))])
+        .expect("C");
+    send(&node, &c);
+    let view = check(
+        &osprey,
+        &node,
+        &mut subscriber,
+        &scripts,
+        "P mined, C in the mempool",
+    );
+    assert_eq!(view.tx(&c.compute_txid()).expect("C").electrum_height, 0);
+    // 3.
+    node.invalidate_block(&block).expect("invalidateblock");
+    let view = NodeView::load(&node);
+    assert!(
+        view.tx(&p.compute_txid())
+            .is_some_and(|t| t.height.is_none()),
+        "P is back in the node's mempool"
+    );
+    assert_eq!(view.tx(&c.compute_txid()).expect("C").electrum_height, -1);
+    check(
+        &osprey,
+        &node,
+        &mut subscriber,
+        &scripts,
+        "P back in the mempool",
     );
 }

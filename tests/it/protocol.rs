@@ -265,6 +265,12 @@ fn every_method_answers_like_the_node() {
     let mut scripts: Vec<ScriptBuf> = scenario.targets.iter().map(|(_, s)| s.clone()).collect();
     scripts.push(mining_address().script_pubkey());
     scripts.push(burn_script(0xee));
+    // The genesis coinbase is unspendable and not indexed (spec): its
+    // script has no history.
+    let genesis = node
+        .get_block(&view.block_hashes[0])
+        .expect("genesis block");
+    scripts.push(genesis.txdata[0].output[0].script_pubkey.clone());
     check_scripts(&osprey, &node, &view, &scripts);
     // 8.
     let mut txids = vec![scenario.fund.compute_txid(), scenario.refund.compute_txid()];
@@ -751,6 +757,18 @@ fn check_transactions(
     let mut s16 = osprey.session();
     s16.negotiate(json!("1.6"));
     let client = osprey.client();
+    // The genesis coinbase has a position, though it is not indexed.
+    let genesis = view.block_txids[0][0].to_string();
+    assert_eq!(
+        s14.call("blockchain.transaction.id_from_pos", json!([0, 0])),
+        json!(genesis)
+    );
+    let answer = s14.call("blockchain.transaction.id_from_pos", json!([0, 0, true]));
+    assert_eq!(
+        answer,
+        json!({"tx_hash": genesis, "merkle": []}),
+        "a lone coinbase has an empty branch"
+    );
     for txid in confirmed.iter().chain(mempool) {
         let raw: String = node
             .rpc()
