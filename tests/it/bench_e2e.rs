@@ -50,6 +50,7 @@ fn chaingen_submit_serve_and_bench_end_to_end() {
         Duration::from_secs(300),
         true,
     );
+    assert!(output.status.success());
     // 5.
     let mut records = Vec::new();
     let mut reports = Vec::new();

@@ -2,10 +2,10 @@
 //! ([`Osprey`]), raw JSON-RPC sessions ([`Session`]), the node's own view of
 //! the chain and mempool from which expected answers are computed
 //! ([`NodeView`]), hand-built blocks for reorgs ([`blocks`]), and the
-//! collection of one server's answers about a set of scripts ([`answers`]).
-//! It starts nodes through `osprey-testenv` and never reads Osprey's index.
-
-#![allow(dead_code)] // each test module uses a different part of the harness
+//! collection of one server's answers about a set of scripts ([`answers`]),
+//! and one-shot `osprey` subcommands ([`command`]). Nodes come from
+//! `osprey-testenv`. Expected answers never come from Osprey's index or
+//! code (the kill test only watches a flat file's size as a trigger).
 
 pub mod answers;
 pub mod blocks;

@@ -236,10 +236,6 @@ impl Osprey {
             .unwrap_or_else(|e| panic!("electrum-client connecting to {}: {e:?}", self.addr))
     }
 
-    pub fn db_dir(&self) -> &Path {
-        &self.db_dir
-    }
-
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
