@@ -1,6 +1,7 @@
 //! A clean stop (SIGTERM) and a restart on the same index, after the chain
 //! moved on while Osprey was down: the restarted server catches up and
 //! answers exactly like a fresh index of the same chain, and like the node.
+//! A SIGTERM during the initial sync is honoured promptly.
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use osprey_testenv::{mining_address, Node, ScriptKind, TestWallet};
 use crate::common::answers::{
     assert_chain_matches_node, assert_same_answers, collect_chain, wait_answers_match_node,
 };
+use crate::common::command::{generate_chain, submit_chain};
 use crate::common::{start_btcd, NodeView, Osprey, OspreyConfig};
 
 /// How long a server may take to show the node's mempool.
@@ -100,4 +102,70 @@ fn restart_after_sigterm_equals_a_fresh_index() {
     let chain_a = collect_chain(osprey_a.addr);
     assert_chain_matches_node("restarted osprey A", &chain_a, &view);
     assert_eq!(chain_a, collect_chain(osprey_b.addr), "headers of A and B");
+}
+
+/// 1. Generate a 2300-block chain with `osprey chaingen --preset tiny
+///    --blocks 2300` and submit it to btcd: the initial sync takes over a
+///    second and two batches.
+/// 2. Start osprey; send SIGTERM 100 ms later, while it indexes.
+/// 3. It exits cleanly (status 0) without indexing on to the tip: a stop
+///    request is honoured during the initial sync, not only once it is over
+///    (on mainnet that takes hours, and a service manager would SIGKILL it).
+/// 4. Restarted on the same --db-dir, it finishes the sync; its answers
+///    about the chaingen wallet equal the manifest's.
+#[test]
+fn sigterm_during_initial_sync_stops_promptly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 1.
+    let (chain, manifest) = generate_chain(
+        dir.path(),
+        &["--preset", "tiny", "--seed", "3", "--blocks", "2300"],
+    );
+    let node = start_btcd();
+    submit_chain(dir.path(), &chain, &node);
+    // 2.
+    let db = dir.path().join("db");
+    let mut osprey = Osprey::spawn(&node, &db, OspreyConfig::default());
+    let marker = osprey.log().len();
+    assert!(
+        osprey.run_for(Duration::from_millis(100)).is_none(),
+        "osprey exited before the SIGTERM"
+    );
+    let sent_at = osprey.uptime();
+    // 3.
+    let status = osprey.terminate();
+    let stopped_at = osprey.uptime();
+    let log = osprey.log();
+    let after = &log[marker.min(log.len())..];
+    eprintln!("SIGTERM at {sent_at:?}, exited at {stopped_at:?} with {status}");
+    assert!(status.success(), "osprey exited with {status} on SIGTERM");
+    let tip_line = format!(
+        "indexed height {} of {}",
+        manifest.tip_height, manifest.tip_height
+    );
+    assert!(
+        !after.contains(&tip_line),
+        "after SIGTERM at {sent_at:?} osprey went on indexing to the tip and exited only at {stopped_at:?}"
+    );
+    // 4.
+    let osprey = Osprey::start(&node, &db, OspreyConfig::default());
+    let mut session = osprey.session();
+    session.negotiate(serde_json::json!("1.4"));
+    for address in &manifest.wallet.addresses {
+        let history = session.call(
+            "blockchain.scripthash.get_history",
+            serde_json::json!([address.scripthash]),
+        );
+        let want: Vec<serde_json::Value> = address
+            .history
+            .iter()
+            .map(|(txid, height)| serde_json::json!({"tx_hash": txid, "height": height}))
+            .collect();
+        assert_eq!(
+            history,
+            serde_json::Value::Array(want),
+            "history of {}",
+            address.address
+        );
+    }
 }
