@@ -89,7 +89,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         Arc::clone(&store),
         Arc::clone(&source),
         IndexerConfig::default(),
-    );
+    )
+    .with_stop(Arc::clone(&stop));
     let query = Arc::new(Query::new(store, source, QueryConfig::default()));
     let tracker = Tracker::new(indexer, Arc::clone(&query));
 

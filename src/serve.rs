@@ -137,14 +137,15 @@ impl ProgressLog {
     }
 }
 
-fn build(config: &Config, stop: &AtomicBool) -> anyhow::Result<(Tracker, Arc<Query>)> {
+fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<(Tracker, Arc<Query>)> {
     let store = open_store(config)?;
     let source = connect_source(config, stop)?;
     let indexer = Indexer::new(
         Arc::clone(&store),
         Arc::clone(&source),
         IndexerConfig::default(),
-    );
+    )
+    .with_stop(Arc::clone(stop));
     let query = Arc::new(Query::new(
         store,
         source,
@@ -178,7 +179,7 @@ fn update_until_ok(
 
 /// `osprey index`: sync to the tip and exit.
 pub fn index_only(config: Config, progress_json: bool) -> anyhow::Result<()> {
-    let stop = AtomicBool::new(false);
+    let stop = Arc::new(AtomicBool::new(false));
     let (mut tracker, query) = build(&config, &stop)?;
     let mut progress = ProgressLog::new(progress_json);
     update_until_ok(&mut tracker, &mut progress, &stop)?;

@@ -28,6 +28,9 @@ pub enum BackendError {
     Unavailable(String),
     #[error("not supported: {0}")]
     NotSupported(String),
+    /// A valid request about something that does not exist.
+    #[error("{0}")]
+    BadRequest(String),
     #[error("internal error: {0}")]
     Internal(String),
 }

@@ -80,6 +80,7 @@ impl From<BackendError> for RpcError {
                 RpcError::BadRequest(e.to_string())
             }
             BackendError::NotSupported(_) => RpcError::BadRequest(e.to_string()),
+            BackendError::BadRequest(msg) => RpcError::BadRequest(msg),
             BackendError::Node(msg) => RpcError::NodeRejected(msg),
             BackendError::Unavailable(msg) => RpcError::NodeUnavailable(msg),
             BackendError::Internal(msg) => RpcError::Internal(msg),

@@ -15,6 +15,7 @@ impl From<Error> for BackendError {
             Error::Node(msg) => BackendError::Node(msg),
             Error::Unavailable(msg) => BackendError::Unavailable(msg),
             Error::NotSupported(msg) => BackendError::NotSupported(msg),
+            Error::BadRequest(msg) => BackendError::BadRequest(msg),
             Error::Internal(msg) => BackendError::Internal(msg),
         }
     }

@@ -9,6 +9,7 @@ use osprey_chain::{BlockWithPrevouts, ChainSource};
 use osprey_core::{Height, ScriptHash, TxNum};
 use osprey_store::{IndexedBlock, Store};
 use rayon::prelude::*;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,6 +69,8 @@ pub struct Indexer {
     store: Arc<Store>,
     source: Arc<dyn ChainSource>,
     config: IndexerConfig,
+    /// Set by a shutdown request: the sync commits what it has and returns.
+    stop: Arc<AtomicBool>,
 }
 
 impl Indexer {
@@ -76,7 +79,15 @@ impl Indexer {
             store,
             source,
             config,
+            stop: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Makes the sync stop (after committing what it has) once `stop` is set,
+    /// so a shutdown during a long initial sync is prompt and loses nothing.
+    pub fn with_stop(mut self, stop: Arc<AtomicBool>) -> Indexer {
+        self.stop = stop;
+        self
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -248,12 +259,14 @@ impl Indexer {
             }
             let last = batch.last().map(|b| b.height);
             let at_tip = last.is_some_and(|h| h.0 + 8 >= source_height.0);
+            let stopping = self.stop.load(Ordering::Relaxed);
             if result.is_err()
+                || stopping
                 || batch_rows >= self.config.batch_rows_max
                 || batch.len() >= self.config.batch_blocks_max
                 || at_tip
             {
-                self.commit(&mut batch, at_tip, report)?;
+                self.commit(&mut batch, at_tip || stopping, report)?;
                 batch_rows = 0;
             }
             // Progress is reported per chunk, not per commit, so that rates
@@ -269,7 +282,7 @@ impl Indexer {
                 stats.block_bytes = 0;
                 started = Instant::now();
             }
-            if result.is_err() {
+            if result.is_err() || stopping {
                 break;
             }
         }

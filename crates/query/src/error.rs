@@ -19,6 +19,10 @@ pub enum Error {
     Unavailable(String),
     #[error("{0}")]
     NotSupported(String),
+    /// A valid request about something that does not exist (a position
+    /// past a block's end, a transaction not in the block named).
+    #[error("{0}")]
+    BadRequest(String),
     #[error("internal error: {0}")]
     Internal(String),
 }

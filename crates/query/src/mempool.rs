@@ -14,9 +14,6 @@ pub struct MempoolEntry {
     pub tx: Transaction,
     pub fee: u64,
     pub vsize: u64,
-    /// Whether it spends an output of another mempool transaction (its
-    /// Electrum height is then -1 instead of 0).
-    pub has_unconfirmed_inputs: bool,
     /// Outputs: (script hash, vout, value).
     pub funding: Vec<(ScriptHash, u32, u64)>,
     /// Inputs: (script hash of the spent output, outpoint, value).
@@ -24,14 +21,6 @@ pub struct MempoolEntry {
 }
 
 impl MempoolEntry {
-    pub fn height(&self) -> i64 {
-        if self.has_unconfirmed_inputs {
-            -1
-        } else {
-            0
-        }
-    }
-
     fn scripthashes(&self) -> impl Iterator<Item = ScriptHash> + '_ {
         self.funding
             .iter()
@@ -69,6 +58,36 @@ impl Mempool {
         self.entries.keys()
     }
 
+    /// The Electrum height of a mempool transaction: -1 when it spends an
+    /// output of another mempool transaction, else 0. Worked out from the
+    /// mempool as it is now, because a parent can confirm (or return with a
+    /// reorg) while its child waits.
+    pub fn height(&self, entry: &MempoolEntry) -> i64 {
+        if entry
+            .spending
+            .iter()
+            .any(|(_, op, _)| self.entries.contains_key(&op.txid))
+        {
+            -1
+        } else {
+            0
+        }
+    }
+
+    /// Marks the scripts of `txid`'s mempool children as touched: their
+    /// height flips between 0 and -1 when `txid` enters or leaves.
+    fn touch_children(&self, txid: &Txid, outputs: usize, touched: &mut Vec<ScriptHash>) {
+        for vout in 0..outputs as u32 {
+            if let Some(child) = self
+                .spent
+                .get(&OutPoint { txid: *txid, vout })
+                .and_then(|c| self.entries.get(c))
+            {
+                touched.extend(child.scripthashes());
+            }
+        }
+    }
+
     /// The mempool transaction spending `outpoint`, if any.
     pub fn spender(&self, outpoint: &OutPoint) -> Option<&Txid> {
         self.spent.get(outpoint)
@@ -101,7 +120,9 @@ impl Mempool {
         for (_, outpoint, _) in &entry.spending {
             self.spent.insert(*outpoint, entry.txid);
         }
-        self.entries.insert(entry.txid, Arc::new(entry));
+        let (txid, outputs) = (entry.txid, entry.tx.output.len());
+        self.entries.insert(txid, Arc::new(entry));
+        self.touch_children(&txid, outputs, touched);
     }
 
     /// Removes a transaction (confirmed, replaced or evicted).
@@ -123,6 +144,7 @@ impl Mempool {
                 self.spent.remove(outpoint);
             }
         }
+        self.touch_children(txid, entry.tx.output.len(), touched);
     }
 
     /// Recomputes the fee histogram (ElectrumX's compaction: bins of at

@@ -170,7 +170,7 @@ impl Query {
             return Err(Error::BlockNotFound(cp_height));
         }
         if height > cp_height {
-            return Err(Error::Internal(format!(
+            return Err(Error::BadRequest(format!(
                 "height {height} is above cp_height {cp_height}"
             )));
         }
@@ -241,19 +241,21 @@ impl Query {
     /// # Errors
     /// None today; kept fallible like the other queries.
     pub fn mempool_history(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryEntry>, Error> {
-        let mut entries: Vec<(i64, String, HistoryEntry)> = self
-            .mempool()
+        let mempool = self.mempool();
+        let mut entries: Vec<(i64, String, HistoryEntry)> = mempool
             .entries_for(scripthash)
             .iter()
             .map(|e| {
+                let height = mempool.height(e);
                 let entry = HistoryEntry {
                     txid: e.txid,
-                    height: e.height(),
+                    height,
                     fee: Some(e.fee),
                 };
-                (-e.height(), e.txid.to_string(), entry)
+                (-height, e.txid.to_string(), entry)
             })
             .collect();
+        drop(mempool);
         entries.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         Ok(entries.into_iter().map(|(_, _, e)| e).collect())
     }
@@ -494,7 +496,7 @@ impl Query {
             .ok_or(Error::TxNotFound(*txid))?;
         let location = self.location(tx_num)?;
         if height.is_some_and(|h| h != location.height) {
-            return Err(Error::Internal(format!(
+            return Err(Error::BadRequest(format!(
                 "transaction {txid} is not in block {}",
                 height.expect("checked above")
             )));
@@ -526,7 +528,7 @@ impl Query {
             .block_tx_nums(height)
             .ok_or(Error::BlockNotFound(height))?;
         if u64::from(pos) >= range.end - range.start {
-            return Err(Error::Internal(format!(
+            return Err(Error::BadRequest(format!(
                 "block {height} has no transaction at position {pos}"
             )));
         }

@@ -124,7 +124,6 @@ impl Tracker {
         let mut entries = Vec::with_capacity(new_txs.len());
         'txs: for MempoolTx { txid, tx } in &new_txs {
             let mut spending = Vec::with_capacity(tx.input.len());
-            let mut has_unconfirmed_inputs = false;
             let mut input_value = 0u64;
             for input in &tx.input {
                 let op = input.previous_output;
@@ -138,10 +137,7 @@ impl Tracker {
                             .and_then(|e| e.tx.output.get(op.vout as usize).cloned())
                     });
                 let out = match from_mempool {
-                    Some(out) => {
-                        has_unconfirmed_inputs = true;
-                        out
-                    }
+                    Some(out) => out,
                     None => {
                         let parent = match confirmed_cache.get(&op.txid) {
                             Some(t) => t.clone(),
@@ -186,7 +182,6 @@ impl Tracker {
                 tx: tx.clone(),
                 fee: input_value.saturating_sub(output_value),
                 vsize: tx.vsize() as u64,
-                has_unconfirmed_inputs,
                 funding,
                 spending,
             });
