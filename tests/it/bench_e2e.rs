@@ -94,3 +94,47 @@ fn chaingen_submit_serve_and_bench_end_to_end() {
         "the row names the server's software: {row}"
     );
 }
+
+/// 1. `osprey chaingen --preset tiny --seed 3 --out DIR/chain`.
+/// 2. `osprey bench index --chain DIR/chain --out DIR/index --runs 1`
+///    indexes it from an empty database in a child `osprey index`.
+/// 3. The run's JSON record says ok and reached the manifest's tip with all
+///    of its transactions; the Markdown and SVG reports exist.
+#[test]
+fn bench_index_measures_a_full_index_build() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 1.
+    let (chain, manifest) = generate_chain(dir.path(), &["--preset", "tiny", "--seed", "3"]);
+    // 2.
+    let out = dir.path().join("index");
+    let output = run_osprey(
+        dir.path(),
+        &[
+            "bench",
+            "index",
+            "--chain",
+            chain.to_str().expect("utf-8 path"),
+            "--out",
+            out.to_str().expect("utf-8 path"),
+            "--runs",
+            "1",
+        ],
+        Duration::from_secs(300),
+        true,
+    );
+    assert!(output.status.success());
+    // 3.
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("index.run1.json")).expect("index.run1.json written"),
+    )
+    .expect("index.run1.json is JSON");
+    assert_eq!(record["ok"], Value::Bool(true), "{record}");
+    assert_eq!(
+        record["final_height"],
+        Value::from(manifest.tip_height),
+        "{record}"
+    );
+    let md = std::fs::read_to_string(out.join("index.md")).expect("index.md written");
+    assert!(md.contains("Transactions/s"), "{md}");
+    assert!(out.join("index.svg").exists());
+}
