@@ -69,10 +69,6 @@ impl Daemon {
         self.kind
     }
 
-    pub fn rpc(&self) -> &RpcClient {
-        &self.rpc
-    }
-
     /// Whether the node is still in its initial block download.
     ///
     /// # Errors

@@ -90,10 +90,6 @@ impl Indexer {
         self
     }
 
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
-    }
-
     /// Indexes up to the source's best block, calling `on_chunk` after each
     /// chunk of blocks.
     ///

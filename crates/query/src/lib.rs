@@ -10,7 +10,6 @@ mod query;
 mod tracker;
 
 pub use error::Error;
-pub use mempool::{Mempool, MempoolEntry};
-pub use merkle::{merkle_branch, MerkleTree};
+pub use merkle::MerkleTree;
 pub use query::{Balance, Change, HistoryEntry, MempoolInfo, Query, QueryConfig, TxMerkle, Utxo};
 pub use tracker::Tracker;

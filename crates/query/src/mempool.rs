@@ -42,14 +42,6 @@ pub struct Mempool {
 }
 
 impl Mempool {
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     pub fn get(&self, txid: &Txid) -> Option<&Arc<MempoolEntry>> {
         self.entries.get(txid)
     }

@@ -66,18 +66,18 @@ impl MerkleTree {
     }
 }
 
-/// Returns the branch proving leaf `index` and the root.
-///
-/// # Panics
-/// When `leaves` is empty or `index` is out of range (callers check).
-pub fn merkle_branch(leaves: &[[u8; 32]], index: usize) -> (Vec<TxMerkleNode>, TxMerkleNode) {
-    let tree = MerkleTree::new(leaves.to_vec());
-    (tree.branch(index), tree.root())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Returns the branch proving leaf `index` and the root.
+    ///
+    /// # Panics
+    /// When `leaves` is empty or `index` is out of range (callers check).
+    pub fn merkle_branch(leaves: &[[u8; 32]], index: usize) -> (Vec<TxMerkleNode>, TxMerkleNode) {
+        let tree = MerkleTree::new(leaves.to_vec());
+        (tree.branch(index), tree.root())
+    }
     use bitcoin::Txid;
 
     /// Every transaction's branch folds back to the block's merkle root.

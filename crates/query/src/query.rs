@@ -1,7 +1,7 @@
 //! Answers about scripts, transactions, blocks and fees, from the index plus
 //! the mempool overlay.
 
-use crate::mempool::{Mempool, MempoolEntry};
+use crate::mempool::Mempool;
 use crate::merkle::MerkleTree;
 use crate::Error;
 use bitcoin::consensus::{deserialize, serialize};
@@ -585,10 +585,5 @@ impl Query {
             minrelaytxfee: relay,
             incrementalrelayfee: relay,
         })
-    }
-
-    /// A mempool entry, for callers that need its details.
-    pub fn mempool_entry(&self, txid: &Txid) -> Option<Arc<MempoolEntry>> {
-        self.mempool().get(txid).cloned()
     }
 }

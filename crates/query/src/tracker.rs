@@ -20,10 +20,6 @@ impl Tracker {
         Tracker { indexer, query }
     }
 
-    pub fn query(&self) -> &Arc<Query> {
-        &self.query
-    }
-
     /// Indexes new blocks (undoing stale ones), then refreshes the mempool,
     /// then publishes one [`Change`] if anything changed.
     ///

@@ -292,10 +292,6 @@ impl Store {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     fn chain(&self) -> RwLockReadGuard<'_, Chain> {
         self.chain.read().expect("chain lock poisoned")
     }
@@ -307,10 +303,6 @@ impl Store {
             .hashes
             .last()
             .map(|h| (Height(chain.hashes.len() as u32 - 1), *h))
-    }
-
-    pub fn header(&self, height: Height) -> Option<Header> {
-        self.chain().headers.get(height.as_usize()).copied()
     }
 
     /// Up to `count` headers from `start`, serialized, stopping at the tip.
@@ -337,16 +329,6 @@ impl Store {
             .get(start.as_usize()..to)
             .map(<[_]>::to_vec)
             .unwrap_or_default()
-    }
-
-    pub fn height_of(&self, hash: &BlockHash) -> Option<Height> {
-        let chain = self.chain();
-        // Lookups are for recent blocks (reorg handling), so search from the tip.
-        chain
-            .hashes
-            .iter()
-            .rposition(|h| h == hash)
-            .map(|i| Height(i as u32))
     }
 
     /// The tx_nums of the block at `height`: `first..end`.
