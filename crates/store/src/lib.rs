@@ -475,24 +475,39 @@ impl Store {
         let mut new_counts = Vec::with_capacity(blocks.len());
         {
             let mut files = self.files.write().expect("files lock poisoned");
+            let mut history_rows: Vec<&(Vec<u8>, Vec<u8>)> = Vec::new();
+            let mut txid_keys: Vec<Vec<u8>> = Vec::new();
             for block in blocks {
                 assert_eq!(block.height.0, next_height, "blocks must extend the tip");
                 files.headers.append(&serialize(&block.header));
                 let mut undo_record = Vec::new();
-                for (key, value) in &block.rows {
-                    batch.put_cf(history, key, value);
-                    undo_record.push(key.len() as u8);
-                    undo_record.extend_from_slice(key);
+                for row in &block.rows {
+                    history_rows.push(row);
+                    undo_record.push(row.0.len() as u8);
+                    undo_record.extend_from_slice(&row.0);
                 }
                 for txid in &block.txids {
                     files.txids.append(txid.as_byte_array());
-                    batch.put_cf(txid_cf, codec::txid_key(txid, TxNum(tx_count)), []);
+                    txid_keys.push(codec::txid_key(txid, TxNum(tx_count)));
                     tx_count += 1;
                 }
                 files.txcounts.append(&tx_count.to_le_bytes());
                 new_counts.push(tx_count);
                 batch.put_cf(undo, block.height.0.to_be_bytes(), undo_record);
                 next_height += 1;
+            }
+            // Keys are inserted in ascending order: RocksDB's memtable skip
+            // list resumes each search where the previous insert ended, so
+            // a sorted run costs a short walk per key instead of a search
+            // from the top. Unsorted, these inserts were 40% of all CPU and
+            // slowed down as the memtable grew (perf, medium chain).
+            history_rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            for (key, value) in history_rows {
+                batch.put_cf(history, key, value);
+            }
+            txid_keys.sort_unstable();
+            for key in txid_keys {
+                batch.put_cf(txid_cf, key, []);
             }
             // The flat files must be durable before the tip that covers them.
             let res = files
