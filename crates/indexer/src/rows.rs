@@ -66,8 +66,6 @@ pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> BlockRows {
             block.height
         );
     }
-    // Sorted rows make the write batch a sorted run for the memtable.
-    rows.sort_unstable();
     touched.sort_unstable();
     touched.dedup();
     BlockRows {
