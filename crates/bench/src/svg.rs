@@ -50,18 +50,14 @@ pub fn latency_chart(report: &Report) -> String {
     let legend_height = 22.0 * report.servers.len() as f64 + 40.0;
     let panel_total = PANEL_TOP + PANEL_HEIGHT + PANEL_BOTTOM;
     let height = legend_height + panel_total * panels.len() as f64 + 10.0;
-    let mut svg = String::new();
-    // Writing into a String cannot fail.
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{LEFT}" y="20" font-size="15" font-weight="bold">Batch latency distribution (warm runs, batches of {}), {}</text>"#,
-        report.batch,
-        escape(&report.date)
+    let mut svg = open_document(
+        WIDTH,
+        height,
+        LEFT,
+        &format!(
+            "Batch latency distribution (warm runs, batches of {}), {}",
+            report.batch, report.date
+        ),
     );
     for (i, server) in report.servers.iter().enumerate() {
         let y = 40.0 + 22.0 * i as f64;
@@ -201,6 +197,24 @@ fn ms_label(ms: f64) -> String {
 }
 
 /// Escapes text for SVG (server names come from the servers).
+/// Starts an SVG document of the given size on a white background, with
+/// `title` (escaped here) as its heading at `left`.
+pub(crate) fn open_document(width: f64, height: f64, left: f64, title: &str) -> String {
+    let mut svg = String::new();
+    // Writing into a String cannot fail.
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        svg,
+        r#"<text x="{left}" y="20" font-size="15" font-weight="bold">{}</text>"#,
+        escape(title)
+    );
+    svg
+}
+
 pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")

@@ -3,7 +3,7 @@
 //! grows shows as a falling line. Hand-written SVG like the latency chart.
 
 use super::report::IndexReport;
-use crate::svg::{escape, COLOURS};
+use crate::svg::{escape, open_document, COLOURS};
 use std::fmt::Write as _;
 
 const WIDTH: f64 = 760.0;
@@ -34,20 +34,14 @@ pub fn ingest_chart(report: &IndexReport) -> String {
     let legend_height = 22.0 * runs.len().max(1) as f64 + 40.0;
     let panel_total = PANEL_TOP + PANEL_HEIGHT + PANEL_BOTTOM;
     let height = legend_height + panel_total * panels.len() as f64 + 10.0;
-    let mut svg = String::new();
-    // Writing into a String cannot fail.
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{LEFT}" y="20" font-size="15" font-weight="bold">Index build of chaingen preset {} (tip {}), {}, {}</text>"#,
-        escape(&report.chain.preset),
-        report.chain.tip_height,
-        escape(&report.indexer.version),
-        escape(&report.date)
+    let mut svg = open_document(
+        WIDTH,
+        height,
+        LEFT,
+        &format!(
+            "Index build of chaingen preset {} (tip {}), {}, {}",
+            report.chain.preset, report.chain.tip_height, report.indexer.version, report.date
+        ),
     );
     for (i, run) in runs.iter().enumerate() {
         let y = 40.0 + 22.0 * i as f64;
