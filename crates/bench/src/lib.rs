@@ -136,7 +136,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let markdown = report.to_markdown();
     write_file(&plan.out.join(REPORT_FILE), &markdown)?;
     write_file(&plan.out.join(CHART_FILE), &svg::latency_chart(&report))?;
-    print_report(&markdown, &plan.out);
+    print_report(&markdown, &plan.out, REPORT_FILE, CHART_FILE);
 
     let failures: Vec<String> = report
         .servers
@@ -239,16 +239,17 @@ fn log_run(record: &RunRecord) {
     }
 }
 
-fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
+pub(crate) fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Prints the report: `osprey bench` is a command whose output is the report.
-#[allow(clippy::print_stdout)] // The CLI's own output, called only from `run`.
-fn print_report(markdown: &str, out: &Path) {
+/// Prints a report and where its files went: `osprey bench` and `osprey
+/// bench index` are commands whose output is the report.
+#[allow(clippy::print_stdout)] // The CLI's own output, called only from the run functions.
+pub(crate) fn print_report(markdown: &str, out: &Path, report_file: &str, chart_file: &str) {
     println!("{markdown}");
     println!(
-        "Reports written to {}: {REPORT_FILE}, {CHART_FILE}, one JSON file per run.",
+        "Reports written to {}: {report_file}, {chart_file}, one JSON file per run.",
         out.display()
     );
 }

@@ -31,6 +31,7 @@ pub mod report;
 
 use crate::args::{IndexArgs, IndexPlan};
 use crate::machine::{self, Machine};
+use crate::{print_report, write_file};
 use anyhow::{bail, Context};
 use osprey_chaingen::manifest::Manifest;
 use progress::Batch;
@@ -126,7 +127,7 @@ pub fn run(args: &IndexArgs) -> anyhow::Result<()> {
         &plan.out.join(INDEX_CHART_FILE),
         &chart::ingest_chart(&report),
     )?;
-    print_report(&markdown, &plan.out);
+    print_report(&markdown, &plan.out, INDEX_REPORT_FILE, INDEX_CHART_FILE);
     if let Some(failed) = report.runs.iter().find(|r| !r.ok) {
         bail!(
             "index run {} failed: {} (reports in {})",
@@ -403,20 +404,6 @@ fn log_run(record: &IndexRunRecord) {
         ),
         Some(error) => tracing::warn!(run = record.run, %error, "index build failed"),
     }
-}
-
-fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-}
-
-/// Prints the report: `osprey bench index` is a command whose output is the report.
-#[allow(clippy::print_stdout)] // The CLI's own output, called only from `run`.
-fn print_report(markdown: &str, out: &Path) {
-    println!("{markdown}");
-    println!(
-        "Reports written to {}: {INDEX_REPORT_FILE}, {INDEX_CHART_FILE}, one JSON file per run.",
-        out.display()
-    );
 }
 
 #[cfg(test)]
