@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cargo build --bin osprey
-bin=target/debug/osprey
+cargo build --release --bin osprey
+bin=target/release/osprey
 network_dir=""
 for arg in "$@"; do case "$arg" in --network=*) network_dir="${arg#--network=}";; esac; done
 if [ -f osprey.toml ] || [ -n "${OSPREY_DAEMON_RPC_ADDR:-}${OSPREY_AUTH:-}${OSPREY_COOKIE_FILE:-}" ] \
