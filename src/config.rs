@@ -40,6 +40,8 @@ pub struct ConfigArgs {
     /// (generated chains; no mempool, no broadcast)
     #[arg(long, env = "OSPREY_BLOCKS_DIR")]
     pub blocks_dir: Option<PathBuf>,
+    #[arg(long, env = "OSPREY_BLOCK_SOURCE")]
+    pub block_source: Option<String>,
     /// Where Electrum clients connect [default: 127.0.0.1:<network's Electrum port>]
     #[arg(long, env = "OSPREY_ELECTRUM_RPC_ADDR")]
     pub electrum_rpc_addr: Option<String>,
@@ -87,6 +89,7 @@ struct FileConfig {
     cookie_file: Option<PathBuf>,
     auth: Option<String>,
     blocks_dir: Option<PathBuf>,
+    block_source: Option<String>,
     electrum_rpc_addr: Option<String>,
     log_filter: Option<String>,
     history_entries_max: Option<usize>,
@@ -105,6 +108,7 @@ pub enum ChainConfig {
     Node {
         rpc_addr: String,
         auth: osprey_chain::rpc::Auth,
+        block_source: osprey_chain::BlockSourceChoice,
     },
     BlkFiles {
         dir: PathBuf,
@@ -156,6 +160,12 @@ impl ConfigArgs {
             .or(file.db_dir)
             .unwrap_or_else(|| PathBuf::from("db"));
         let blocks_dir = self.blocks_dir.clone().or(file.blocks_dir);
+        let block_source = match self.block_source.clone().or(file.block_source).as_deref() {
+            None | Some("auto") => osprey_chain::BlockSourceChoice::Auto,
+            Some("rest") => osprey_chain::BlockSourceChoice::Only(osprey_chain::BlockSource::Rest),
+            Some("rpc") => osprey_chain::BlockSourceChoice::Only(osprey_chain::BlockSource::Rpc),
+            Some(other) => bail!("block_source {other:?}: expected auto, rest or rpc"),
+        };
         let chain = match blocks_dir {
             Some(dir) => ChainConfig::BlkFiles { dir },
             None => {
@@ -189,7 +199,11 @@ impl ConfigArgs {
                         osprey_chain::rpc::Auth::CookieFile(dir.join(".cookie"))
                     }
                 };
-                ChainConfig::Node { rpc_addr, auth }
+                ChainConfig::Node {
+                    rpc_addr,
+                    auth,
+                    block_source,
+                }
             }
         };
         let electrum = self

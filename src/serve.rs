@@ -35,19 +35,24 @@ pub fn connect_source(config: &Config, stop: &AtomicBool) -> anyhow::Result<Arc<
             BlkFiles::open(dir, config.network)
                 .with_context(|| format!("reading blocks from {}", dir.display()))?,
         )),
-        ChainConfig::Node { rpc_addr, auth } => loop {
-            match Daemon::connect(rpc_addr, auth.clone(), config.network) {
+        ChainConfig::Node {
+            rpc_addr,
+            auth,
+            block_source,
+        } => loop {
+            let connected =
+                Daemon::connect(rpc_addr, auth.clone(), config.network).and_then(|mut daemon| {
+                    daemon.use_block_source(*block_source)?;
+                    Ok(daemon)
+                });
+            match connected {
                 Ok(daemon) => {
-                    tracing::info!(node = rpc_addr, kind = ?daemon.kind(), "connected to node");
-                    while daemon.initial_block_download().unwrap_or(false) {
-                        tracing::info!(
-                            "node is in initial block download; waiting for it to finish"
-                        );
-                        sleep_unless_stopped(Duration::from_secs(10), stop);
-                        if stop.load(Ordering::Relaxed) {
-                            anyhow::bail!("stopped while waiting for the node");
-                        }
-                    }
+                    tracing::info!(
+                        node = rpc_addr,
+                        kind = ?daemon.kind(),
+                        block_source = %daemon.block_source(),
+                        "connected to node; no txindex needed"
+                    );
                     return Ok(Arc::new(daemon));
                 }
                 Err(e) if e.is_transient() => {
@@ -215,10 +220,29 @@ pub fn run_server(
 ) -> anyhow::Result<()> {
     let mut progress = ProgressLog::new(false);
     // Serving before the initial sync ends would give wallets partial
-    // histories: sync first.
-    update_until_ok(&mut tracker, &mut progress, &stop)?;
-    if stop.load(Ordering::Relaxed) {
-        return Ok(());
+    // histories: sync first, and while the node itself is still in its
+    // initial block download, keep following it and serve once it is done.
+    let poll = Duration::from_millis(config.poll_interval_ms);
+    let mut ibd_logged = Instant::now() - Duration::from_secs(3600);
+    loop {
+        update_until_ok(&mut tracker, &mut progress, &stop)?;
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        match query.source().initial_block_download() {
+            Ok(false) => break,
+            Ok(true) => {
+                if ibd_logged.elapsed() >= Duration::from_secs(30) {
+                    ibd_logged = Instant::now();
+                    tracing::info!(
+                        height = query.tip().0 .0,
+                        "node is in initial block download: indexing as it goes; wallets are served once it is done"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!("node: {e}"),
+        }
+        sleep_unless_stopped(poll, &stop);
     }
     let server_config = osprey_server::ServerConfig {
         electrum_rpc_addr: config.electrum_rpc_addr,
@@ -248,7 +272,6 @@ pub fn run_server(
     };
     let (height, hash) = query.tip();
     tracing::info!(height = height.0, %hash, addr = %config.electrum_rpc_addr, "serving Electrum clients");
-    let poll = Duration::from_millis(config.poll_interval_ms);
     let mut result = Ok(());
     while !stop.load(Ordering::Relaxed) {
         if server.is_finished() {

@@ -1,20 +1,30 @@
-//! A Bitcoin Core or btcd node over JSON-RPC, as a [`ChainSource`].
+//! A Bitcoin Core or btcd node, as a [`ChainSource`].
 //!
-//! Spent outputs come from Bitcoin Core's undo data (`getblock <hash> 3`,
-//! Core 23+). btcd keeps no undo data it will serve, so there each block's
-//! spent outputs are resolved by fetching the funding transactions in one
-//! batch (`getrawtransaction`, which needs btcd's `--txindex`): slower, but
-//! the rows are the same.
+//! Blocks and the outputs they spend (the node's undo data) come from the
+//! fastest source the node offers, chosen once at startup
+//! ([`Daemon::use_block_source`]):
+//! - [`BlockSource::Rest`]: Bitcoin Core's binary REST,
+//!   `/rest/block/<hash>.bin` and `/rest/spenttxouts/<hash>.bin` (Core
+//!   30+, `-rest=1`), several blocks in flight at once. Core serves both
+//!   straight from disk, so it costs the node almost nothing;
+//! - [`BlockSource::Rpc`]: JSON-RPC. On Core `getblock <hash> 3` carries each
+//!   input's prevout and each transaction's hex, so a block is one request
+//!   (Core spends real CPU writing that JSON: the slow path). btcd keeps no
+//!   undo data it will serve, so there each block's spent outputs are
+//!   resolved by fetching the funding transactions in one batch
+//!   (`getrawtransaction`, which needs btcd's `--txindex`): slower, but the
+//!   rows are the same.
 
 use crate::rpc::{Auth, RpcClient};
 use crate::source::{BlockWithPrevouts, ChainSource, MempoolTx, TxLocation};
 use crate::Error;
-use bitcoin::consensus::{deserialize, encode::deserialize_hex};
-use bitcoin::{Amount, Block, BlockHash, ScriptBuf, Transaction, TxOut, Txid};
+use bitcoin::block::{Header, Version};
+use bitcoin::consensus::{deserialize, encode::deserialize_hex, Decodable};
+use bitcoin::{Amount, Block, BlockHash, CompactTarget, ScriptBuf, Transaction, TxOut, Txid};
 use osprey_core::{Height, Network};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Which node software answers, for the methods where they differ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,11 +36,44 @@ pub enum NodeKind {
     Btcd,
 }
 
+/// Where blocks and their spent outputs are read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockSource {
+    /// Bitcoin Core's binary REST interface.
+    Rest,
+    /// JSON-RPC (`getblock <hash> 3` on Core; block plus funding
+    /// transactions on btcd).
+    Rpc,
+}
+
+impl std::fmt::Display for BlockSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BlockSource::Rest => "rest",
+            BlockSource::Rpc => "rpc",
+        })
+    }
+}
+
+/// Which block source to use: the fastest the node offers, or one named.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BlockSourceChoice {
+    #[default]
+    Auto,
+    Only(BlockSource),
+}
+
 pub struct Daemon {
     rpc: RpcClient,
     kind: NodeKind,
+    block_source: BlockSource,
     fee_fallback_logged: AtomicBool,
 }
+
+/// Blocks requested from the node at once over REST: enough to keep the
+/// node's disk and our parser busy while a reply is in flight, few enough
+/// that a chunk of large blocks stays a few tens of MB.
+const REST_REQUESTS_IN_FLIGHT: usize = 4;
 
 /// JSON-RPC code for "method not found".
 const RPC_METHOD_NOT_FOUND: i64 = -32601;
@@ -61,6 +104,7 @@ impl Daemon {
         Ok(Daemon {
             rpc,
             kind,
+            block_source: BlockSource::Rpc,
             fee_fallback_logged: AtomicBool::new(false),
         })
     }
@@ -69,16 +113,43 @@ impl Daemon {
         self.kind
     }
 
-    /// Whether the node is still in its initial block download.
+    pub fn block_source(&self) -> BlockSource {
+        self.block_source
+    }
+
+    /// Picks where blocks come from: with [`BlockSourceChoice::Auto`],
+    /// binary REST when the node serves it (spent outputs need Core 30+),
+    /// else JSON-RPC. A named source the node cannot serve is an error that
+    /// says how to enable it.
     ///
     /// # Errors
-    /// When the node cannot be reached.
-    pub fn initial_block_download(&self) -> Result<bool, Error> {
-        let info: Value = self.rpc.call("getblockchaininfo", &[])?;
-        Ok(info
-            .get("initialblockdownload")
-            .and_then(Value::as_bool)
-            .unwrap_or(false))
+    /// When the node cannot be reached, or cannot serve the named source.
+    pub fn use_block_source(&mut self, choice: BlockSourceChoice) -> Result<BlockSource, Error> {
+        let rest_ok = || -> Result<bool, Error> {
+            if !matches!(self.kind, NodeKind::BitcoinCore { .. }) {
+                return Ok(false);
+            }
+            let genesis: BlockHash = self.rpc.call("getblockhash", &[json!(0)])?;
+            Ok(self
+                .rpc
+                .rest_get(&format!("/rest/spenttxouts/{genesis}.bin"))?
+                .is_some())
+        };
+        self.block_source = match choice {
+            BlockSourceChoice::Only(BlockSource::Rpc) => BlockSource::Rpc,
+            BlockSourceChoice::Only(BlockSource::Rest) => {
+                if !rest_ok()? {
+                    return Err(Error::persistent(format!(
+                        "block source rest: the node at {} does not serve /rest/spenttxouts (needs Bitcoin Core 30+ started with -rest=1)",
+                        self.rpc.addr()
+                    )));
+                }
+                BlockSource::Rest
+            }
+            BlockSourceChoice::Auto if rest_ok()? => BlockSource::Rest,
+            BlockSourceChoice::Auto => BlockSource::Rpc,
+        };
+        Ok(self.block_source)
     }
 
     fn raw_blocks(&self, hashes: &[(Height, BlockHash)]) -> Result<Vec<(Block, usize)>, Error> {
@@ -103,7 +174,43 @@ impl Daemon {
             .collect()
     }
 
-    /// Bitcoin Core: `getblock <hash> 3` carries every input's prevout.
+    /// Binary REST: the block and its spent outputs, both as Core stores
+    /// them, several blocks in flight at once; parsing happens on the
+    /// requesting threads, so it runs on all cores.
+    fn blocks_rest(&self, hashes: &[(Height, BlockHash)]) -> Result<Vec<BlockWithPrevouts>, Error> {
+        in_parallel(hashes, REST_REQUESTS_IN_FLIGHT, |&(height, hash)| {
+            let missing = || {
+                Error::transient(format!(
+                    "REST: node has no block {height} ({hash}) or its undo data"
+                ))
+            };
+            let raw = self
+                .rpc
+                .rest_get(&format!("/rest/block/{hash}.bin"))?
+                .ok_or_else(missing)?;
+            let block: Block = deserialize(&raw).map_err(|e| {
+                Error::persistent(format!("block {height} ({hash}) does not parse: {e}"))
+            })?;
+            let spent = self
+                .rpc
+                .rest_get(&format!("/rest/spenttxouts/{hash}.bin"))?
+                .ok_or_else(missing)?;
+            let prevouts = decode_spent_outputs(&spent, &block).map_err(|what| {
+                Error::persistent(format!(
+                    "REST spenttxouts of block {height} ({hash}): {what}"
+                ))
+            })?;
+            Ok(BlockWithPrevouts {
+                height,
+                block,
+                prevouts,
+                size: raw.len(),
+            })
+        })
+    }
+
+    /// Bitcoin Core: `getblock <hash> 3` carries every input's prevout and
+    /// every transaction's hex, so one request gives the whole block.
     fn blocks_verbose3(
         &self,
         hashes: &[(Height, BlockHash)],
@@ -113,14 +220,16 @@ impl Daemon {
             .map(|(_, h)| vec![json!(h), json!(3)])
             .collect();
         let replies = self.rpc.call_batch("getblock", &params)?;
-        let raw = self.raw_blocks(hashes)?;
         replies
             .into_iter()
-            .zip(raw)
             .zip(hashes)
-            .map(|((reply, (block, size)), (height, hash))| {
+            .map(|(reply, (height, hash))| {
                 let verbose = reply?;
                 let bad = |what: &str| Error::persistent(format!("getblock {hash} 3: {what}"));
+                let block = block_from_verbose(&verbose).ok_or_else(|| bad("malformed block"))?;
+                if block.block_hash() != *hash {
+                    return Err(bad("header does not hash to the block asked for"));
+                }
                 let txs = verbose
                     .get("tx")
                     .and_then(Value::as_array)
@@ -139,6 +248,10 @@ impl Daemon {
                             .push(parse_prevout(prevout).ok_or_else(|| bad("malformed prevout"))?);
                     }
                 }
+                let size = verbose
+                    .get("size")
+                    .and_then(Value::as_u64)
+                    .unwrap_or_default() as usize;
                 Ok(BlockWithPrevouts {
                     height: *height,
                     block,
@@ -226,6 +339,125 @@ impl Daemon {
     }
 }
 
+/// Runs `fetch` for every item on up to `workers` threads; results keep the
+/// items' order. The first error wins.
+fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    workers: usize,
+    fetch: impl Fn(&T) -> Result<R, Error> + Sync,
+) -> Result<Vec<R>, Error> {
+    let next = AtomicUsize::new(0);
+    let workers = workers.clamp(1, items.len().max(1));
+    let mut results: Vec<(usize, Result<R, Error>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        let result = fetch(item);
+                        let failed = result.is_err();
+                        done.push((i, result));
+                        if failed {
+                            // Stop handing out work; others finish theirs.
+                            next.store(items.len(), Ordering::Relaxed);
+                            break;
+                        }
+                    }
+                    done
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("fetch workers do not panic"))
+            .collect()
+    });
+    results.sort_unstable_by_key(|(i, _)| *i);
+    if let Some(pos) = results.iter().position(|(_, r)| r.is_err()) {
+        return Err(results.swap_remove(pos).1.err().expect("an error"));
+    }
+    Ok(results.into_iter().filter_map(|(_, r)| r.ok()).collect())
+}
+
+/// Decodes Core's `/rest/spenttxouts/<hash>.bin`: a compact-size count of
+/// transactions, then for each a compact-size count of spent outputs and
+/// those outputs (`CTxOut`: 8-byte LE value, script). The coinbase's list is
+/// empty. Returns the outputs flattened in block order, after checking that
+/// they fit `block` input for input.
+///
+/// # Errors
+/// A description of the first mismatch or malformed byte.
+fn decode_spent_outputs(bytes: &[u8], block: &Block) -> Result<Vec<TxOut>, String> {
+    let mut cursor = std::io::Cursor::new(bytes);
+    let mut count = || {
+        bitcoin::VarInt::consensus_decode(&mut cursor)
+            .map(|v| v.0)
+            .map_err(|e| format!("bad count: {e}"))
+    };
+    let txs = count()?;
+    if txs != block.txdata.len() as u64 {
+        return Err(format!(
+            "{txs} transactions, the block has {}",
+            block.txdata.len()
+        ));
+    }
+    let inputs: usize = block.txdata.iter().skip(1).map(|tx| tx.input.len()).sum();
+    let mut outputs = Vec::with_capacity(inputs);
+    for (i, tx) in block.txdata.iter().enumerate() {
+        let spent = bitcoin::VarInt::consensus_decode(&mut cursor)
+            .map_err(|e| format!("bad count: {e}"))?
+            .0;
+        let expected = if i == 0 { 0 } else { tx.input.len() as u64 };
+        if spent != expected {
+            return Err(format!(
+                "transaction {i} spends {spent} outputs, it has {expected} inputs"
+            ));
+        }
+        for _ in 0..spent {
+            outputs.push(
+                TxOut::consensus_decode(&mut cursor).map_err(|e| format!("bad output: {e}"))?,
+            );
+        }
+    }
+    if cursor.position() != bytes.len() as u64 {
+        return Err("trailing bytes".into());
+    }
+    Ok(outputs)
+}
+
+/// Rebuilds a block from `getblock <hash> 2|3` JSON: the header from its
+/// fields, each transaction from its `hex`.
+fn block_from_verbose(v: &Value) -> Option<Block> {
+    let hash = |key: &str| -> Option<[u8; 32]> {
+        let mut bytes: [u8; 32] = hex::decode(v.get(key)?.as_str()?).ok()?.try_into().ok()?;
+        bytes.reverse();
+        Some(bytes)
+    };
+    use bitcoin::hashes::Hash;
+    let header = Header {
+        version: Version::from_consensus(v.get("version")?.as_i64()? as i32),
+        prev_blockhash: match v.get("previousblockhash") {
+            Some(_) => BlockHash::from_byte_array(hash("previousblockhash")?),
+            None => BlockHash::all_zeros(),
+        },
+        merkle_root: bitcoin::TxMerkleNode::from_byte_array(hash("merkleroot")?),
+        time: u32::try_from(v.get("time")?.as_u64()?).ok()?,
+        bits: CompactTarget::from_consensus(
+            u32::from_str_radix(v.get("bits")?.as_str()?, 16).ok()?,
+        ),
+        nonce: u32::try_from(v.get("nonce")?.as_u64()?).ok()?,
+    };
+    let txdata = v
+        .get("tx")?
+        .as_array()?
+        .iter()
+        .map(|tx| deserialize_hex(tx.get("hex")?.as_str()?).ok())
+        .collect::<Option<Vec<Transaction>>>()?;
+    Some(Block { header, txdata })
+}
+
 fn parse_prevout(prevout: &Value) -> Option<TxOut> {
     // Amounts are BTC as JSON numbers with 8 decimals; 21e14 sat < 2^53, so
     // rounding the f64 recovers the exact satoshi value.
@@ -238,6 +470,14 @@ fn parse_prevout(prevout: &Value) -> Option<TxOut> {
 }
 
 impl ChainSource for Daemon {
+    fn initial_block_download(&self) -> Result<bool, Error> {
+        let info: Value = self.rpc.call("getblockchaininfo", &[])?;
+        Ok(info
+            .get("initialblockdownload")
+            .and_then(Value::as_bool)
+            .unwrap_or(false))
+    }
+
     fn best_block(&self) -> Result<(Height, BlockHash), Error> {
         let info: Value = self.rpc.call("getblockchaininfo", &[])?;
         let height = info.get("blocks").and_then(Value::as_u64);
@@ -270,9 +510,12 @@ impl ChainSource for Daemon {
     }
 
     fn blocks(&self, blocks: &[(Height, BlockHash)]) -> Result<Vec<BlockWithPrevouts>, Error> {
-        match self.kind {
-            NodeKind::BitcoinCore { version } if version >= 230000 => self.blocks_verbose3(blocks),
-            _ => self.blocks_by_funding_txs(blocks),
+        match (self.block_source, self.kind) {
+            (BlockSource::Rest, _) => self.blocks_rest(blocks),
+            (BlockSource::Rpc, NodeKind::BitcoinCore { version }) if version >= 230000 => {
+                self.blocks_verbose3(blocks)
+            }
+            (BlockSource::Rpc, _) => self.blocks_by_funding_txs(blocks),
         }
     }
 
@@ -401,5 +644,142 @@ impl ChainSource for Daemon {
         info.get("relayfee")
             .and_then(Value::as_f64)
             .ok_or_else(|| Error::persistent(format!("{method}: no relayfee")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bitcoin::absolute::LockTime;
+    use bitcoin::transaction::Version as TxVersion;
+    use bitcoin::{OutPoint, Sequence, TxIn, Witness};
+
+    fn tx(inputs: usize) -> Transaction {
+        Transaction {
+            version: TxVersion::TWO,
+            lock_time: LockTime::ZERO,
+            input: (0..inputs.max(1))
+                .map(|i| TxIn {
+                    previous_output: if inputs == 0 {
+                        OutPoint::null()
+                    } else {
+                        OutPoint::new(Txid::from_byte_array([i as u8 + 1; 32]), i as u32)
+                    },
+                    script_sig: ScriptBuf::new(),
+                    sequence: Sequence::MAX,
+                    witness: Witness::new(),
+                })
+                .collect(),
+            output: vec![TxOut {
+                value: Amount::from_sat(1),
+                script_pubkey: ScriptBuf::from_bytes(vec![0x51]),
+            }],
+        }
+    }
+
+    use bitcoin::hashes::Hash;
+
+    /// A coinbase and two transactions spending one and two outputs.
+    fn block() -> Block {
+        Block {
+            header: bitcoin::constants::genesis_block(bitcoin::Network::Regtest).header,
+            txdata: vec![tx(0), tx(1), tx(2)],
+        }
+    }
+
+    /// Core's layout (`SerializeBlockUndo` in rest.cpp), written out by hand.
+    fn spent_bytes() -> Vec<u8> {
+        let mut b = vec![3, 0, 1];
+        b.extend_from_slice(&5_000_000_000u64.to_le_bytes());
+        b.push(22);
+        b.extend_from_slice(&[0x00, 0x14]);
+        b.extend_from_slice(&[0x11; 20]);
+        b.push(2);
+        b.extend_from_slice(&1_000u64.to_le_bytes());
+        b.push(34);
+        b.extend_from_slice(&[0x51, 0x20]);
+        b.extend_from_slice(&[0x22; 32]);
+        b.extend_from_slice(&0u64.to_le_bytes());
+        b.push(0);
+        b
+    }
+
+    #[test]
+    fn spent_outputs_decode_in_block_order() {
+        let outs = decode_spent_outputs(&spent_bytes(), &block()).unwrap();
+        assert_eq!(outs.len(), 3);
+        assert_eq!(outs[0].value, Amount::from_sat(5_000_000_000));
+        assert_eq!(outs[0].script_pubkey.len(), 22);
+        assert_eq!(outs[1].value, Amount::from_sat(1_000));
+        assert!(outs[1].script_pubkey.is_p2tr());
+        assert!(outs[2].script_pubkey.is_empty());
+    }
+
+    #[test]
+    fn spent_outputs_that_do_not_fit_the_block_are_refused() {
+        let good = spent_bytes();
+        let mut trailing = good.clone();
+        trailing.push(0);
+        let mut wrong_tx_count = good.clone();
+        wrong_tx_count[0] = 2;
+        let mut coinbase_spends = good.clone();
+        coinbase_spends[1] = 1;
+        for (what, bytes) in [
+            ("empty", vec![]),
+            ("truncated", good[..good.len() - 3].to_vec()),
+            ("trailing", trailing),
+            ("tx count", wrong_tx_count),
+            ("coinbase", coinbase_spends),
+            (
+                "huge count",
+                vec![0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f],
+            ),
+        ] {
+            assert!(
+                decode_spent_outputs(&bytes, &block()).is_err(),
+                "{what} was accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn verbose_json_rebuilds_the_block() {
+        let genesis = bitcoin::constants::genesis_block(bitcoin::Network::Regtest);
+        let h = &genesis.header;
+        let verbose = json!({
+            "hash": genesis.block_hash().to_string(),
+            "version": h.version.to_consensus(),
+            "merkleroot": h.merkle_root.to_string(),
+            "time": h.time,
+            "bits": format!("{:08x}", h.bits.to_consensus()),
+            "nonce": h.nonce,
+            "tx": [{"hex": bitcoin::consensus::encode::serialize_hex(&genesis.txdata[0])}],
+        });
+        let rebuilt = block_from_verbose(&verbose).unwrap();
+        assert_eq!(rebuilt, genesis);
+        let mut next = verbose.clone();
+        next["previousblockhash"] = json!(genesis.block_hash().to_string());
+        assert_eq!(
+            block_from_verbose(&next).unwrap().header.prev_blockhash,
+            genesis.block_hash()
+        );
+        let mut broken = verbose;
+        broken["tx"][0]["hex"] = json!("00");
+        assert!(block_from_verbose(&broken).is_none());
+    }
+
+    #[test]
+    fn parallel_fetches_keep_order_and_report_the_first_error() {
+        let items: Vec<u32> = (0..50).collect();
+        let doubled = in_parallel(&items, 4, |&i| Ok(i * 2)).unwrap();
+        assert_eq!(doubled, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+        let failed = in_parallel(&items, 4, |&i| {
+            if i == 17 {
+                Err(Error::persistent("seventeen".into()))
+            } else {
+                Ok(i)
+            }
+        });
+        assert_eq!(failed.unwrap_err().message(), "seventeen");
     }
 }

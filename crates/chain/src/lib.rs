@@ -9,6 +9,6 @@ pub mod rpc;
 mod source;
 
 pub use blkfiles::BlkFiles;
-pub use daemon::{Daemon, NodeKind};
+pub use daemon::{BlockSource, BlockSourceChoice, Daemon, NodeKind};
 pub use error::{Error, ErrorKind};
 pub use source::{BlockWithPrevouts, ChainSource, MempoolTx, TxLocation};

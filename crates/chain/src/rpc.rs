@@ -158,18 +158,76 @@ impl RpcClient {
 
     fn post(&self, body: &Value) -> Result<Value, Error> {
         let body = serde_json::to_vec(body).expect("JSON values serialise");
-        // A pooled connection may have been closed by the node while idle:
-        // retry once on a fresh one before calling the node unreachable.
+        let (status, reply) = self.request("POST / HTTP/1.1", Some(&body))?;
+        match status {
+            401 | 403 => {
+                return Err(Error::persistent(format!(
+                "node {} refused our credentials (HTTP {status}): check --auth or --cookie-file",
+                self.addr
+            )))
+            }
+            503 => {
+                return Err(Error::transient(format!(
+                    "node {} is busy (HTTP 503)",
+                    self.addr
+                )))
+            }
+            _ => {}
+        }
+        if reply.is_empty() {
+            // btcd answers a request it cannot parse with HTTP 200 and no body.
+            return Err(Error::persistent(format!(
+                "node {} sent an empty reply (HTTP {status})",
+                self.addr
+            )));
+        }
+        serde_json::from_slice(&reply).map_err(|e| {
+            let text = String::from_utf8_lossy(&reply[..reply.len().min(200)]).into_owned();
+            Error::persistent(format!(
+                "node {} sent non-JSON (HTTP {status}): {e}: {text}",
+                self.addr
+            ))
+        })
+    }
+
+    /// GETs a Bitcoin Core REST resource (`/rest/...`, served on the RPC
+    /// port without authentication when the node runs with `-rest`).
+    /// Returns `None` for HTTP 404: REST is off, or the node does not have
+    /// what was asked.
+    ///
+    /// # Errors
+    /// Transport failures (transient) and any other non-200 status.
+    pub fn rest_get(&self, path: &str) -> Result<Option<Vec<u8>>, Error> {
+        let (status, body) = self.request(&format!("GET {path} HTTP/1.1"), None)?;
+        match status {
+            200 => Ok(Some(body)),
+            404 => Ok(None),
+            503 => Err(Error::transient(format!(
+                "node {} is busy (HTTP 503) for {path}",
+                self.addr
+            ))),
+            _ => Err(Error::persistent(format!(
+                "node {} answered HTTP {status} for {path}: {}",
+                self.addr,
+                String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
+            ))),
+        }
+    }
+
+    /// One HTTP exchange on a pooled keep-alive connection. A pooled
+    /// connection may have been closed by the node while idle: retry once
+    /// on a fresh one before calling the node unreachable.
+    fn request(&self, request_line: &str, body: Option<&[u8]>) -> Result<(u16, Vec<u8>), Error> {
         let pooled = self.idle.lock().expect("rpc pool lock").pop();
         if let Some(conn) = pooled {
-            match self.exchange(conn, &body) {
+            match self.exchange(conn, request_line, body) {
                 Ok(v) => return Ok(v),
                 Err(e) if e.kind() != ErrorKind::Transient => return Err(e),
                 Err(_) => {}
             }
         }
         let conn = self.connect()?;
-        self.exchange(conn, &body)
+        self.exchange(conn, request_line, body)
     }
 
     fn connect(&self) -> Result<BufReader<TcpStream>, Error> {
@@ -188,7 +246,8 @@ impl RpcClient {
                         .set_write_timeout(Some(self.timeout))
                         .map_err(unreachable)?;
                     stream.set_nodelay(true).map_err(unreachable)?;
-                    return Ok(BufReader::new(stream));
+                    // Block-sized replies: a bigger buffer means fewer reads.
+                    return Ok(BufReader::with_capacity(256 << 10, stream));
                 }
                 Err(e) => last = Some(e),
             }
@@ -198,18 +257,33 @@ impl RpcClient {
         ))
     }
 
-    fn exchange(&self, mut conn: BufReader<TcpStream>, body: &[u8]) -> Result<Value, Error> {
+    /// Sends one request and reads its status and body; the connection goes
+    /// back to the pool when the node keeps it open.
+    fn exchange(
+        &self,
+        mut conn: BufReader<TcpStream>,
+        request_line: &str,
+        body: Option<&[u8]>,
+    ) -> Result<(u16, Vec<u8>), Error> {
         let io =
             |e: std::io::Error| Error::transient(format!("node connection {}: {e}", self.addr));
-        let head = format!(
-            "POST / HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n",
-            self.addr,
-            self.auth.header()?,
-            body.len()
-        );
+        let head = match body {
+            Some(body) => format!(
+                "{request_line}\r\nHost: {}\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n",
+                self.addr,
+                self.auth.header()?,
+                body.len()
+            ),
+            None => format!(
+                "{request_line}\r\nHost: {}\r\nConnection: keep-alive\r\n\r\n",
+                self.addr
+            ),
+        };
         let stream = conn.get_mut();
         stream.write_all(head.as_bytes()).map_err(io)?;
-        stream.write_all(body).map_err(io)?;
+        if let Some(body) = body {
+            stream.write_all(body).map_err(io)?;
+        }
 
         let mut status_line = String::new();
         if conn.read_line(&mut status_line).map_err(io)? == 0 {
@@ -275,35 +349,7 @@ impl RpcClient {
                 idle.push(conn);
             }
         }
-        match status {
-            401 | 403 => {
-                return Err(Error::persistent(format!(
-                "node {} refused our credentials (HTTP {status}): check --auth or --cookie-file",
-                self.addr
-            )))
-            }
-            503 => {
-                return Err(Error::transient(format!(
-                    "node {} is busy (HTTP 503)",
-                    self.addr
-                )))
-            }
-            _ => {}
-        }
-        if body.is_empty() {
-            // btcd answers a request it cannot parse with HTTP 200 and no body.
-            return Err(Error::persistent(format!(
-                "node {} sent an empty reply (HTTP {status})",
-                self.addr
-            )));
-        }
-        serde_json::from_slice(&body).map_err(|e| {
-            let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-            Error::persistent(format!(
-                "node {} sent non-JSON (HTTP {status}): {e}: {text}",
-                self.addr
-            ))
-        })
+        Ok((status, body))
     }
 }
 

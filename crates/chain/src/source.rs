@@ -33,6 +33,16 @@ pub struct MempoolTx {
 
 /// A chain to index and a node to relay to.
 pub trait ChainSource: Send + Sync {
+    /// Whether the node is still in its initial block download (a source
+    /// without a node never is). The index follows the node meanwhile;
+    /// wallets are served once both are done.
+    ///
+    /// # Errors
+    /// When the node cannot be reached.
+    fn initial_block_download(&self) -> Result<bool, Error> {
+        Ok(false)
+    }
+
     /// The best block the source has.
     ///
     /// # Errors

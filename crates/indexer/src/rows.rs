@@ -14,23 +14,33 @@ pub struct BlockRows {
     pub touched: Vec<ScriptHash>,
 }
 
-/// Builds the rows of `block`, whose first transaction is `first_tx_num`.
+/// Builds the rows of `block`, whose first transaction is `first_tx_num`,
+/// after checking that the block is whole: its transactions hash to its
+/// merkle root (each transaction is hashed once, for both) and the source
+/// gave one spent output per input, so a corrupt file or a lying source is
+/// an error rather than a wrong index.
 ///
 /// The genesis coinbase is unspendable and, as the Electrum protocol
 /// notes, not indexed; provably unspendable `OP_RETURN` outputs are not
 /// indexed either (nothing can pay from them, and no wallet asks).
 ///
-/// # Panics
-/// When `block.prevouts` does not hold one output per non-coinbase input
-/// (the chain source guarantees it).
-pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> BlockRows {
+/// # Errors
+/// What is wrong with the block.
+pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> Result<BlockRows, String> {
+    if !prevouts_match(block) {
+        return Err("its spent outputs do not match its inputs".into());
+    }
     let txids: Vec<_> = block
         .block
         .txdata
         .iter()
         .map(|tx| tx.compute_txid())
         .collect();
-    let mut rows = Vec::new();
+    let root = bitcoin::merkle_tree::calculate_root(txids.iter().map(|t| t.to_raw_hash()));
+    if root.map(|r| r.to_byte_array()) != Some(block.block.header.merkle_root.to_byte_array()) {
+        return Err("its transactions do not hash to its merkle root".into());
+    }
+    let mut rows = Vec::with_capacity(block.prevouts.len() + 3 * block.block.txdata.len());
     let mut touched = Vec::new();
     if block.height != Height(0) {
         let mut prevouts = block.prevouts.iter();
@@ -38,7 +48,7 @@ pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> BlockRows {
             let tx_num = TxNum(first_tx_num.0 + i as u64);
             if i > 0 {
                 for (input_index, input) in tx.input.iter().enumerate() {
-                    let spent = prevouts.next().expect("one prevout per non-coinbase input");
+                    let spent = prevouts.next().expect("counted by prevouts_match");
                     let scripthash = ScriptHash::from_script(spent.script_pubkey.as_bytes());
                     let op = input.previous_output;
                     rows.push(
@@ -60,15 +70,10 @@ pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> BlockRows {
                 touched.push(scripthash);
             }
         }
-        assert!(
-            prevouts.next().is_none(),
-            "more prevouts than inputs in block {}",
-            block.height
-        );
     }
     touched.sort_unstable();
     touched.dedup();
-    BlockRows {
+    Ok(BlockRows {
         indexed: IndexedBlock {
             height: block.height,
             header: block.block.header,
@@ -76,12 +81,12 @@ pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> BlockRows {
             rows,
         },
         touched,
-    }
+    })
 }
 
 /// Checks that a source handed over one prevout per non-coinbase input, so
 /// that a buggy or lying source is an error rather than a panic.
-pub fn prevouts_match(block: &BlockWithPrevouts) -> bool {
+fn prevouts_match(block: &BlockWithPrevouts) -> bool {
     let inputs: usize = block
         .block
         .txdata
@@ -95,15 +100,6 @@ pub fn prevouts_match(block: &BlockWithPrevouts) -> bool {
             .txdata
             .first()
             .is_some_and(|tx| tx.is_coinbase())
-}
-
-/// Returns whether the block's transactions hash to its merkle root, so a
-/// corrupt block file or reply is caught before it is indexed.
-pub fn merkle_root_matches(block: &BlockWithPrevouts) -> bool {
-    block
-        .block
-        .compute_merkle_root()
-        .is_some_and(|root| root.to_byte_array() == block.block.header.merkle_root.to_byte_array())
 }
 
 #[cfg(test)]
@@ -155,7 +151,7 @@ mod tests {
             vec![funding],
             vec![(bob.clone(), 30), (op_return, 0), (alice.clone(), 19)],
         );
-        let block = Block {
+        let mut block = Block {
             header: Header {
                 version: Version::TWO,
                 prev_blockhash: BlockHash::all_zeros(),
@@ -166,6 +162,7 @@ mod tests {
             },
             txdata: vec![coinbase, spend],
         };
+        block.header.merkle_root = block.compute_merkle_root().unwrap();
         let input = BlockWithPrevouts {
             height: Height(7),
             block,
@@ -175,8 +172,7 @@ mod tests {
             }],
             size: 0,
         };
-        assert!(prevouts_match(&input));
-        let rows = block_rows(&input, TxNum(100));
+        let rows = block_rows(&input, TxNum(100)).unwrap();
         assert_eq!(rows.indexed.txids.len(), 2);
         assert_eq!(
             rows.indexed.rows.len(),
@@ -216,6 +212,32 @@ mod tests {
     }
 
     #[test]
+    fn incomplete_or_altered_blocks_are_refused() {
+        let genesis = bitcoin::constants::genesis_block(bitcoin::Network::Regtest);
+        let mut altered = genesis.clone();
+        altered.txdata[0].output[0].value = Amount::from_sat(1);
+        let input = BlockWithPrevouts {
+            height: Height(1),
+            block: altered,
+            prevouts: vec![],
+            size: 0,
+        };
+        let err = block_rows(&input, TxNum(0)).err().unwrap();
+        assert!(err.contains("merkle root"), "{err}");
+        let input = BlockWithPrevouts {
+            height: Height(1),
+            block: genesis,
+            prevouts: vec![TxOut {
+                value: Amount::from_sat(1),
+                script_pubkey: ScriptBuf::new(),
+            }],
+            size: 0,
+        };
+        let err = block_rows(&input, TxNum(0)).err().unwrap();
+        assert!(err.contains("spent outputs"), "{err}");
+    }
+
+    #[test]
     fn genesis_is_not_indexed() {
         let genesis = bitcoin::constants::genesis_block(bitcoin::Network::Regtest);
         let input = BlockWithPrevouts {
@@ -224,8 +246,7 @@ mod tests {
             prevouts: vec![],
             size: 0,
         };
-        assert!(merkle_root_matches(&input));
-        let rows = block_rows(&input, TxNum(0));
+        let rows = block_rows(&input, TxNum(0)).unwrap();
         assert!(rows.indexed.rows.is_empty());
         assert_eq!(rows.indexed.txids.len(), 1);
     }

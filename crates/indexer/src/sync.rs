@@ -3,7 +3,7 @@
 //! new blocks in batches. Fetching runs one chunk ahead of row building,
 //! and rows are built on all cores.
 
-use crate::rows::{block_rows, merkle_root_matches, prevouts_match};
+use crate::rows::block_rows;
 use crate::Error;
 use osprey_chain::{BlockWithPrevouts, ChainSource};
 use osprey_core::{Height, ScriptHash, TxNum};
@@ -186,6 +186,35 @@ impl Indexer {
             })
             .expect("spawning a thread");
 
+        // Commits run on their own thread, so the next batch's rows are built
+        // while RocksDB takes the last one; at most one batch waits between.
+        let (commit_tx, commit_rx) = mpsc::sync_channel::<(Vec<IndexedBlock>, bool)>(1);
+        let writer = {
+            let store = Arc::clone(&self.store);
+            std::thread::Builder::new()
+                .name("commit".into())
+                .spawn(move || -> (u32, Result<(), Error>) {
+                    let mut committed = 0;
+                    for (batch, sync) in commit_rx {
+                        let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
+                            continue;
+                        };
+                        let _span =
+                            tracing::info_span!("index", from = first.height.0, to = last.height.0)
+                                .entered();
+                        if let Err(e) = store.apply(&batch, sync, source_height) {
+                            return (committed, Err(e.into()));
+                        }
+                        committed += batch.len() as u32;
+                    }
+                    (committed, Ok(()))
+                })
+                .expect("spawning a thread")
+        };
+        let commit = |batch: &mut Vec<IndexedBlock>, sync: bool| -> bool {
+            batch.is_empty() || commit_tx.send((std::mem::take(batch), sync)).is_ok()
+        };
+
         let mut batch: Vec<IndexedBlock> = Vec::new();
         let mut stats = ChunkStats {
             height: Height(from),
@@ -209,7 +238,7 @@ impl Indexer {
                     break;
                 }
             };
-            // Validate links and first tx_nums sequentially; build in parallel.
+            // Links and first tx_nums sequentially; checks and rows in parallel.
             let mut firsts = Vec::with_capacity(blocks.len());
             for block in &blocks {
                 if let Some(prev) = prev_hash {
@@ -221,14 +250,6 @@ impl Indexer {
                         break;
                     }
                 }
-                if !prevouts_match(block) || !merkle_root_matches(block) {
-                    result = Err(Error::BadBlock(format!(
-                        "block {} ({}) from the source is malformed or its spent outputs do not match its inputs",
-                        block.height,
-                        block.block.block_hash()
-                    )));
-                    break;
-                }
                 firsts.push(TxNum(next_tx_num));
                 next_tx_num += block.block.txdata.len() as u64;
                 prev_hash = Some(block.block.block_hash());
@@ -236,9 +257,21 @@ impl Indexer {
             let built: Vec<_> = blocks[..firsts.len()]
                 .par_iter()
                 .zip(firsts.par_iter())
-                .map(|(block, first)| (block_rows(block, *first), block.size))
+                .map(|(block, first)| block_rows(block, *first))
                 .collect();
-            for (rows, size) in built {
+            for (rows, block) in built.into_iter().zip(&blocks) {
+                let rows = match rows {
+                    Ok(rows) => rows,
+                    Err(what) => {
+                        result = Err(Error::BadBlock(format!(
+                            "block {} ({}) from the source is malformed: {what}",
+                            block.height,
+                            block.block.block_hash()
+                        )));
+                        break;
+                    }
+                };
+                let size = block.size;
                 stats.txs += rows.indexed.txids.len() as u64;
                 stats.block_bytes += size as u64;
                 stats.blocks += 1;
@@ -262,8 +295,10 @@ impl Indexer {
                 || batch.len() >= self.config.batch_blocks_max
                 || at_tip
             {
-                self.commit(&mut batch, at_tip || stopping, report)?;
                 batch_rows = 0;
+                if !commit(&mut batch, at_tip || stopping) {
+                    break; // The writer failed: its error is collected below.
+                }
             }
             // Progress is reported per chunk, not per commit, so that rates
             // over parts of the chain mean something even when one commit
@@ -282,8 +317,12 @@ impl Indexer {
                 break;
             }
         }
-        self.commit(&mut batch, true, report)?;
+        commit(&mut batch, true);
+        drop(commit_tx);
+        let (committed, written) = writer.join().expect("commit thread does not panic");
+        report.connected += committed;
         fetcher.join().expect("fetch thread does not panic");
+        written?;
         if report.all_touched {
             report.touched.clear();
         } else {
@@ -294,21 +333,5 @@ impl Indexer {
             Err(Error::Reorged) => Ok(()),
             other => other,
         }
-    }
-
-    fn commit(
-        &mut self,
-        batch: &mut Vec<IndexedBlock>,
-        sync: bool,
-        report: &mut SyncReport,
-    ) -> Result<(), Error> {
-        let Some(last) = batch.last().map(|b| b.height) else {
-            return Ok(());
-        };
-        let _span = tracing::info_span!("index", from = batch[0].height.0, to = last.0).entered();
-        self.store.apply(batch, sync)?;
-        report.connected += batch.len() as u32;
-        batch.clear();
-        Ok(())
     }
 }

@@ -64,8 +64,8 @@ fn apply_then_read_back() {
     let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
     assert_eq!(store.tip(), None);
     let chain = blocks(0, 10, None, 0, 0);
-    store.apply(&chain[..4], false).unwrap();
-    store.apply(&chain[4..], true).unwrap();
+    store.apply(&chain[..4], false, Height(0)).unwrap();
+    store.apply(&chain[4..], true, Height(0)).unwrap();
     assert_eq!(store.tip(), Some((Height(9), chain[9].header.block_hash())));
     assert_eq!(store.tx_count(), 20);
     assert_eq!(store.locate(TxNum(7)), Some((Height(3), 1)));
@@ -92,7 +92,7 @@ fn reopen_cuts_files_that_ran_ahead() {
     let chain = blocks(0, 6, None, 0, 0);
     {
         let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
-        store.apply(&chain[..5], true).unwrap();
+        store.apply(&chain[..5], true, Height(0)).unwrap();
     }
     // Simulate a crash after the flat files were written but before the
     // database commit: append garbage records.
@@ -116,7 +116,7 @@ fn reopen_cuts_files_that_ran_ahead() {
             .len(),
         10 * 32
     );
-    store.apply(&chain[5..], true).unwrap();
+    store.apply(&chain[5..], true, Height(0)).unwrap();
     assert_eq!(store.txid(TxNum(11)).unwrap(), txid(11, 0));
 }
 
@@ -127,13 +127,15 @@ fn rollback_equals_fresh_index() {
     let reorged = Store::open(a.path(), "regtest", StoreConfig::default()).unwrap();
     let fresh = Store::open(b.path(), "regtest", StoreConfig::default()).unwrap();
     let main = blocks(0, 8, None, 0, 0);
-    reorged.apply(&main, true).unwrap();
+    reorged.apply(&main, true, Height(0)).unwrap();
     reorged.rollback_to(Height(4)).unwrap();
     let fork = blocks(5, 4, Some(main[4].header.block_hash()), 1, 10);
-    reorged.apply(&fork, true).unwrap();
+    reorged.apply(&fork, true, Height(0)).unwrap();
 
-    fresh.apply(&blocks(0, 5, None, 0, 0), true).unwrap();
-    fresh.apply(&fork, true).unwrap();
+    fresh
+        .apply(&blocks(0, 5, None, 0, 0), true, Height(0))
+        .unwrap();
+    fresh.apply(&fork, true, Height(0)).unwrap();
     assert_eq!(reorged.digest().unwrap(), fresh.digest().unwrap());
     assert_eq!(reorged.find_tx_num(&txid(12, 0)).unwrap(), None);
     assert_eq!(reorged.find_tx_num(&txid(12, 1)).unwrap(), Some(TxNum(12)));
@@ -150,7 +152,9 @@ fn rollback_past_pruned_undo_is_refused() {
         ..StoreConfig::default()
     };
     let store = Store::open(dir.path(), "regtest", config).unwrap();
-    store.apply(&blocks(0, 10, None, 0, 0), true).unwrap();
+    store
+        .apply(&blocks(0, 10, None, 0, 0), true, Height(0))
+        .unwrap();
     assert!(matches!(
         store.rollback_to(Height(2)),
         Err(Error::UndoPruned { .. })
