@@ -77,6 +77,7 @@ pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> Result<Bloc
         indexed: IndexedBlock {
             height: block.height,
             header: block.block.header,
+            first_tx_num,
             txids,
             rows,
         },

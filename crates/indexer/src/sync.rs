@@ -7,7 +7,7 @@ use crate::rows::block_rows;
 use crate::Error;
 use osprey_chain::{BlockWithPrevouts, ChainSource};
 use osprey_core::{Height, ScriptHash, TxNum};
-use osprey_store::{IndexedBlock, Store};
+use osprey_store::{IndexedBlock, PreparedBatch, Store};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -188,31 +188,33 @@ impl Indexer {
 
         // Commits run on their own thread, so the next batch's rows are built
         // while RocksDB takes the last one; at most one batch waits between.
-        let (commit_tx, commit_rx) = mpsc::sync_channel::<(Vec<IndexedBlock>, bool)>(1);
+        let (commit_tx, commit_rx) = mpsc::sync_channel::<(PreparedBatch, Height, bool)>(1);
         let writer = {
             let store = Arc::clone(&self.store);
             std::thread::Builder::new()
                 .name("commit".into())
                 .spawn(move || -> (u32, Result<(), Error>) {
                     let mut committed = 0;
-                    for (batch, sync) in commit_rx {
-                        let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
-                            continue;
-                        };
-                        let _span =
-                            tracing::info_span!("index", from = first.height.0, to = last.height.0)
-                                .entered();
-                        if let Err(e) = store.apply(&batch, sync, source_height) {
+                    for (batch, last, sync) in commit_rx {
+                        let blocks = batch.len();
+                        let _span = tracing::info_span!("index", to = last.0).entered();
+                        if let Err(e) = store.commit(batch, sync) {
                             return (committed, Err(e.into()));
                         }
-                        committed += batch.len() as u32;
+                        committed += blocks;
                     }
                     (committed, Ok(()))
                 })
                 .expect("spawning a thread")
         };
+        let store = Arc::clone(&self.store);
         let commit = |batch: &mut Vec<IndexedBlock>, sync: bool| -> bool {
-            batch.is_empty() || commit_tx.send((std::mem::take(batch), sync)).is_ok()
+            let Some(last) = batch.last().map(|b| b.height) else {
+                return true;
+            };
+            let prepared = store.prepare(batch, source_height);
+            batch.clear();
+            commit_tx.send((prepared, last, sync)).is_ok()
         };
 
         let mut batch: Vec<IndexedBlock> = Vec::new();

@@ -21,6 +21,7 @@ use bitcoin::{BlockHash, Txid};
 use codec::{CodecError, HistoryRow};
 use flat::FlatFile;
 use osprey_core::{Height, ScriptHash, TxNum};
+use rayon::slice::ParallelSliceMut;
 use rocksdb::{ColumnFamilyDescriptor, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,9 +105,32 @@ impl Default for StoreConfig {
 pub struct IndexedBlock {
     pub height: Height,
     pub header: Header,
+    /// The tx_num of the block's first transaction.
+    pub first_tx_num: TxNum,
     pub txids: Vec<Txid>,
     /// Encoded history rows (see [`HistoryRow::encode`]).
     pub rows: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Blocks encoded by [`Store::prepare`], for [`Store::commit`].
+pub struct PreparedBatch {
+    /// Height, header, first tx_num and transaction count of each block.
+    blocks: Vec<(Height, Header, TxNum, u64)>,
+    /// Every transaction's txid, in chain order.
+    txids: Vec<[u8; 32]>,
+    /// History, txid and undo rows.
+    batch: WriteBatch,
+}
+
+impl PreparedBatch {
+    /// Blocks in the batch.
+    pub fn len(&self) -> u32 {
+        self.blocks.len() as u32
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
 }
 
 /// In-memory view of the chain part of the index, swapped under one lock so
@@ -154,11 +178,6 @@ impl Store {
         opts.set_max_open_files(256);
         opts.set_keep_log_file_num(4);
         opts.increase_parallelism(2);
-        // Rows are appended in tx_num order only within a script, so writes
-        // land all over the key space; larger memtables mean fewer, larger
-        // sorted runs and less rewriting during the initial sync.
-        opts.set_write_buffer_size(128 << 20);
-        opts.set_max_write_buffer_number(3);
         opts.set_target_file_size_base(128 << 20);
         opts.set_max_bytes_for_level_base(1 << 30);
         opts.set_level_compaction_dynamic_level_bytes(true);
@@ -169,7 +188,10 @@ impl Store {
         let cache = rocksdb::Cache::new_lru_cache(config.cache_bytes);
         let cf = |name: &str, prefix_len: Option<usize>| {
             let mut o = Options::default();
-            o.set_write_buffer_size(128 << 20);
+            // Memtables are most of the initial sync's memory. On chaingen
+            // `medium` over Core REST, 32 MB instead of 128 MB took peak RSS
+            // from ~450 to ~270 MB at the same speed and index size.
+            o.set_write_buffer_size(32 << 20);
             o.set_target_file_size_base(128 << 20);
             // zstd level 1 on every level, memtable flushes included: on
             // chaingen `medium` it cut the index from 178 to 136 MB for 0.8 s
@@ -465,42 +487,28 @@ impl Store {
         Ok(Some(rows))
     }
 
-    /// Commits blocks on top of the tip in one atomic write.
-    ///
-    /// With `sync` the write goes through RocksDB's WAL and is synced: what
-    /// the tip follows. Without it (the initial sync) the write skips the
-    /// WAL, which halves the bytes written: the rows reach disk once, when
-    /// the memtables are flushed, all column families together (atomic
-    /// flush). A crash then loses the batches since the last flush, and
-    /// `open` cuts the flat files back to the tip that survived. Before the
-    /// next synced write, those memtables are flushed, so a WAL-protected tip
-    /// never covers rows that were only in memory.
+    /// Commits blocks on top of the tip in one atomic write:
+    /// [`Store::prepare`] then [`Store::commit`].
     ///
     /// # Errors
-    /// On I/O or database errors; the committed tip is then unchanged.
-    ///
-    /// # Panics
-    /// When a block does not extend the tip (a bug in the caller).
+    /// See [`Store::commit`].
+    pub fn apply(&self, blocks: &[IndexedBlock], sync: bool, source_tip: Height) -> Result<()> {
+        self.commit(self.prepare(blocks, source_tip), sync)
+    }
+
+    /// Encodes blocks for [`Store::commit`]: the rows sorted, in a RocksDB
+    /// write batch. This is most of a commit's work and reads nothing of the
+    /// index, so the indexer runs it off the committing thread, while the
+    /// previous batch is written; the sort runs on all cores.
     ///
     /// `source_tip` is the source's best height: blocks more than
     /// `reorg_depth_max` below it get no undo record, since no reorg the
     /// index can undo reaches that deep (during an initial sync that is
     /// nearly every block).
-    pub fn apply(&self, blocks: &[IndexedBlock], sync: bool, source_tip: Height) -> Result<()> {
-        let Some(last) = blocks.last() else {
-            return Ok(());
-        };
-        let (mut next_height, mut tx_count) = {
-            let chain = self.chain();
-            (
-                chain.headers.len() as u32,
-                chain.tx_counts.last().copied().unwrap_or(0),
-            )
-        };
+    pub fn prepare(&self, blocks: &[IndexedBlock], source_tip: Height) -> PreparedBatch {
         let history = self.db.cf_handle(CF_HISTORY).expect("history cf");
         let txid_cf = self.db.cf_handle(CF_TXID).expect("txid cf");
         let undo = self.db.cf_handle(CF_UNDO).expect("undo cf");
-        let meta = self.db.cf_handle(CF_META).expect("meta cf");
         // Sized up front: a growing batch doubles and copies its buffer,
         // which showed as memmove in profiles of the initial sync. Each
         // history row appears as itself and, at most, as its script's prefix
@@ -517,49 +525,104 @@ impl Store {
             })
             .sum();
         let mut batch = WriteBatch::with_capacity_bytes(batch_bytes + 256);
-        let mut new_counts = Vec::with_capacity(blocks.len());
         let undo_from = source_tip.0.saturating_sub(self.config.reorg_depth_max);
+        let mut history_rows: Vec<&(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut txid_keys: Vec<Vec<u8>> = Vec::new();
+        for block in blocks {
+            history_rows.extend(&block.rows);
+            // The undo record: the distinct script key prefixes the block
+            // wrote rows under (rollback finds the rows from them).
+            if block.height.0 >= undo_from {
+                let mut prefixes: Vec<&[u8]> = block
+                    .rows
+                    .iter()
+                    .map(|(key, _)| &key[..codec::SCRIPTHASH_PREFIX_LEN])
+                    .collect();
+                prefixes.sort_unstable();
+                prefixes.dedup();
+                batch.put_cf(undo, block.height.0.to_be_bytes(), prefixes.concat());
+            }
+            for (i, txid) in block.txids.iter().enumerate() {
+                txid_keys.push(codec::txid_key(
+                    txid,
+                    TxNum(block.first_tx_num.0 + i as u64),
+                ));
+            }
+        }
+        // Keys are inserted in ascending order: RocksDB's memtable skip list
+        // resumes each search where the previous insert ended, so a sorted
+        // run costs a short walk per key instead of a search from the top.
+        // Unsorted, these inserts were 40% of all CPU and slowed down as the
+        // memtable grew (perf, medium chain).
+        history_rows.par_sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (key, value) in history_rows {
+            batch.put_cf(history, key, value);
+        }
+        txid_keys.par_sort_unstable();
+        for key in txid_keys {
+            batch.put_cf(txid_cf, key, []);
+        }
+        PreparedBatch {
+            blocks: blocks
+                .iter()
+                .map(|b| (b.height, b.header, b.first_tx_num, b.txids.len() as u64))
+                .collect(),
+            txids: blocks
+                .iter()
+                .flat_map(|b| b.txids.iter().map(|t| t.to_byte_array()))
+                .collect(),
+            batch,
+        }
+    }
+
+    /// Writes a prepared batch on top of the tip in one atomic write.
+    ///
+    /// With `sync` the write goes through RocksDB's WAL and is synced: what
+    /// the tip follows. Without it (the initial sync) the write skips the
+    /// WAL, which halves the bytes written: the rows reach disk once, when
+    /// the memtables are flushed, all column families together (atomic
+    /// flush). A crash then loses the batches since the last flush, and
+    /// `open` cuts the flat files back to the tip that survived. Before the
+    /// next synced write, those memtables are flushed, so a WAL-protected tip
+    /// never covers rows that were only in memory.
+    ///
+    /// # Errors
+    /// On I/O or database errors; the committed tip is then unchanged.
+    ///
+    /// # Panics
+    /// When the batch does not extend the tip (a bug in the caller).
+    pub fn commit(&self, prepared: PreparedBatch, sync: bool) -> Result<()> {
+        let PreparedBatch {
+            blocks,
+            txids,
+            mut batch,
+        } = prepared;
+        let Some(&(last_height, last_header, _, _)) = blocks.last() else {
+            return Ok(());
+        };
+        let (mut next_height, mut tx_count) = {
+            let chain = self.chain();
+            (
+                chain.headers.len() as u32,
+                chain.tx_counts.last().copied().unwrap_or(0),
+            )
+        };
+        let undo = self.db.cf_handle(CF_UNDO).expect("undo cf");
+        let meta = self.db.cf_handle(CF_META).expect("meta cf");
+        let mut new_counts = Vec::with_capacity(blocks.len());
         {
             let mut files = self.files.write().expect("files lock poisoned");
-            let mut history_rows: Vec<&(Vec<u8>, Vec<u8>)> = Vec::new();
-            let mut txid_keys: Vec<Vec<u8>> = Vec::new();
-            for block in blocks {
-                assert_eq!(block.height.0, next_height, "blocks must extend the tip");
-                files.headers.append(&serialize(&block.header));
-                // The undo record: the distinct script key prefixes the
-                // block wrote rows under (rollback finds the rows from them).
-                history_rows.extend(&block.rows);
-                if block.height.0 >= undo_from {
-                    let mut prefixes: Vec<&[u8]> = block
-                        .rows
-                        .iter()
-                        .map(|(key, _)| &key[..codec::SCRIPTHASH_PREFIX_LEN])
-                        .collect();
-                    prefixes.sort_unstable();
-                    prefixes.dedup();
-                    batch.put_cf(undo, block.height.0.to_be_bytes(), prefixes.concat());
-                }
-                for txid in &block.txids {
-                    files.txids.append(txid.as_byte_array());
-                    txid_keys.push(codec::txid_key(txid, TxNum(tx_count)));
-                    tx_count += 1;
-                }
+            for &(height, header, first_tx_num, txs) in &blocks {
+                assert_eq!(height.0, next_height, "blocks must extend the tip");
+                assert_eq!(first_tx_num.0, tx_count, "tx_nums must extend the tip");
+                files.headers.append(&serialize(&header));
+                tx_count += txs;
                 files.txcounts.append(&tx_count.to_le_bytes());
                 new_counts.push(tx_count);
                 next_height += 1;
             }
-            // Keys are inserted in ascending order: RocksDB's memtable skip
-            // list resumes each search where the previous insert ended, so
-            // a sorted run costs a short walk per key instead of a search
-            // from the top. Unsorted, these inserts were 40% of all CPU and
-            // slowed down as the memtable grew (perf, medium chain).
-            history_rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            for (key, value) in history_rows {
-                batch.put_cf(history, key, value);
-            }
-            txid_keys.sort_unstable();
-            for key in txid_keys {
-                batch.put_cf(txid_cf, key, []);
+            for txid in &txids {
+                files.txids.append(txid);
             }
             // The flat files must be durable before the tip that covers them.
             let res = files
@@ -574,10 +637,10 @@ impl Store {
                 });
             }
         }
-        let mut tip = last.height.0.to_be_bytes().to_vec();
-        tip.extend_from_slice(last.header.block_hash().as_byte_array());
+        let mut tip = last_height.0.to_be_bytes().to_vec();
+        tip.extend_from_slice(last_header.block_hash().as_byte_array());
         batch.put_cf(meta, META_TIP, tip);
-        if let Some(prune_below) = last.height.0.checked_sub(self.config.reorg_depth_max) {
+        if let Some(prune_below) = last_height.0.checked_sub(self.config.reorg_depth_max) {
             batch.delete_range_cf(undo, 0u32.to_be_bytes(), prune_below.to_be_bytes());
         }
         let mut opts = WriteOptions::default();
@@ -591,9 +654,9 @@ impl Store {
         self.db.write_opt(batch, &opts)?;
 
         let mut chain = self.chain.write().expect("chain lock poisoned");
-        for (block, count) in blocks.iter().zip(new_counts) {
-            chain.headers.push(block.header);
-            chain.hashes.push(block.header.block_hash());
+        for (&(_, header, _, _), count) in blocks.iter().zip(new_counts) {
+            chain.headers.push(header);
+            chain.hashes.push(header.block_hash());
             chain.tx_counts.push(count);
         }
         Ok(())

@@ -39,6 +39,7 @@ fn blocks(
         .map(|h| {
             let hdr = header(h + u32::from(fork) * 1000, prev);
             prev = hdr.block_hash();
+            let first_tx_num = TxNum(tx);
             let txids = vec![txid(tx, fork), txid(tx + 1, fork)];
             let s = script((h % 3) as u8);
             let mut rows = vec![HistoryRow::funding(TxNum(tx), 0, 50).encode(&s)];
@@ -51,6 +52,7 @@ fn blocks(
             IndexedBlock {
                 height: Height(h),
                 header: hdr,
+                first_tx_num,
                 txids,
                 rows,
             }
