@@ -172,7 +172,12 @@ impl Store {
         };
         std::fs::create_dir_all(dir).map_err(file_err(dir))?;
         let db_path = dir.join("rocksdb");
-        let mut opts = Options::default();
+        // No fallocate (a DB option the Rust API only takes as a string):
+        // RocksDB would reserve 1.1x a memtable for each WAL and a whole
+        // target file for each SST being written, which showed as ~36 MB of
+        // a 152 MB index on disk (peerlab, medium chain). Osprey writes big
+        // sequential files, so the reservation buys nothing.
+        let mut opts = Options::default().get_options_from_string("allow_fallocate=false")?;
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
         opts.set_max_open_files(256);
@@ -185,11 +190,6 @@ impl Store {
         // every column family together is what keeps a crash consistent,
         // since all of them then come back at the same earlier batch.
         opts.set_atomic_flush(true);
-        // No fallocate: RocksDB would reserve 1.1x a memtable for each WAL
-        // and a whole target file for each SST being written, which showed
-        // as ~36 MB of a 152 MB index on disk (peerlab, medium chain). Osprey
-        // writes big sequential files, so the reservation buys nothing.
-        opts.set_allow_fallocate(false);
         let cache = rocksdb::Cache::new_lru_cache(config.cache_bytes);
         let cf = |name: &str, prefix_len: Option<usize>| {
             let mut o = Options::default();
