@@ -8,7 +8,7 @@ use osprey_indexer::{ChunkStats, Indexer, IndexerConfig};
 use osprey_query::{Query, QueryConfig, Tracker};
 use osprey_store::{Store, StoreConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// Opens the index (wiping it first with `--reindex`).
@@ -272,6 +272,7 @@ pub fn run_server(
     };
     let (height, hash) = query.tip();
     tracing::info!(height = height.0, %hash, addr = %config.electrum_rpc_addr, "serving Electrum clients");
+    let new_block = watch_for_new_blocks(Arc::clone(&query), poll, Arc::clone(&stop));
     let mut result = Ok(());
     while !stop.load(Ordering::Relaxed) {
         if server.is_finished() {
@@ -282,11 +283,51 @@ pub fn run_server(
             stop.store(true, Ordering::Relaxed);
             break;
         }
-        sleep_unless_stopped(poll, &stop);
+        // Woken at once by a new block; the mempool is polled every
+        // `poll` either way.
+        match new_block.recv_timeout(poll) {
+            Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => sleep_unless_stopped(poll, &stop),
+        }
     }
     stop.store(true, Ordering::Relaxed);
     let served = runtime.block_on(server).context("server task")?;
     result.and(served)
+}
+
+/// A thread parked on the node's long poll for new blocks: each new block
+/// sends one wake-up, so the tip is followed within milliseconds of the
+/// node accepting a block rather than at the next poll.
+fn watch_for_new_blocks(
+    query: Arc<Query>,
+    poll: Duration,
+    stop: Arc<AtomicBool>,
+) -> mpsc::Receiver<()> {
+    let (wake, woken) = mpsc::sync_channel(1);
+    let spawned = std::thread::Builder::new()
+        .name("new-blocks".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let tip = query.tip().1;
+                match query.source().wait_for_new_block(tip, poll) {
+                    Ok(true) => {
+                        // A full channel already holds a wake-up: fine.
+                        let _ = wake.try_send(());
+                        // Let the tracker index it before asking again.
+                        let until = Instant::now() + poll;
+                        while query.tip().1 == tip && Instant::now() < until {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                    }
+                    Ok(false) => {}
+                    Err(_) => sleep_unless_stopped(poll, &stop),
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the new-block watcher ({e}); polling instead");
+    }
+    woken
 }
 
 async fn shutdown_signal() {

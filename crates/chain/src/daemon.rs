@@ -470,6 +470,31 @@ fn parse_prevout(prevout: &Value) -> Option<TxOut> {
 }
 
 impl ChainSource for Daemon {
+    /// Bitcoin Core: `waitfornewblock`, a long poll that returns as soon as
+    /// the tip changes (or at the timeout), so new blocks reach wallets
+    /// within milliseconds without ZMQ settings on the node. btcd has no
+    /// such call: sleep, and the caller polls.
+    fn wait_for_new_block(
+        &self,
+        tip: BlockHash,
+        timeout: std::time::Duration,
+    ) -> Result<bool, Error> {
+        if self.kind == NodeKind::Btcd {
+            std::thread::sleep(timeout);
+            return Ok(self.best_block()?.1 != tip);
+        }
+        if self.best_block()?.1 != tip {
+            return Ok(true);
+        }
+        let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let reply: Value = self.rpc.call("waitfornewblock", &[json!(millis)])?;
+        let hash = reply
+            .get("hash")
+            .and_then(Value::as_str)
+            .and_then(|h| h.parse::<BlockHash>().ok());
+        Ok(hash.is_some_and(|h| h != tip))
+    }
+
     fn initial_block_download(&self) -> Result<bool, Error> {
         let info: Value = self.rpc.call("getblockchaininfo", &[])?;
         Ok(info

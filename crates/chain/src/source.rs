@@ -43,6 +43,21 @@ pub trait ChainSource: Send + Sync {
         Ok(false)
     }
 
+    /// Waits up to `timeout` for the source's best block to change from
+    /// `tip`; returns whether it did. A source that cannot be waited on
+    /// just sleeps, and the caller polls.
+    ///
+    /// # Errors
+    /// When the node cannot be reached.
+    fn wait_for_new_block(
+        &self,
+        tip: BlockHash,
+        timeout: std::time::Duration,
+    ) -> Result<bool, Error> {
+        std::thread::sleep(timeout);
+        Ok(self.best_block()?.1 != tip)
+    }
+
     /// The best block the source has.
     ///
     /// # Errors
