@@ -9,17 +9,14 @@
 use crate::source::{BlockWithPrevouts, ChainSource, MempoolTx, TxLocation};
 use crate::Error;
 use bitcoin::block::Header;
-use bitcoin::consensus::{deserialize, Decodable};
+use bitcoin::consensus::deserialize;
 use bitcoin::{Block, BlockHash, OutPoint, TxOut, Txid};
 use osprey_core::{Height, Network};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-
-/// Each transaction's (offset, length) within its block.
-type TxSpans = Vec<(u32, u32)>;
+use std::sync::Mutex;
 
 struct BlockPos {
     file: usize,
@@ -38,11 +35,6 @@ pub struct BlkFiles {
     files: Vec<PathBuf>,
     blocks: Vec<BlockPos>,
     unspent: Mutex<Unspent>,
-    /// Per block, each transaction's (offset, length) within the block,
-    /// learnt on the block's first transaction fetch, so later fetches read
-    /// only their own bytes. 8 bytes per transaction: fine for generated
-    /// chains.
-    tx_spans: Mutex<HashMap<u32, Arc<TxSpans>>>,
 }
 
 impl BlkFiles {
@@ -129,7 +121,6 @@ impl BlkFiles {
         Ok(BlkFiles {
             files,
             blocks,
-            tx_spans: Mutex::new(HashMap::new()),
             unspent: Mutex::new(Unspent {
                 outputs: HashMap::new(),
                 next: 0,
@@ -154,38 +145,6 @@ impl BlkFiles {
             .and_then(|f| f.read_exact_at(&mut buf, pos.offset + u64::from(offset)))
             .map_err(|e| Error::persistent(format!("{}: {e}", path.display())))?;
         Ok(buf)
-    }
-
-    /// The (offset, length) of every transaction of the block at `height`.
-    fn tx_spans(&self, height: Height) -> Result<Arc<TxSpans>, Error> {
-        if let Some(spans) = self
-            .tx_spans
-            .lock()
-            .expect("tx spans lock poisoned")
-            .get(&height.0)
-        {
-            return Ok(Arc::clone(spans));
-        }
-        let bytes = self.read_block_bytes(height, None)?;
-        let bad = |e: bitcoin::consensus::encode::Error| {
-            Error::persistent(format!("block {height} does not parse: {e}"))
-        };
-        let mut cursor = std::io::Cursor::new(&bytes[80..]);
-        let count = bitcoin::VarInt::consensus_decode(&mut cursor)
-            .map_err(bad)?
-            .0;
-        let mut spans = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            let start = 80 + cursor.position() as u32;
-            bitcoin::Transaction::consensus_decode(&mut cursor).map_err(bad)?;
-            spans.push((start, 80 + cursor.position() as u32 - start));
-        }
-        let spans = Arc::new(spans);
-        self.tx_spans
-            .lock()
-            .expect("tx spans lock poisoned")
-            .insert(height.0, Arc::clone(&spans));
-        Ok(spans)
     }
 
     fn read_block(&self, height: Height) -> Result<(Block, usize), Error> {
@@ -285,12 +244,7 @@ impl ChainSource for BlkFiles {
     fn transaction(&self, txid: &Txid, location: Option<TxLocation>) -> Result<Vec<u8>, Error> {
         let loc =
             location.ok_or_else(|| Error::persistent(format!("transaction {txid} not found")))?;
-        let span = self
-            .tx_spans(loc.height)?
-            .get(loc.position as usize)
-            .copied()
-            .ok_or_else(|| Error::persistent(format!("transaction {txid} not found")))?;
-        self.read_block_bytes(loc.height, Some(span))
+        self.read_block_bytes(loc.height, Some((loc.offset, loc.len)))
     }
 
     fn transaction_verbose(

@@ -67,6 +67,9 @@ pub struct Daemon {
     rpc: RpcClient,
     kind: NodeKind,
     block_source: BlockSource,
+    /// Whether `/rest/blockpart` may serve transactions (Core 31+ with
+    /// REST); cleared, and logged once, the first time it does not.
+    blockpart: AtomicBool,
     fee_fallback_logged: AtomicBool,
 }
 
@@ -105,6 +108,7 @@ impl Daemon {
             rpc,
             kind,
             block_source: BlockSource::Rpc,
+            blockpart: AtomicBool::new(matches!(kind, NodeKind::BitcoinCore { .. })),
             fee_fallback_logged: AtomicBool::new(false),
         })
     }
@@ -260,6 +264,47 @@ impl Daemon {
                 })
             })
             .collect()
+    }
+
+    /// A confirmed transaction's own bytes out of its block, over REST
+    /// (`/rest/blockpart`, Core 31+): no JSON, no hex, and the node reads
+    /// only those bytes. The bytes must hash to `txid`; `None` when REST
+    /// cannot serve them (then callers use JSON-RPC, and so does every later
+    /// call).
+    fn transaction_from_blockpart(
+        &self,
+        txid: &Txid,
+        loc: &TxLocation,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let path = format!(
+            "/rest/blockpart/{}.bin?offset={}&size={}",
+            loc.block_hash, loc.offset, loc.len
+        );
+        let reply = match self.rpc.rest_get(&path) {
+            Ok(reply) => reply,
+            Err(e) if e.is_transient() => return Err(e),
+            Err(_) => None,
+        };
+        match reply {
+            Some(bytes)
+                if deserialize::<Transaction>(&bytes)
+                    .is_ok_and(|tx| tx.compute_txid() == *txid) =>
+            {
+                Ok(Some(bytes))
+            }
+            Some(_) => Err(Error::persistent(format!(
+                "block {} ({}) at offset {} does not hold transaction {txid} (reorg under way?)",
+                loc.height, loc.block_hash, loc.offset
+            ))),
+            None => {
+                if self.blockpart.swap(false, Ordering::Relaxed) {
+                    tracing::info!(
+                        "node does not serve /rest/blockpart (Bitcoin Core 31+ with -rest=1): transactions come over JSON-RPC"
+                    );
+                }
+                Ok(None)
+            }
+        }
     }
 
     /// btcd: fetch every funding transaction not in the block itself.
@@ -545,6 +590,11 @@ impl ChainSource for Daemon {
     }
 
     fn transaction(&self, txid: &Txid, location: Option<TxLocation>) -> Result<Vec<u8>, Error> {
+        if let (Some(loc), true) = (location, self.blockpart.load(Ordering::Relaxed)) {
+            if let Some(bytes) = self.transaction_from_blockpart(txid, &loc)? {
+                return Ok(bytes);
+            }
+        }
         let hex: Result<String, Error> = match (self.kind, location) {
             // Without -txindex, Core finds a confirmed transaction given its block.
             (NodeKind::BitcoinCore { .. }, Some(loc)) => self.rpc.call(

@@ -23,6 +23,9 @@ pub struct TxLocation {
     pub block_hash: BlockHash,
     pub height: Height,
     pub position: u32,
+    /// The transaction's offset and length within the serialized block.
+    pub offset: u32,
+    pub len: u32,
 }
 
 /// A mempool transaction as the node reports it.

@@ -40,6 +40,16 @@ pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> Result<Bloc
     if root.map(|r| r.to_byte_array()) != Some(block.block.header.merkle_root.to_byte_array()) {
         return Err("its transactions do not hash to its merkle root".into());
     }
+    let mut end = 80 + osprey_store::compact_size_len(block.block.txdata.len() as u64);
+    let tx_ends = block
+        .block
+        .txdata
+        .iter()
+        .map(|tx| {
+            end += tx.total_size() as u32;
+            end
+        })
+        .collect();
     let mut rows = Vec::with_capacity(block.prevouts.len() + 3 * block.block.txdata.len());
     let mut touched = Vec::new();
     if block.height != Height(0) {
@@ -79,6 +89,7 @@ pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> Result<Bloc
             header: block.block.header,
             first_tx_num,
             txids,
+            tx_ends,
             rows,
         },
         touched,

@@ -337,11 +337,11 @@ impl Query {
             .ok_or_else(|| Error::Internal(format!("transaction {txid} has no input {input}")))
     }
 
-    fn location(&self, tx_num: TxNum) -> Result<TxLocation, Error> {
-        let (height, position) = self
-            .store
-            .locate(tx_num)
-            .ok_or_else(|| Error::Internal(format!("tx_num {tx_num} beyond the tip")))?;
+    /// Where the node keeps a confirmed transaction's bytes.
+    pub(crate) fn location(&self, tx_num: TxNum) -> Result<TxLocation, Error> {
+        let beyond_tip = || Error::Internal(format!("tx_num {tx_num} beyond the tip"));
+        let (height, position) = self.store.locate(tx_num).ok_or_else(beyond_tip)?;
+        let (_, offset, len) = self.store.tx_span(tx_num)?.ok_or_else(beyond_tip)?;
         let block_hash = self
             .store
             .block_hash(height)
@@ -350,6 +350,8 @@ impl Query {
             block_hash,
             height,
             position,
+            offset,
+            len,
         })
     }
 

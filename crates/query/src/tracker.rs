@@ -5,7 +5,7 @@ use crate::mempool::MempoolEntry;
 use crate::query::{Change, Query};
 use bitcoin::{Transaction, TxOut, Txid};
 use osprey_chain::MempoolTx;
-use osprey_core::{Height, ScriptHash};
+use osprey_core::ScriptHash;
 use osprey_indexer::{ChunkStats, Indexer};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -190,16 +190,8 @@ impl Tracker {
         let Ok(Some(tx_num)) = store.find_tx_num(txid) else {
             return Ok(None);
         };
-        let Some((height, position)) = store.locate(tx_num) else {
+        let Ok(location) = self.query.location(tx_num) else {
             return Ok(None);
-        };
-        let Some(block_hash) = store.block_hash(height) else {
-            return Ok(None);
-        };
-        let location = osprey_chain::TxLocation {
-            block_hash,
-            height: Height(height.0),
-            position,
         };
         let raw = self.query.source().transaction(txid, Some(location))?;
         Ok(bitcoin::consensus::deserialize(&raw).ok())

@@ -5,6 +5,8 @@
 //! - `headers.dat`: 80-byte headers by height;
 //! - `txcounts.dat`: cumulative transaction count after each height;
 //! - `txids.dat`: 32-byte txids by tx_num;
+//! - `txends.dat`: where each transaction ends within its block (u32), so
+//!   its bytes can be read from the node's copy of the block;
 //! - column family `history`: rows of [`codec::HistoryRow`];
 //! - column family `txid`: txid prefix + tx_num;
 //! - column family `undo`: the history keys each recent block wrote;
@@ -108,6 +110,9 @@ pub struct IndexedBlock {
     /// The tx_num of the block's first transaction.
     pub first_tx_num: TxNum,
     pub txids: Vec<Txid>,
+    /// Where each transaction ends within the serialized block (the first
+    /// starts after the header and the transaction count).
+    pub tx_ends: Vec<u32>,
     /// Encoded history rows (see [`HistoryRow::encode`]).
     pub rows: Vec<(Vec<u8>, Vec<u8>)>,
 }
@@ -118,6 +123,8 @@ pub struct PreparedBatch {
     blocks: Vec<(Height, Header, TxNum, u64)>,
     /// Every transaction's txid, in chain order.
     txids: Vec<[u8; 32]>,
+    /// Every transaction's end within its block, in chain order.
+    tx_ends: Vec<u32>,
     /// History, txid and undo rows.
     batch: WriteBatch,
 }
@@ -146,6 +153,7 @@ struct Files {
     headers: FlatFile,
     txcounts: FlatFile,
     txids: FlatFile,
+    txends: FlatFile,
 }
 
 pub struct Store {
@@ -269,6 +277,7 @@ impl Store {
             headers: open_flat("headers.dat", 80)?,
             txcounts: open_flat("txcounts.dat", 8)?,
             txids: open_flat("txids.dat", 32)?,
+            txends: open_flat("txends.dat", 4)?,
         };
         if files.headers.len() < blocks || files.txcounts.len() < blocks {
             return Err(Error::Corrupt(format!(
@@ -307,16 +316,21 @@ impl Store {
             .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk")))
             .collect();
         let txs = tx_counts.last().copied().unwrap_or(0);
-        if files.txids.len() < txs {
+        if files.txids.len() < txs || files.txends.len() < txs {
             return Err(Error::Corrupt(format!(
-                "{} txids on file, {txs} expected",
-                files.txids.len()
+                "{} txids and {} tx ends on file, {txs} expected",
+                files.txids.len(),
+                files.txends.len()
             )));
         }
         files
             .txids
             .truncate(txs)
             .map_err(file_err(&dir.join("txids.dat")))?;
+        files
+            .txends
+            .truncate(txs)
+            .map_err(file_err(&dir.join("txends.dat")))?;
         if truncated {
             tracing::info!(blocks, "cut flat files back to the committed tip");
         }
@@ -402,6 +416,42 @@ impl Store {
         };
         chain.tx_counts.get(h)?;
         Some((Height(h as u32), (tx_num.0 - first) as u32))
+    }
+
+    /// Where the bytes of `tx_num` are: its block's height, and its offset
+    /// and length within the serialized block. `None` beyond the tip.
+    ///
+    /// # Errors
+    /// When the positions file cannot be read.
+    pub fn tx_span(&self, tx_num: TxNum) -> Result<Option<(Height, u32, u32)>> {
+        let Some((height, position)) = self.locate(tx_num) else {
+            return Ok(None);
+        };
+        let read_end = |n: u64| -> Result<u32> {
+            let mut buf = [0u8; 4];
+            let files = self.files.read().expect("files lock poisoned");
+            files
+                .txends
+                .read(n, &mut buf)
+                .map_err(|source| Error::File {
+                    path: self.path.join("txends.dat"),
+                    source,
+                })?;
+            Ok(u32::from_le_bytes(buf))
+        };
+        let start = if position == 0 {
+            let txs = self.block_tx_nums(height).map_or(0, |r| r.end - r.start);
+            80 + compact_size_len(txs)
+        } else {
+            read_end(tx_num.0 - 1)?
+        };
+        let end = read_end(tx_num.0)?;
+        if end <= start {
+            return Err(Error::Corrupt(format!(
+                "transaction {tx_num} ends at {end}, before its start {start}"
+            )));
+        }
+        Ok(Some((height, start, end - start)))
     }
 
     /// The txid of `tx_num`.
@@ -576,6 +626,10 @@ impl Store {
                 .iter()
                 .flat_map(|b| b.txids.iter().map(|t| t.to_byte_array()))
                 .collect(),
+            tx_ends: blocks
+                .iter()
+                .flat_map(|b| b.tx_ends.iter().copied())
+                .collect(),
             batch,
         }
     }
@@ -600,6 +654,7 @@ impl Store {
         let PreparedBatch {
             blocks,
             txids,
+            tx_ends,
             mut batch,
         } = prepared;
         let Some(&(last_height, last_header, _, _)) = blocks.last() else {
@@ -629,12 +684,16 @@ impl Store {
             for txid in &txids {
                 files.txids.append(txid);
             }
+            for end in &tx_ends {
+                files.txends.append(&end.to_le_bytes());
+            }
             // The flat files must be durable before the tip that covers them.
             let res = files
                 .headers
                 .flush_and_sync()
                 .and_then(|()| files.txcounts.flush_and_sync())
-                .and_then(|()| files.txids.flush_and_sync());
+                .and_then(|()| files.txids.flush_and_sync())
+                .and_then(|()| files.txends.flush_and_sync());
             if let Err(source) = res {
                 return Err(Error::File {
                     path: self.path.clone(),
@@ -748,7 +807,8 @@ impl Store {
                 .headers
                 .truncate(blocks)
                 .and_then(|()| files.txcounts.truncate(blocks))
-                .and_then(|()| files.txids.truncate(first_removed_tx));
+                .and_then(|()| files.txids.truncate(first_removed_tx))
+                .and_then(|()| files.txends.truncate(first_removed_tx));
             if let Err(source) = res {
                 return Err(Error::File {
                     path: self.path.clone(),
@@ -792,6 +852,13 @@ impl Store {
         for txid in self.txids(0..self.tx_count())? {
             engine.input(txid.as_byte_array());
         }
+        for tx_num in 0..self.tx_count() {
+            if let Some((height, offset, len)) = self.tx_span(TxNum(tx_num))? {
+                engine.input(&height.0.to_le_bytes());
+                engine.input(&offset.to_le_bytes());
+                engine.input(&len.to_le_bytes());
+            }
+        }
         Ok(sha256::Hash::from_engine(engine).to_byte_array())
     }
 
@@ -817,6 +884,17 @@ impl Store {
             self.flush()?;
         }
         Ok(())
+    }
+}
+
+/// Bytes of Bitcoin's compact-size encoding of `n` (the transaction count
+/// after a block header).
+pub fn compact_size_len(n: u64) -> u32 {
+    match n {
+        0..=0xfc => 1,
+        0xfd..=0xffff => 3,
+        0x1_0000..=0xffff_ffff => 5,
+        _ => 9,
     }
 }
 

@@ -41,6 +41,7 @@ fn blocks(
             prev = hdr.block_hash();
             let first_tx_num = TxNum(tx);
             let txids = vec![txid(tx, fork), txid(tx + 1, fork)];
+            let tx_ends = vec![81 + 100, 81 + 100 + 60 + u32::from(fork)];
             let s = script((h % 3) as u8);
             let mut rows = vec![HistoryRow::funding(TxNum(tx), 0, 50).encode(&s)];
             if tx >= 2 {
@@ -54,6 +55,7 @@ fn blocks(
                 header: hdr,
                 first_tx_num,
                 txids,
+                tx_ends,
                 rows,
             }
         })
