@@ -11,6 +11,7 @@ use crate::jsonrpc::{self, Incoming, Message};
 use crate::request::{Request, ScriptKey, ScriptMethod};
 use crate::server::ServerInfo;
 use crate::session::SessionState;
+use crate::version::ProtocolVersion;
 use crate::{fee, headers, mempool, scripthash, server, transaction};
 use osprey_core::StatusHash;
 use serde_json::Value;
@@ -53,15 +54,43 @@ pub struct Outcome {
     pub close: bool,
 }
 
+/// Threads that answer the requests of one batch at once: more than the
+/// cores, because many requests wait on the node (a transaction's bytes over
+/// REST or RPC) rather than on a CPU.
+const BATCH_WORKERS: usize = 8;
+
 /// Answers lines for any number of sessions.
 pub struct Dispatcher {
     backend: Arc<dyn Backend>,
     config: DispatchConfig,
+    /// Runs a batch's requests in parallel; `None` (requests run one after
+    /// the other) if its threads could not be started.
+    batch_pool: Option<rayon::ThreadPool>,
+}
+
+/// A request of a batch, between the in-order phase and the parallel one.
+enum Pending {
+    /// Answered already (or owed no answer).
+    Done(Option<Value>),
+    /// Reads only: runs in parallel.
+    Query { id: Value, request: Request },
+    /// Registered in the session; its status is computed in parallel.
+    Subscribe { id: Value, key: ScriptKey },
 }
 
 impl Dispatcher {
     pub fn new(backend: Arc<dyn Backend>, config: DispatchConfig) -> Self {
-        Dispatcher { backend, config }
+        let batch_pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(BATCH_WORKERS)
+            .thread_name(|i| format!("batch-{i}"))
+            .build()
+            .map_err(|e| tracing::warn!("batches will run one request at a time: {e}"))
+            .ok();
+        Dispatcher {
+            backend,
+            config,
+            batch_pool,
+        }
     }
 
     pub fn config(&self) -> &DispatchConfig {
@@ -79,16 +108,112 @@ impl Dispatcher {
             }
             Incoming::Single(message) => self.handle_message(state, message, &mut out),
             Incoming::Batch(messages) => {
-                let responses: Vec<Value> = messages
-                    .into_iter()
-                    .filter_map(|m| self.handle_message(state, m, &mut out))
-                    .collect();
+                let responses = self.handle_batch(state, messages, &mut out);
                 // A batch of notifications gets no response at all.
                 (!responses.is_empty()).then_some(Value::Array(responses))
             }
         };
         out.response = response.map(|r| r.to_string());
         out
+    }
+
+    /// Answers a batch, replies in request order. What changes the session
+    /// runs in order first (a subscription is registered); the work that
+    /// only reads (statuses, histories, transactions, headers) then runs in
+    /// parallel. A batch that also negotiates the version, subscribes to
+    /// headers or unsubscribes runs one request at a time, so that its
+    /// effects keep their order.
+    fn handle_batch(
+        &self,
+        state: &mut SessionState,
+        messages: Vec<Message>,
+        out: &mut Outcome,
+    ) -> Vec<Value> {
+        let ordered_only = messages.iter().any(|m| match m {
+            Message::Call(call) => matches!(
+                Request::parse(&call.method, &call.params),
+                Ok(Request::ServerVersion { .. }
+                    | Request::HeadersSubscribe
+                    | Request::Script {
+                        method: ScriptMethod::Unsubscribe,
+                        ..
+                    })
+            ),
+            _ => false,
+        });
+        let Some(pool) = self.batch_pool.as_ref().filter(|_| !ordered_only) else {
+            return messages
+                .into_iter()
+                .filter_map(|m| self.handle_message(state, m, out))
+                .collect();
+        };
+        let pending: Vec<Pending> = messages
+            .into_iter()
+            .map(|message| match message {
+                Message::Call(call) if call.id.is_some() => {
+                    let id = call.id.expect("checked above");
+                    match Request::parse(&call.method, &call.params) {
+                        Err(e) => Pending::Done(Some(jsonrpc::response(id, Err(e)))),
+                        Ok(Request::Script {
+                            method: ScriptMethod::Subscribe,
+                            key,
+                        }) => {
+                            state.note_other_message();
+                            let max = self.config.subscriptions_per_session_max;
+                            match state.subscribe(&key, max) {
+                                Ok(_) => Pending::Subscribe { id, key },
+                                Err(e) => Pending::Done(Some(jsonrpc::response(id, Err(e)))),
+                            }
+                        }
+                        Ok(request) => {
+                            state.note_other_message();
+                            Pending::Query { id, request }
+                        }
+                    }
+                }
+                other => Pending::Done(self.handle_message(state, other, out)),
+            })
+            .collect();
+        let protocol = state.protocol();
+        type Status = Result<Option<StatusHash>, RpcError>;
+        let answered: Vec<(Pending, Option<Status>)> = pool.install(|| {
+            use rayon::prelude::*;
+            pending
+                .into_par_iter()
+                .map(|p| match p {
+                    Pending::Query { id, request } => {
+                        let result = self.execute_query(protocol, request);
+                        if let Err(e) = &result {
+                            tracing::debug!(error = %e, "request failed");
+                        }
+                        (Pending::Done(Some(jsonrpc::response(id, result))), None)
+                    }
+                    Pending::Subscribe { id, key } => {
+                        let status = self.backend.status(&key.scripthash).map_err(RpcError::from);
+                        (Pending::Subscribe { id, key }, Some(status))
+                    }
+                    done => (done, None),
+                })
+                .collect()
+        });
+        answered
+            .into_iter()
+            .filter_map(|answer| match answer {
+                (Pending::Subscribe { id, key }, Some(Ok(status))) => {
+                    out.effects.push(Effect::Subscribed { key, status });
+                    Some(jsonrpc::response(id, Ok(scripthash::status_json(status))))
+                }
+                (Pending::Subscribe { id, key }, Some(Err(e))) => {
+                    // Not subscribed if the client never got a status.
+                    state.unsubscribe(&key);
+                    Some(jsonrpc::response(id, Err(e)))
+                }
+                (Pending::Done(response), _) => response,
+                (Pending::Subscribe { id, .. } | Pending::Query { id, .. }, _) => Some(
+                    jsonrpc::response(id, Err(RpcError::Internal("request was not run".into()))),
+                ),
+            })
+            .collect()
     }
 
     fn handle_message(
@@ -126,7 +251,6 @@ impl Dispatcher {
         if !matches!(request, Request::ServerVersion { .. }) {
             state.note_other_message();
         }
-        let protocol = state.protocol();
         let backend: &dyn Backend = &*self.backend;
         let config = &self.config;
         match request {
@@ -145,43 +269,12 @@ impl Dispatcher {
                     Err(e)
                 }
             },
-            Request::ServerBanner => Ok(Value::String(config.info.banner.clone())),
-            Request::ServerDonationAddress => {
-                Ok(Value::String(config.info.donation_address.clone()))
-            }
-            Request::ServerFeatures => Ok(server::features(&config.info)),
-            Request::ServerPeersSubscribe => Ok(server::peers()),
-            Request::ServerPing { pong_len } => {
-                server::ping(protocol, pong_len, config.pong_len_max)
-            }
             Request::HeadersSubscribe => {
                 let tip = headers::subscribe(backend)?;
                 state.subscribe_headers();
                 out.effects.push(Effect::HeadersSubscribed);
                 Ok(tip)
             }
-            Request::BlockHeader { height, cp_height } => {
-                headers::header(backend, height, cp_height)
-            }
-            Request::BlockHeaders {
-                start_height,
-                count,
-                cp_height,
-            } => headers::headers(
-                backend,
-                config.headers_per_call_max,
-                protocol.is_1_6_or_later(),
-                start_height,
-                count,
-                cp_height,
-            ),
-            Request::EstimateFee { number, mode } => {
-                fee::estimatefee(backend, number, mode.as_deref())
-            }
-            // 1.6 replaced `relayfee` with `mempool.get_info`, but we keep
-            // serving it: electrum-client 0.25 (BDK) negotiates 1.6 and still
-            // calls it, and servers may support extra methods.
-            Request::RelayFee => fee::relayfee(backend),
             Request::Script {
                 method: ScriptMethod::Subscribe,
                 key,
@@ -208,6 +301,51 @@ impl Dispatcher {
                 }
                 Ok(Value::Bool(removed))
             }
+            query => self.execute_query(state.protocol(), query),
+        }
+    }
+
+    /// Runs a request that reads the backend and nothing of the session but
+    /// its protocol version, so batches run these in parallel.
+    fn execute_query(
+        &self,
+        protocol: ProtocolVersion,
+        request: Request,
+    ) -> Result<Value, RpcError> {
+        let backend: &dyn Backend = &*self.backend;
+        let config = &self.config;
+        match request {
+            Request::ServerBanner => Ok(Value::String(config.info.banner.clone())),
+            Request::ServerDonationAddress => {
+                Ok(Value::String(config.info.donation_address.clone()))
+            }
+            Request::ServerFeatures => Ok(server::features(&config.info)),
+            Request::ServerPeersSubscribe => Ok(server::peers()),
+            Request::ServerPing { pong_len } => {
+                server::ping(protocol, pong_len, config.pong_len_max)
+            }
+            Request::BlockHeader { height, cp_height } => {
+                headers::header(backend, height, cp_height)
+            }
+            Request::BlockHeaders {
+                start_height,
+                count,
+                cp_height,
+            } => headers::headers(
+                backend,
+                config.headers_per_call_max,
+                protocol.is_1_6_or_later(),
+                start_height,
+                count,
+                cp_height,
+            ),
+            Request::EstimateFee { number, mode } => {
+                fee::estimatefee(backend, number, mode.as_deref())
+            }
+            // 1.6 replaced `relayfee` with `mempool.get_info`, but we keep
+            // serving it: electrum-client 0.25 (BDK) negotiates 1.6 and still
+            // calls it, and servers may support extra methods.
+            Request::RelayFee => fee::relayfee(backend),
             Request::Script { method, key } => scripthash::query(backend, method, &key.scripthash),
             Request::TxBroadcast { raw_tx } => transaction::broadcast(backend, &raw_tx),
             Request::TxBroadcastPackage { raw_txs, verbose } => {
@@ -224,6 +362,9 @@ impl Dispatcher {
             } => transaction::id_from_pos(backend, height, tx_pos, merkle),
             Request::MempoolFeeHistogram => Ok(mempool::fee_histogram(backend)),
             Request::MempoolGetInfo => mempool::info(backend),
+            Request::ServerVersion { .. } | Request::HeadersSubscribe => Err(RpcError::Internal(
+                "a request that changes the session was run as a query".into(),
+            )),
         }
     }
 }

@@ -611,3 +611,68 @@ fn arbitrary_lines_never_panic() {
         }
     }
 }
+
+#[test]
+fn batches_run_in_parallel_but_answer_and_subscribe_in_request_order() {
+    let mut h = Harness::at("1.4");
+    let sh: ScriptHash = SH.parse().unwrap();
+    h.backend.update(|s| {
+        s.histories.insert(
+            sh,
+            vec![HistoryEntry {
+                txid: txid(1),
+                height: 7,
+                fee: None,
+            }],
+        );
+    });
+    let want = StatusHash::of_history([(&txid(1), 7)]).unwrap().to_string();
+    let other = "00".repeat(32);
+    let third = "11".repeat(32);
+    // Subscribes, a query and a bad request mixed: replies in request order,
+    // effects in request order, and the limit (2) refuses the third
+    // subscription without subscribing it.
+    let batch = json!([
+        {"id": "a", "method": "blockchain.scripthash.subscribe", "params": [SH]},
+        {"id": "b", "method": "blockchain.scripthash.get_history", "params": [SH]},
+        {"id": "c", "method": "blockchain.scripthash.subscribe", "params": [other]},
+        {"id": "d", "method": "blockchain.scripthash.subscribe", "params": [third]},
+        {"id": "e", "method": "blockchain.scripthash.get_history", "params": ["zz"]},
+    ]);
+    let out = h.line(&batch.to_string());
+    let r: Value = serde_json::from_str(out.response.as_deref().unwrap()).unwrap();
+    let ids: Vec<&Value> = r.as_array().unwrap().iter().map(|x| &x["id"]).collect();
+    assert_eq!(ids, ["a", "b", "c", "d", "e"], "{r}");
+    assert_eq!(r[0]["result"], want);
+    assert_eq!(r[1]["result"][0]["height"], 7);
+    assert_eq!(r[2]["result"], Value::Null);
+    assert_eq!(r[3]["error"]["code"], -101, "{r}");
+    assert_eq!(r[4]["error"]["code"], -32602, "{r}");
+    let subscribed: Vec<String> = out
+        .effects
+        .iter()
+        .map(|e| match e {
+            Effect::Subscribed { key, .. } => key.scripthash.to_string(),
+            other => panic!("unexpected effect {other:?}"),
+        })
+        .collect();
+    assert_eq!(subscribed, [SH.to_string(), other.clone()]);
+    assert_eq!(h.state.subscription_count(), 2);
+
+    // With an unsubscribe in it, a batch runs in order: the subscription
+    // made first and undone after is gone, and its effects say so in order.
+    let batch = json!([
+        {"id": 1, "method": "blockchain.scripthash.unsubscribe", "params": [other]},
+        {"id": 2, "method": "blockchain.scripthash.subscribe", "params": [third]},
+        {"id": 3, "method": "blockchain.scripthash.unsubscribe", "params": [third]},
+    ]);
+    let out = h.line(&batch.to_string());
+    let r: Value = serde_json::from_str(out.response.as_deref().unwrap()).unwrap();
+    assert_eq!(r[0]["result"], true);
+    assert_eq!(r[1]["result"], Value::Null);
+    assert_eq!(r[2]["result"], true);
+    assert!(
+        matches!(out.effects.last(), Some(Effect::Unsubscribed { key }) if key.scripthash.to_string() == third)
+    );
+    assert_eq!(h.state.subscription_count(), 1);
+}
