@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing Osprey needs on a fresh Debian/Ubuntu
 # machine: clang/libclang (bindgen for RocksDB, which is compiled from
-# source) and, with --btcd, the btcd regtest node the functional tests run.
+# source) and, with --btcd, the regtest nodes the tests run: btcd, and
+# Bitcoin Core's shared libraries for the bitcoind in ../shared/peers (or
+# any bitcoind named by BITCOIND_EXE or on the PATH).
 set -euo pipefail
 
 need_apt=()
@@ -26,5 +28,11 @@ if [ "${1:-}" = "--btcd" ]; then
     command -v go >/dev/null 2>&1 || { echo "setup: go is needed to install btcd (apt-get install golang)" >&2; exit 1; }
     echo "setup: installing btcd v0.24.2 (go install)"
     (cd /tmp && GOFLAGS=-mod=mod go install github.com/btcsuite/btcd@v0.24.2)
+  fi
+  # Bitcoin Core: the tests use $BITCOIND_EXE, the PATH, then
+  # ../shared/peers/bin/bitcoind, whose libraries its setup.sh installs.
+  if [ -z "${BITCOIND_EXE:-}" ] && ! command -v bitcoind >/dev/null 2>&1 && [ -x ../shared/peers/setup.sh ]; then
+    echo "setup: preparing ../shared/peers (Bitcoin Core's libraries)"
+    ../shared/peers/setup.sh >/dev/null
   fi
 fi

@@ -12,8 +12,8 @@ mod wallet;
 pub use fixture::ChainFixture;
 
 pub use node::{
-    mining_address, mining_key, start_node, BitcoindNode, BtcdNode, Node, NodeKind, RPC_PASS,
-    RPC_USER,
+    mining_address, mining_key, start_node, BitcoindNode, BitcoindOptions, BtcdNode, Node,
+    NodeKind, RPC_PASS, RPC_USER,
 };
 pub use osprey_chaingen::sign::ScriptKind;
 pub use wallet::{TestWallet, WalletCoin};

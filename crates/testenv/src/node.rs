@@ -398,25 +398,66 @@ impl Node for BtcdNode {
     }
 }
 
-/// Bitcoin Core's bitcoind in regtest mode, when one is installed
-/// (`$OSPREY_BITCOIND` or the PATH). Outline: the btcd harness is the one
-/// CI runs.
+/// Bitcoin Core's bitcoind in regtest mode, run the way users run it: no
+/// `-txindex`, a cookie file in `<datadir>/regtest/.cookie`, and block files
+/// XOR-obfuscated (Core's default since 28). The harness's own client logs in
+/// with `-rpcauth`, which leaves the cookie in place for Osprey.
 pub struct BitcoindNode {
     process: Process,
 }
 
+/// How to start a [`BitcoindNode`].
+#[derive(Clone, Debug)]
+pub struct BitcoindOptions {
+    /// `-rest=1`: binary REST on the RPC port.
+    pub rest: bool,
+}
+
+impl Default for BitcoindOptions {
+    fn default() -> Self {
+        BitcoindOptions { rest: true }
+    }
+}
+
 impl BitcoindNode {
-    /// Starts bitcoind and waits until its RPC answers.
+    /// Finds bitcoind: `$BITCOIND_EXE` (the rust-bitcoin ecosystem's
+    /// convention; `$OSPREY_BITCOIND` is an alias), the PATH, then the
+    /// workspace's `../shared/peers/bin/bitcoind`.
+    ///
+    /// # Errors
+    /// When it is nowhere, saying where it looked.
+    pub fn find() -> Result<PathBuf> {
+        let env = if std::env::var_os("BITCOIND_EXE").is_some() {
+            "BITCOIND_EXE"
+        } else if std::env::var_os("OSPREY_BITCOIND").is_some() {
+            "OSPREY_BITCOIND"
+        } else {
+            "BITCOIND_EXE"
+        };
+        let shared =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/peers/bin/bitcoind");
+        find_binary(
+            "bitcoind",
+            env,
+            &[shared],
+            "set BITCOIND_EXE to a Bitcoin Core 30+ bitcoind (and run ../shared/peers/setup.sh for its libraries)",
+        )
+    }
+
+    /// Starts bitcoind with REST on and waits until its RPC answers.
     ///
     /// # Errors
     /// When bitcoind is missing or does not come up (with its log).
     pub fn start() -> Result<BitcoindNode> {
-        let binary = find_binary(
-            "bitcoind",
-            "OSPREY_BITCOIND",
-            &[],
-            "install Bitcoin Core or set OSPREY_BITCOIND",
-        )?;
+        BitcoindNode::start_with(&BitcoindOptions::default())
+    }
+
+    /// Starts bitcoind with `options` and waits until its RPC answers.
+    ///
+    /// # Errors
+    /// When bitcoind is missing or does not come up (with its log).
+    pub fn start_with(options: &BitcoindOptions) -> Result<BitcoindNode> {
+        let binary = BitcoindNode::find()?;
         let process = start_with_retries(|rpc_addr, p2p_addr| {
             let dir = tempfile::Builder::new()
                 .prefix("osprey-bitcoind-")
@@ -431,22 +472,36 @@ impl BitcoindNode {
                 .arg(format!("-bind={p2p_addr}"))
                 .arg("-rpcbind=127.0.0.1")
                 .arg("-rpcallowip=127.0.0.1")
-                .arg(format!("-rpcuser={RPC_USER}"))
-                .arg(format!("-rpcpassword={RPC_PASS}"))
+                .arg(format!("-rpcauth={}", rpcauth(RPC_USER, RPC_PASS)))
+                .arg(format!("-rest={}", u8::from(options.rest)))
                 .args([
-                    "-txindex",
-                    "-rest",
                     "-server",
                     "-listen",
                     "-dnsseed=0",
                     "-fixedseeds=0",
                     "-listenonion=0",
+                    "-fallbackfee=0.0002",
                 ])
                 .arg("-printtoconsole");
             Process::spawn(command, dir, log, rpc_addr, p2p_addr)
         })?;
         Ok(BitcoindNode { process })
     }
+
+    /// The cookie file Core writes for this node.
+    pub fn cookie_file(&self) -> PathBuf {
+        self.process.dir.path().join("regtest/.cookie")
+    }
+}
+
+/// A `-rpcauth` value: `user:salt$hex(HMAC-SHA256(key = salt, password))`.
+fn rpcauth(user: &str, password: &str) -> String {
+    use bitcoin::hashes::{hmac, sha256, Hash, HashEngine};
+    let salt = "0123456789abcdef0123456789abcdef";
+    let mut engine = hmac::HmacEngine::<sha256::Hash>::new(salt.as_bytes());
+    engine.input(password.as_bytes());
+    let mac = hmac::Hmac::<sha256::Hash>::from_engine(engine);
+    format!("{user}:{salt}${}", hex::encode(mac.to_byte_array()))
 }
 
 impl Node for BitcoindNode {
