@@ -109,6 +109,8 @@ pub enum ChainConfig {
         rpc_addr: String,
         auth: osprey_chain::rpc::Auth,
         block_source: osprey_chain::BlockSourceChoice,
+        /// The node's `blocks` directory, for the `files` block source.
+        blocks_dir: Option<PathBuf>,
     },
     BlkFiles {
         dir: PathBuf,
@@ -162,9 +164,12 @@ impl ConfigArgs {
         let blocks_dir = self.blocks_dir.clone().or(file.blocks_dir);
         let block_source = match self.block_source.clone().or(file.block_source).as_deref() {
             None | Some("auto") => osprey_chain::BlockSourceChoice::Auto,
+            Some("files") => {
+                osprey_chain::BlockSourceChoice::Only(osprey_chain::BlockSource::Files)
+            }
             Some("rest") => osprey_chain::BlockSourceChoice::Only(osprey_chain::BlockSource::Rest),
             Some("rpc") => osprey_chain::BlockSourceChoice::Only(osprey_chain::BlockSource::Rpc),
-            Some(other) => bail!("block_source {other:?}: expected auto, rest or rpc"),
+            Some(other) => bail!("block_source {other:?}: expected auto, files, rest or rpc"),
         };
         let chain = match blocks_dir {
             Some(dir) => ChainConfig::BlkFiles { dir },
@@ -174,6 +179,15 @@ impl ConfigArgs {
                     .clone()
                     .or(file.daemon_rpc_addr)
                     .unwrap_or_else(|| format!("127.0.0.1:{}", network.default_daemon_rpc_port()));
+                let network_dir = self
+                    .daemon_dir
+                    .clone()
+                    .or(file.daemon_dir.clone())
+                    .or_else(|| home_dir().map(|home| home.join(".bitcoin")))
+                    .map(|dir| match network.daemon_subdir() {
+                        Some(sub) => dir.join(sub),
+                        None => dir,
+                    });
                 let auth = match (
                     self.auth.clone().or(file.auth),
                     self.cookie_file.clone().or(file.cookie_file),
@@ -203,6 +217,7 @@ impl ConfigArgs {
                     rpc_addr,
                     auth,
                     block_source,
+                    blocks_dir: network_dir.map(|dir| dir.join("blocks")),
                 }
             }
         };

@@ -39,10 +39,11 @@ pub fn connect_source(config: &Config, stop: &AtomicBool) -> anyhow::Result<Arc<
             rpc_addr,
             auth,
             block_source,
+            blocks_dir,
         } => loop {
             let connected =
                 Daemon::connect(rpc_addr, auth.clone(), config.network).and_then(|mut daemon| {
-                    daemon.use_block_source(*block_source)?;
+                    daemon.use_block_source(*block_source, blocks_dir.as_deref())?;
                     Ok(daemon)
                 });
             match connected {
@@ -156,6 +157,7 @@ fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<(Tracker, Ar
         source,
         QueryConfig {
             history_entries_max: config.history_entries_max,
+            ..QueryConfig::default()
         },
     ));
     Ok((Tracker::new(indexer, Arc::clone(&query)), query))

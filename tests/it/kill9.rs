@@ -59,7 +59,7 @@ fn progress_since(osprey: &Osprey, marker: usize) -> Vec<String> {
 /// written and synced just before the database commit that covers them:
 /// the kill lands between the two, or just after).
 #[derive(Clone, Copy, Debug)]
-enum KillAt {
+pub(crate) enum KillAt {
     After(Duration),
     Commit,
 }
@@ -71,7 +71,7 @@ fn headers_file_len(db: &Path) -> u64 {
 }
 
 /// Starts osprey on `db`, SIGKILLs it at `when`, and prints how far it got.
-fn start_and_kill(node: &dyn osprey_testenv::Node, db: &Path, when: KillAt) {
+pub(crate) fn start_and_kill(node: &dyn osprey_testenv::Node, db: &Path, when: KillAt) {
     let mut osprey = Osprey::spawn(node, db, OspreyConfig::default());
     let marker = osprey.log().len();
     match when {

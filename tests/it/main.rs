@@ -1,6 +1,7 @@
 //! The `osprey` binary's functional suite: the real binary, run as a child
-//! process, against a real btcd regtest node, queried over TCP by a real
-//! Electrum client library (`electrum-client`) and by raw JSON-RPC lines.
+//! process, against a real btcd or Bitcoin Core regtest node, queried over
+//! TCP by a real Electrum client library (`electrum-client`) and by raw
+//! JSON-RPC lines.
 //! Every expected answer is computed by the test from what the node reports,
 //! never hard-coded.
 //!
@@ -12,10 +13,13 @@
 //! | `reorg`       | after a reorg, answers equal the node's view and a fresh index's |
 //! | `restart`     | a SIGTERM + restart on the same index equals a fresh index |
 //! | `kill9`       | SIGKILL during the initial sync never corrupts the index |
+//! | `core`        | on Bitcoin Core: files, REST and JSON-RPC give one index; kills, a reorg, a restart |
 //! | `bench_e2e`   | `osprey chaingen`, `chaingen submit` and `bench` work end to end |
 //!
 //! btcd is found through `$OSPREY_BTCD`, the PATH or `~/go/bin/btcd`; a test
-//! that cannot find it fails with the command that installs it.
+//! that cannot find it fails with the command that installs it. bitcoind is
+//! found through `$BITCOIND_EXE`, the PATH or `../shared/peers/bin`; without
+//! one the `core` tests skip loudly, except under CI, where they fail.
 
 // Tests report what they were doing (ports, seeds, the server's log) on
 // stderr, which libtest captures and shows only for failing tests.
@@ -25,6 +29,7 @@ mod common;
 
 mod bad_input;
 mod bench_e2e;
+mod core;
 mod kill9;
 mod mempool;
 mod protocol;

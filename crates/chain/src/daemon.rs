@@ -3,6 +3,10 @@
 //! Blocks and the outputs they spend (the node's undo data) come from the
 //! fastest source the node offers, chosen once at startup
 //! ([`Daemon::use_block_source`]):
+//! - [`BlockSource::Files`]: Core's own `blk*.dat` and `rev*.dat`, read
+//!   straight from its data directory ([`CoreBlockFiles`]) when Osprey can
+//!   read it: no work at all for the node. A block the files do not give
+//!   (not flushed yet, pruned) comes from REST or JSON-RPC instead;
 //! - [`BlockSource::Rest`]: Bitcoin Core's binary REST,
 //!   `/rest/block/<hash>.bin` and `/rest/spenttxouts/<hash>.bin` (Core
 //!   30+, `-rest=1`), several blocks in flight at once. Core serves both
@@ -15,6 +19,7 @@
 //!   (`getrawtransaction`, which needs btcd's `--txindex`): slower, but the
 //!   rows are the same.
 
+use crate::corefiles::CoreBlockFiles;
 use crate::rpc::{Auth, RpcClient};
 use crate::source::{BlockWithPrevouts, ChainSource, MempoolTx, TxLocation};
 use crate::Error;
@@ -39,6 +44,8 @@ pub enum NodeKind {
 /// Where blocks and their spent outputs are read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockSource {
+    /// Bitcoin Core's block and undo files, read directly.
+    Files,
     /// Bitcoin Core's binary REST interface.
     Rest,
     /// JSON-RPC (`getblock <hash> 3` on Core; block plus funding
@@ -49,6 +56,7 @@ pub enum BlockSource {
 impl std::fmt::Display for BlockSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
+            BlockSource::Files => "files",
             BlockSource::Rest => "rest",
             BlockSource::Rpc => "rpc",
         })
@@ -66,7 +74,13 @@ pub enum BlockSourceChoice {
 pub struct Daemon {
     rpc: RpcClient,
     kind: NodeKind,
+    network: Network,
     block_source: BlockSource,
+    /// Core's block files, when readable ([`BlockSource::Files`]).
+    files: Option<CoreBlockFiles>,
+    /// Whether the node serves binary REST blocks and spent outputs: the
+    /// fallback for blocks the files do not give.
+    rest: bool,
     /// Whether `/rest/blockpart` may serve transactions (Core 31+ with
     /// REST); cleared, and logged once, the first time it does not.
     blockpart: AtomicBool,
@@ -107,7 +121,10 @@ impl Daemon {
         Ok(Daemon {
             rpc,
             kind,
+            network,
             block_source: BlockSource::Rpc,
+            files: None,
+            rest: false,
             blockpart: AtomicBool::new(matches!(kind, NodeKind::BitcoinCore { .. })),
             fee_fallback_logged: AtomicBool::new(false),
         })
@@ -122,27 +139,59 @@ impl Daemon {
     }
 
     /// Picks where blocks come from: with [`BlockSourceChoice::Auto`],
-    /// binary REST when the node serves it (spent outputs need Core 30+),
-    /// else JSON-RPC. A named source the node cannot serve is an error that
-    /// says how to enable it.
+    /// Core's own files when `blocks_dir` (`<datadir>/<network>/blocks`)
+    /// can be read, else binary REST when the node serves it (spent outputs
+    /// need Core 30+), else JSON-RPC. A named source the node cannot serve
+    /// is an error that says how to enable it.
     ///
     /// # Errors
     /// When the node cannot be reached, or cannot serve the named source.
-    pub fn use_block_source(&mut self, choice: BlockSourceChoice) -> Result<BlockSource, Error> {
-        let rest_ok = || -> Result<bool, Error> {
-            if !matches!(self.kind, NodeKind::BitcoinCore { .. }) {
-                return Ok(false);
-            }
+    pub fn use_block_source(
+        &mut self,
+        choice: BlockSourceChoice,
+        blocks_dir: Option<&std::path::Path>,
+    ) -> Result<BlockSource, Error> {
+        self.rest = if matches!(self.kind, NodeKind::BitcoinCore { .. }) {
             let genesis: BlockHash = self.rpc.call("getblockhash", &[json!(0)])?;
-            Ok(self
-                .rpc
+            self.rpc
                 .rest_get(&format!("/rest/spenttxouts/{genesis}.bin"))?
-                .is_some())
+                .is_some()
+        } else {
+            false
+        };
+        let wants_files = matches!(
+            choice,
+            BlockSourceChoice::Auto | BlockSourceChoice::Only(BlockSource::Files)
+        );
+        self.files = match (blocks_dir, self.kind) {
+            (Some(dir), NodeKind::BitcoinCore { .. }) if wants_files => {
+                match CoreBlockFiles::open(dir, self.network) {
+                    Ok(files) => Some(files),
+                    Err(e) if choice == BlockSourceChoice::Auto => {
+                        tracing::debug!("not reading Core's block files: {e}");
+                        None
+                    }
+                    Err(e) => {
+                        return Err(Error::persistent(format!(
+                            "block source files: {e} (Osprey needs read access to the node's blocks directory)"
+                        )))
+                    }
+                }
+            }
+            _ => None,
         };
         self.block_source = match choice {
+            BlockSourceChoice::Only(BlockSource::Files) => match self.files {
+                Some(_) => BlockSource::Files,
+                None => {
+                    return Err(Error::persistent(
+                        "block source files: needs Bitcoin Core and --daemon-dir naming its data directory".into(),
+                    ))
+                }
+            },
             BlockSourceChoice::Only(BlockSource::Rpc) => BlockSource::Rpc,
             BlockSourceChoice::Only(BlockSource::Rest) => {
-                if !rest_ok()? {
+                if !self.rest {
                     return Err(Error::persistent(format!(
                         "block source rest: the node at {} does not serve /rest/spenttxouts (needs Bitcoin Core 30+ started with -rest=1)",
                         self.rpc.addr()
@@ -150,10 +199,42 @@ impl Daemon {
                 }
                 BlockSource::Rest
             }
-            BlockSourceChoice::Auto if rest_ok()? => BlockSource::Rest,
+            BlockSourceChoice::Auto if self.files.is_some() => BlockSource::Files,
+            BlockSourceChoice::Auto if self.rest => BlockSource::Rest,
             BlockSourceChoice::Auto => BlockSource::Rpc,
         };
         Ok(self.block_source)
+    }
+
+    /// Core's own files: blocks and undo records read and parsed on several
+    /// threads; a block they do not give comes from REST or JSON-RPC.
+    fn blocks_from_files(
+        &self,
+        files: &CoreBlockFiles,
+        hashes: &[(Height, BlockHash)],
+    ) -> Result<Vec<BlockWithPrevouts>, Error> {
+        in_parallel(hashes, 2, |&(height, hash)| {
+            if let Some((block, pos)) = files.block(&hash)? {
+                if let Some(prevouts) = files.spent_outputs(&block, pos)? {
+                    return Ok(BlockWithPrevouts {
+                        height,
+                        block,
+                        prevouts,
+                        size: pos.len as usize,
+                    });
+                }
+            }
+            tracing::debug!(height = height.0, %hash, "block not in Core's files yet; asking the node");
+            let one = [(height, hash)];
+            let mut fetched = if self.rest {
+                self.blocks_rest(&one)?
+            } else {
+                self.blocks_verbose3(&one)?
+            };
+            fetched
+                .pop()
+                .ok_or_else(|| Error::transient(format!("node has no block {height}")))
+        })
     }
 
     fn raw_blocks(&self, hashes: &[(Height, BlockHash)]) -> Result<Vec<(Block, usize)>, Error> {
@@ -581,6 +662,10 @@ impl ChainSource for Daemon {
 
     fn blocks(&self, blocks: &[(Height, BlockHash)]) -> Result<Vec<BlockWithPrevouts>, Error> {
         match (self.block_source, self.kind) {
+            (BlockSource::Files, _) => match &self.files {
+                Some(files) => self.blocks_from_files(files, blocks),
+                None => self.blocks_verbose3(blocks),
+            },
             (BlockSource::Rest, _) => self.blocks_rest(blocks),
             (BlockSource::Rpc, NodeKind::BitcoinCore { version }) if version >= 230000 => {
                 self.blocks_verbose3(blocks)
@@ -590,6 +675,14 @@ impl ChainSource for Daemon {
     }
 
     fn transaction(&self, txid: &Txid, location: Option<TxLocation>) -> Result<Vec<u8>, Error> {
+        if let (Some(loc), Some(files)) = (location, &self.files) {
+            if let Some(pos) = files.block_position(&loc.block_hash)? {
+                let bytes = files.read_in_block(pos, loc.offset, loc.len)?;
+                if deserialize::<Transaction>(&bytes).is_ok_and(|tx| tx.compute_txid() == *txid) {
+                    return Ok(bytes);
+                }
+            }
+        }
         if let (Some(loc), true) = (location, self.blockpart.load(Ordering::Relaxed)) {
             if let Some(bytes) = self.transaction_from_blockpart(txid, &loc)? {
                 return Ok(bytes);

@@ -3,12 +3,14 @@
 //! other crate talks to bitcoind or btcd.
 
 mod blkfiles;
+mod corefiles;
 mod daemon;
 mod error;
 pub mod rpc;
 mod source;
 
 pub use blkfiles::BlkFiles;
+pub use corefiles::{BlockPosition, CoreBlockFiles};
 pub use daemon::{BlockSource, BlockSourceChoice, Daemon, NodeKind};
 pub use error::{Error, ErrorKind};
 pub use source::{BlockWithPrevouts, ChainSource, MempoolTx, TxLocation};

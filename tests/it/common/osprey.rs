@@ -13,7 +13,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use electrum_client::{Client, ConfigBuilder};
-use osprey_testenv::Node;
+use osprey_testenv::{Node, NodeKind};
 use serde_json::json;
 
 use super::session::Session;
@@ -94,15 +94,25 @@ impl Osprey {
             .append(true)
             .open(&log_path)
             .unwrap_or_else(|e| panic!("opening {}: {e}", log_path.display()));
-        let (user, pass) = node.auth();
         let mut args: Vec<String> = vec![
             "serve".into(),
             "--network".into(),
             "regtest".into(),
             "--daemon-rpc-addr".into(),
             node.rpc_addr().to_string(),
-            "--auth".into(),
-            format!("{user}:{pass}"),
+        ];
+        // Bitcoin Core as its users run it: the cookie and the block files
+        // found through --daemon-dir. btcd: its RPC user and password.
+        match node.kind() {
+            NodeKind::Bitcoind => {
+                args.extend(["--daemon-dir".into(), node.datadir().display().to_string()])
+            }
+            NodeKind::Btcd => {
+                let (user, pass) = node.auth();
+                args.extend(["--auth".into(), format!("{user}:{pass}")]);
+            }
+        }
+        args.extend([
             "--db-dir".into(),
             db_dir.display().to_string(),
             "--electrum-rpc-addr".into(),
@@ -111,7 +121,7 @@ impl Osprey {
             "100".into(),
             "--log-filter".into(),
             "debug".into(),
-        ];
+        ]);
         args.extend(config.args.iter().cloned());
         writeln!(log, "\n===== osprey {} =====", args.join(" ")).expect("writing the log");
         let mut command = Command::new(env!("CARGO_BIN_EXE_osprey"));
