@@ -7,6 +7,7 @@ mod error;
 mod mempool;
 mod merkle;
 mod query;
+mod status_cache;
 mod tracker;
 
 pub use error::Error;

@@ -3,6 +3,7 @@
 
 use crate::mempool::Mempool;
 use crate::merkle::MerkleTree;
+use crate::status_cache::StatusCache;
 use crate::Error;
 use bitcoin::consensus::{deserialize, serialize};
 use bitcoin::hashes::Hash;
@@ -21,12 +22,16 @@ pub struct QueryConfig {
     /// script may have before queries about it fail with "history too
     /// large" instead of using unbounded memory and time.
     pub history_entries_max: usize,
+    /// Bytes the cache of status hashes may use ([`StatusCache`]).
+    pub status_cache_bytes: usize,
 }
 
 impl Default for QueryConfig {
     fn default() -> Self {
         QueryConfig {
             history_entries_max: 500_000,
+            // ~170k script hashes: every address of dozens of big wallets.
+            status_cache_bytes: 16 << 20,
         }
     }
 }
@@ -94,6 +99,9 @@ pub struct Query {
     /// The block-hash tree of the last `cp_height` asked: wallets use one
     /// fixed checkpoint, so proofs against it cost a lookup.
     header_tree: Mutex<Option<(u32, Arc<MerkleTree>)>>,
+    /// Statuses of recently asked script hashes, forgotten by every
+    /// [`Change`] that touches them.
+    statuses: StatusCache,
 }
 
 /// A confirmed output of a script, from its funding row.
@@ -111,10 +119,11 @@ impl Query {
         Query {
             store,
             source,
-            config,
             mempool: RwLock::new(Mempool::default()),
             changes,
             header_tree: Mutex::new(None),
+            statuses: StatusCache::new(config.status_cache_bytes),
+            config,
         }
     }
 
@@ -135,7 +144,11 @@ impl Query {
         self.changes.subscribe()
     }
 
+    /// Publishes a change, after the state changed: cached statuses of the
+    /// touched script hashes are forgotten first.
     pub(crate) fn publish(&self, change: Change) {
+        self.statuses
+            .invalidate(&change.scripthashes, change.all_scripthashes);
         // No receiver is fine: nobody is connected yet.
         let _ = self.changes.send(Arc::new(change));
     }
@@ -265,10 +278,20 @@ impl Query {
     /// # Errors
     /// History too large, or a store error.
     pub fn status(&self, scripthash: &ScriptHash) -> Result<Option<StatusHash>, Error> {
+        if let Some(status) = self.statuses.get(scripthash) {
+            return Ok(status);
+        }
+        let epoch = self.statuses.epoch();
         let history = self.history(scripthash)?;
-        Ok(StatusHash::of_history(
-            history.iter().map(|e| (&e.txid, e.height)),
-        ))
+        let status = StatusHash::of_history(history.iter().map(|e| (&e.txid, e.height)));
+        self.statuses.insert(epoch, *scripthash, status);
+        Ok(status)
+    }
+
+    /// Forgets every cached status: the state changed in a way no
+    /// [`Change`] describes (an update that failed half-way).
+    pub(crate) fn forget_statuses(&self) {
+        self.statuses.invalidate(&[], true);
     }
 
     /// The confirmed outputs of a script, each marked spent or not by the

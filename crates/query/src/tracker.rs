@@ -30,7 +30,15 @@ impl Tracker {
         on_chunk: &mut dyn FnMut(&ChunkStats),
     ) -> Result<(), osprey_indexer::Error> {
         let first_new_tx = self.query.store().tx_count();
-        let report = self.indexer.sync(on_chunk)?;
+        let report = match self.indexer.sync(on_chunk) {
+            Ok(report) => report,
+            Err(e) => {
+                // Some blocks may be committed (or undone) already, and no
+                // change names their scripts.
+                self.query.forget_statuses();
+                return Err(e);
+            }
+        };
         let mut touched = report.touched;
         if report.connected > 0 || report.disconnected > 0 {
             // Drop transactions the new blocks confirmed right away, so no
@@ -46,9 +54,13 @@ impl Tracker {
                 mempool.remove(&txid, &mut touched);
             }
         }
-        let mempool_touched = self
-            .update_mempool()
-            .map_err(osprey_indexer::Error::Chain)?;
+        let mempool_touched = match self.update_mempool() {
+            Ok(touched) => touched,
+            Err(e) => {
+                self.query.forget_statuses();
+                return Err(osprey_indexer::Error::Chain(e));
+            }
+        };
         touched.extend(mempool_touched);
         touched.sort_unstable();
         touched.dedup();

@@ -160,6 +160,7 @@ fn history_limit_is_an_error_not_a_truncation() {
         source,
         QueryConfig {
             history_entries_max: 1,
+            ..QueryConfig::default()
         },
     ));
     Tracker::new(indexer, Arc::clone(&query))

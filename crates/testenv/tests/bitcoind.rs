@@ -36,14 +36,23 @@ fn start(options: &BitcoindOptions) -> Option<BitcoindNode> {
     Some(BitcoindNode::start_with(options).expect("bitcoind starts"))
 }
 
-/// Connects like `osprey serve --daemon-dir`: with the cookie Core wrote.
+/// Connects like `osprey serve --daemon-dir`: with the cookie Core wrote,
+/// and Core's blocks directory readable.
 fn connect(node: &BitcoindNode, choice: BlockSourceChoice) -> Result<Daemon, osprey_chain::Error> {
+    connect_with(node, choice, Some(&node.datadir().join("regtest/blocks")))
+}
+
+fn connect_with(
+    node: &BitcoindNode,
+    choice: BlockSourceChoice,
+    blocks_dir: Option<&Path>,
+) -> Result<Daemon, osprey_chain::Error> {
     let mut daemon = Daemon::connect(
         &node.rpc_addr().to_string(),
         Auth::CookieFile(node.cookie_file()),
         Network::Regtest,
     )?;
-    daemon.use_block_source(choice)?;
+    daemon.use_block_source(choice, blocks_dir)?;
     Ok(daemon)
 }
 
@@ -103,28 +112,45 @@ fn tip_of(query: &Query) -> (u32, BlockHash) {
     (height.0, hash)
 }
 
-/// With REST on, `auto` picks REST; REST and JSON-RPC build byte-identical
-/// indexes; transactions come back exact (REST blockpart); after a reorg
-/// the index equals a fresh one of the new chain; the long poll for new
-/// blocks times out quietly and wakes on a block.
+/// With the blocks directory readable, `auto` reads Core's (XOR-obfuscated)
+/// files; without it, REST. Files, REST and JSON-RPC build byte-identical
+/// indexes; transactions come back exact (from the files, and from REST
+/// blockpart); after a reorg the index built from the files equals a fresh
+/// one of the new chain; the long poll for new blocks times out quietly and
+/// wakes on a block.
 #[test]
-fn core_over_rest_and_rpc_builds_the_same_index_and_follows_a_reorg() {
+fn core_files_rest_and_rpc_build_the_same_index_and_follow_a_reorg() {
     let Some(node) = start(&BitcoindOptions { rest: true }) else {
         return;
     };
     make_chain(&node);
-    let rest = Arc::new(connect(&node, BlockSourceChoice::Auto).unwrap());
+    let xor = std::fs::read(node.datadir().join("regtest/blocks/xor.dat")).unwrap();
+    assert!(
+        xor.iter().any(|b| *b != 0),
+        "Core obfuscates its block files by default"
+    );
+    let files = Arc::new(connect(&node, BlockSourceChoice::Auto).unwrap());
+    assert_eq!(files.block_source(), BlockSource::Files);
+    let rest = Arc::new(connect_with(&node, BlockSourceChoice::Auto, None).unwrap());
     assert_eq!(rest.block_source(), BlockSource::Rest);
     let rpc = Arc::new(connect(&node, BlockSourceChoice::Only(BlockSource::Rpc)).unwrap());
-    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let over_rest = index(Arc::clone(&rest), dirs[0].path());
-    let over_rpc = index(rpc, dirs[1].path());
-    assert_eq!(tip_of(&over_rest), node.tip().unwrap());
+    let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
+    let over_files = index(Arc::clone(&files), dirs[0].path());
+    let over_rest = index(Arc::clone(&rest), dirs[1].path());
+    let over_rpc = index(Arc::clone(&rpc), dirs[2].path());
+    assert_eq!(tip_of(&over_files), node.tip().unwrap());
+    let digest = over_files.store().digest().unwrap();
     assert_eq!(
+        digest,
         over_rest.store().digest().unwrap(),
-        over_rpc.store().digest().unwrap(),
-        "REST and JSON-RPC must give the same index"
+        "Core's files and REST must give the same index"
     );
+    assert_eq!(
+        digest,
+        over_rpc.store().digest().unwrap(),
+        "Core's files and JSON-RPC must give the same index"
+    );
+    assert_transactions_match(&node, &over_files);
     assert_transactions_match(&node, &over_rest);
 
     // A reorg: the last two blocks replaced by three others, paying another
@@ -141,21 +167,32 @@ fn core_over_rest_and_rpc_builds_the_same_index_and_follows_a_reorg() {
             &[serde_json::json!(3), serde_json::json!(elsewhere)],
         )
         .unwrap();
-    Indexer::new(
-        Arc::clone(over_rest.store()),
-        Arc::clone(&rest) as Arc<dyn ChainSource>,
-        IndexerConfig::default(),
-    )
-    .sync(&mut |_| {})
-    .unwrap();
-    assert_eq!(tip_of(&over_rest), node.tip().unwrap());
+    // Both the files (blocks appended since they were scanned, the stale
+    // ones still in them) and REST follow it.
+    for (query, source) in [(&over_files, &files), (&over_rest, &rest)] {
+        Indexer::new(
+            Arc::clone(query.store()),
+            Arc::clone(source) as Arc<dyn ChainSource>,
+            IndexerConfig::default(),
+        )
+        .sync(&mut |_| {})
+        .unwrap();
+        assert_eq!(tip_of(query), node.tip().unwrap());
+    }
     let fresh_dir = tempfile::tempdir().unwrap();
-    let fresh = index(Arc::clone(&rest), fresh_dir.path());
+    let fresh = index(rpc, fresh_dir.path());
+    let fresh = fresh.store().digest().unwrap();
+    assert_eq!(
+        over_files.store().digest().unwrap(),
+        fresh,
+        "after a reorg the index from the files must equal a fresh one"
+    );
     assert_eq!(
         over_rest.store().digest().unwrap(),
-        fresh.store().digest().unwrap(),
-        "after a reorg the index must equal a fresh one"
+        fresh,
+        "after a reorg the index from REST must equal a fresh one"
     );
+    assert_transactions_match(&node, &over_files);
 
     // The long poll: nothing new within 100 ms, then a block mined meanwhile.
     let (_, tip_hash) = node.tip().unwrap();
@@ -173,9 +210,10 @@ fn core_over_rest_and_rpc_builds_the_same_index_and_follows_a_reorg() {
     });
 }
 
-/// With REST off, `auto` falls back to JSON-RPC, asking for REST is an
-/// error that says how to turn it on, and transactions still come back
-/// exact without a txindex (`getrawtransaction` with the block hash).
+/// With REST off and no readable blocks directory, `auto` falls back to
+/// JSON-RPC; asking for REST or the files is an error that says what is
+/// missing; transactions still come back exact without a txindex
+/// (`getrawtransaction` with the block hash).
 #[test]
 fn core_without_rest_indexes_over_rpc_and_serves_transactions_without_txindex() {
     let Some(node) = start(&BitcoindOptions { rest: false }) else {
@@ -186,10 +224,78 @@ fn core_without_rest_indexes_over_rpc_and_serves_transactions_without_txindex() 
         .err()
         .expect("REST is off");
     assert!(err.to_string().contains("-rest=1"), "{err}");
-    let daemon = Arc::new(connect(&node, BlockSourceChoice::Auto).unwrap());
+    let missing = tempfile::tempdir().unwrap();
+    let err = connect_with(
+        &node,
+        BlockSourceChoice::Only(BlockSource::Files),
+        Some(missing.path()),
+    )
+    .err()
+    .expect("no block files there");
+    assert!(err.to_string().contains("block source files"), "{err}");
+    let daemon =
+        Arc::new(connect_with(&node, BlockSourceChoice::Auto, Some(missing.path())).unwrap());
     assert_eq!(daemon.block_source(), BlockSource::Rpc);
     let dir = tempfile::tempdir().unwrap();
     let query = index(daemon, dir.path());
     assert_eq!(tip_of(&query), node.tip().unwrap());
     assert_transactions_match(&node, &query);
+}
+
+/// Cached statuses follow every change: a script's status is asked (and
+/// cached) before each step, and after the step it is what the node's view
+/// says: paid in the mempool, confirmed, back in the mempool after a reorg.
+#[test]
+fn cached_statuses_follow_the_mempool_blocks_and_reorgs() {
+    let Some(node) = start(&BitcoindOptions { rest: true }) else {
+        return;
+    };
+    let mut wallet = make_chain(&node);
+    let daemon = Arc::new(connect(&node, BlockSourceChoice::Auto).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap());
+    let query = Arc::new(Query::new(
+        Arc::clone(&store),
+        Arc::clone(&daemon) as Arc<dyn ChainSource>,
+        QueryConfig::default(),
+    ));
+    let indexer = Indexer::new(store, daemon, IndexerConfig::default());
+    let mut tracker = osprey_query::Tracker::new(indexer, Arc::clone(&query));
+    tracker.update(&mut |_| {}).unwrap();
+
+    let script = wallet.new_script(ScriptKind::P2wpkh);
+    let sh = osprey_core::ScriptHash::from_script(script.as_bytes());
+    let expect = |history: &[(bitcoin::Txid, i64)]| {
+        osprey_core::StatusHash::of_history(history.iter().map(|(t, h)| (t, *h)))
+    };
+    assert_eq!(query.status(&sh).unwrap(), None);
+    let tx = wallet.send(script, Amount::from_sat(123_456)).unwrap();
+    let txid = node.send_raw_transaction(&tx).unwrap();
+    tracker.update(&mut |_| {}).unwrap();
+    assert_eq!(
+        query.status(&sh).unwrap(),
+        expect(&[(txid, 0)]),
+        "in the mempool"
+    );
+
+    let block = node.generate(1).unwrap()[0];
+    let (height, _) = node.tip().unwrap();
+    tracker.update(&mut |_| {}).unwrap();
+    assert_eq!(
+        query.status(&sh).unwrap(),
+        expect(&[(txid, i64::from(height))]),
+        "confirmed"
+    );
+
+    // The block undone, the node's tip is one lower and the payment is
+    // back in its mempool.
+    node.invalidate_block(&block).unwrap();
+    tracker.update(&mut |_| {}).unwrap();
+    assert_eq!(tip_of(&query), node.tip().unwrap());
+    assert!(node.mempool_txids().unwrap().contains(&txid));
+    assert_eq!(
+        query.status(&sh).unwrap(),
+        expect(&[(txid, 0)]),
+        "back in the mempool after the reorg"
+    );
 }
