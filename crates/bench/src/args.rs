@@ -40,8 +40,13 @@ pub struct BenchArgs {
     pub batch: usize,
 
     /// Concurrent sessions of the many-wallets workload.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 50)]
     pub wallets: usize,
+
+    /// Addresses per many-wallets session: session i (from 0) takes the
+    /// wallet's addresses i×N to i×N+N-1, wrapping around its end.
+    #[arg(long, value_name = "N", default_value_t = 60)]
+    pub slice: usize,
 
     /// Workload to run.
     #[arg(long, value_enum, default_value_t = WorkloadArg::All)]
@@ -174,6 +179,7 @@ pub(crate) struct Plan {
     pub runs: usize,
     pub batch: usize,
     pub wallets: usize,
+    pub slice: usize,
     pub workloads: Vec<Workload>,
     pub timeout_secs: u64,
     pub response_bytes_max: usize,
@@ -204,6 +210,9 @@ impl Plan {
         if args.wallets == 0 {
             bail!("--wallets must be at least 1");
         }
+        if args.slice == 0 {
+            bail!("--slice must be at least 1");
+        }
         if args.timeout_secs == 0 {
             bail!("--timeout-secs must be at least 1");
         }
@@ -217,6 +226,7 @@ impl Plan {
             runs: args.runs,
             batch: args.batch,
             wallets: args.wallets,
+            slice: args.slice,
             workloads: args.workload.workloads(),
             timeout_secs: args.timeout_secs,
             response_bytes_max: args.max_response_bytes,
@@ -258,6 +268,8 @@ mod tests {
             "20",
             "--wallets",
             "4",
+            "--slice",
+            "9",
             "--workload",
             "initial-load",
             "--timeout-secs",
@@ -267,15 +279,25 @@ mod tests {
         let plan = Plan::from_args(&cli.bench).unwrap();
         assert_eq!(plan.servers, ["127.0.0.1:50001", "[::1]:50002"]);
         assert_eq!(
-            (plan.runs, plan.batch, plan.wallets, plan.timeout_secs),
-            (5, 20, 4, 7)
+            (
+                plan.runs,
+                plan.batch,
+                plan.wallets,
+                plan.slice,
+                plan.timeout_secs
+            ),
+            (5, 20, 4, 9, 7)
         );
         assert_eq!(plan.workloads, [Workload::InitialLoad]);
 
         let defaults =
             Cli::try_parse_from(["bench", "--server", "h:1", "--manifest", "m"]).unwrap();
         let plan = Plan::from_args(&defaults.bench).unwrap();
-        assert_eq!((plan.runs, plan.batch, plan.wallets), (3, 50, 10));
+        // The many-wallets load: 50 sessions of 60 addresses.
+        assert_eq!(
+            (plan.runs, plan.batch, plan.wallets, plan.slice),
+            (3, 50, 50, 60)
+        );
         assert_eq!(plan.workloads, Workload::ALL);
     }
 
@@ -310,6 +332,11 @@ mod tests {
             "0"
         ])
         .is_err());
+        for flag in ["--wallets", "--slice"] {
+            let err =
+                plan(&["bench", "--server", "h:1", "--manifest", "m", flag, "0"]).unwrap_err();
+            assert!(err.to_string().contains(flag), "{err}");
+        }
     }
 
     fn index_args(cli: Cli) -> IndexArgs {

@@ -11,6 +11,8 @@
 //! - [`check`]: the expected answers derived from the manifest, and the
 //!   comparisons (status hash, history, transactions, headers);
 //! - [`workload`]: the workloads, as a wallet runs them;
+//! - [`server_process`]: the local process listening on a server's port,
+//!   whose RSS is sampled during the many-wallets runs;
 //! - [`stats`], [`machine`], [`report`], [`svg`]: numbers, context and output;
 //! - [`index`]: `osprey bench index`, the index build (workload 3), which
 //!   runs Osprey's indexer as a child process instead of talking to a server.
@@ -24,14 +26,22 @@
 //! ```text
 //! osprey bench --server 127.0.0.1:50001 --server 127.0.0.1:50002 \
 //!     --manifest chain/manifest.json --out runs/today [--runs 3] [--batch 50] \
-//!     [--wallets 10] [--workload initial-load|refresh|many-wallets|all] [--timeout-secs 60]
+//!     [--wallets 50] [--slice 60] [--workload initial-load|refresh|many-wallets|all] \
+//!     [--timeout-secs 60] [--max-response-bytes 67108864]
 //! ```
+//!
+//! The single-session workloads cover the whole wallet; many wallets runs
+//! `--wallets` concurrent sessions, session i on the `--slice` addresses
+//! from i×slice on (wrapping around the wallet), as the wallets of many
+//! users would.
 //!
 //! Writes into `--out`: `<host>-<port>.<workload>.<run>.json` per run
 //! ([`report::RunRecord`]: wall seconds, requests, bytes, batch latencies and
-//! their histogram), [`REPORT_FILE`] (one table per workload: cold, run
-//! 1..N, median; machine, date, ratios between servers) and [`CHART_FILE`]
-//! (batch latency distribution per server).
+//! their histogram; for many wallets, the server's peak RSS when its process
+//! is local), [`REPORT_FILE`] (one table per workload: cold, run 1..N,
+//! median, and for many wallets requests/s, p50/p99 and server RSS; machine,
+//! date, ratios between servers) and [`CHART_FILE`] (batch latency
+//! distribution per server).
 
 pub mod args;
 pub mod check;
@@ -40,6 +50,7 @@ pub mod error;
 pub mod index;
 pub mod machine;
 pub mod report;
+pub mod server_process;
 pub mod stats;
 pub mod svg;
 pub mod workload;
@@ -55,10 +66,11 @@ use client::Limits;
 use machine::Machine;
 use osprey_chaingen::manifest::Manifest;
 use report::{RecordContext, Report, RunRecord, ServerRef, ServerReport, WalletSummary};
+use server_process::PeakRssSampler;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use workload::Config;
+use workload::{Config, Workload};
 
 /// File name of the Markdown report inside the output directory.
 pub const REPORT_FILE: &str = "report.md";
@@ -99,6 +111,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let config = Config {
         batch: plan.batch,
         wallets: plan.wallets,
+        slice: plan.slice,
         limits: Limits {
             timeout: Duration::from_secs(plan.timeout_secs),
             response_bytes_max: plan.response_bytes_max,
@@ -130,6 +143,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         runs: plan.runs,
         batch: plan.batch,
         wallets: plan.wallets,
+        slice: plan.slice,
         workloads: plan.workloads.clone(),
         servers,
     };
@@ -189,9 +203,22 @@ async fn bench_server(
         software: report.info.as_ref().map(|i| i.software.clone()),
         protocol: report.info.as_ref().map(|i| i.protocol.clone()),
     };
+    let server_pid = if plan.workloads.contains(&Workload::ManyWallets) {
+        find_server_process(address)
+    } else {
+        None
+    };
     'workloads: for &workload in &plan.workloads {
         for run_index in 0..=plan.runs {
-            let outcome = workload::run_once(address, workload, Arc::clone(expected), config).await;
+            // Only many wallets is sampled: the server's memory under many
+            // sessions at once is the figure asked for.
+            let rss_sampler = match workload {
+                Workload::ManyWallets => server_pid.and_then(PeakRssSampler::start),
+                Workload::InitialLoad | Workload::Refresh => None,
+            };
+            let mut outcome =
+                workload::run_once(address, workload, Arc::clone(expected), config).await;
+            outcome.measured.server_rss_peak_bytes = rss_sampler.and_then(PeakRssSampler::finish);
             let error = outcome.error.map(|e| e.to_string());
             let record = RunRecord::new(
                 context,
@@ -216,6 +243,26 @@ async fn bench_server(
         }
     }
     Ok(report)
+}
+
+/// Looks for the local process listening on the server's port, and logs
+/// what was found by name: a port-forwarder (`docker-proxy`) listening in
+/// the server's place would otherwise be measured unnoticed.
+fn find_server_process(address: &str) -> Option<u32> {
+    let pid = server_process::find_server_pid(address);
+    match pid {
+        Some(pid) => tracing::info!(
+            server = address,
+            pid,
+            process = server_process::process_name(pid).as_deref().unwrap_or("?"),
+            "sampling the RSS of the process listening on the server's port"
+        ),
+        None => tracing::info!(
+            server = address,
+            "no local process seen listening on the server's port: its RSS is not reported"
+        ),
+    }
+    pid
 }
 
 fn log_run(record: &RunRecord) {

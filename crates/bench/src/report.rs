@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+/// Bytes in a MiB, the unit of the server RSS column.
+const MIB: f64 = (1u64 << 20) as f64;
+
 /// The server a record is about.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerRef {
@@ -52,6 +55,11 @@ pub struct RunRecord {
     pub latency_histogram: Vec<Bucket>,
     /// Every batch's latency in microseconds, in the order sent per session.
     pub batch_latencies_us: Vec<u64>,
+    /// Highest RSS of the server's process, in bytes, sampled every 100 ms
+    /// during a many-wallets run; `None` for the other workloads and when
+    /// the process could not be found or read (remote server, another
+    /// user's process).
+    pub server_rss_peak_bytes: Option<u64>,
 }
 
 /// Context shared by every record of a bench.
@@ -102,6 +110,7 @@ impl RunRecord {
                 .iter()
                 .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
                 .collect(),
+            server_rss_peak_bytes: measured.server_rss_peak_bytes,
         }
     }
 
@@ -212,6 +221,8 @@ pub struct Report {
     pub runs: usize,
     pub batch: usize,
     pub wallets: usize,
+    /// Addresses per many-wallets session.
+    pub slice: usize,
     pub workloads: Vec<Workload>,
     pub servers: Vec<ServerReport>,
 }
@@ -292,9 +303,9 @@ impl Report {
         );
         let _ = writeln!(
             md,
-            "- Settings: batches of {}, 1 cold + {} warm runs, {} sessions for many wallets; \
-             every answer checked against the manifest",
-            self.batch, self.runs, self.wallets
+            "- Settings: batches of {}, 1 cold + {} warm runs, {} sessions of {} addresses for \
+             many wallets; every answer checked against the manifest",
+            self.batch, self.runs, self.wallets, self.slice
         );
         let _ = writeln!(md, "- Tool: osprey-bench {}\n", env!("CARGO_PKG_VERSION"));
         let _ = writeln!(
@@ -350,10 +361,18 @@ impl Report {
                 ),
             ),
             Workload::ManyWallets => (
-                format!("Many wallets ({} concurrent sessions)", self.wallets),
-                "Each session: initial load, then refresh, on one connection; batch latencies \
-                 over the warm runs; the wall time includes the client's checks"
-                    .to_owned(),
+                format!(
+                    "Many wallets ({} concurrent sessions of {} addresses)",
+                    self.wallets, self.slice
+                ),
+                format!(
+                    "Each session: initial load, then refresh, of its own {} addresses (session i \
+                     from address i×{}, wrapping around the wallet), on one connection; batch \
+                     latencies over the warm runs; the wall time includes the client's checks; \
+                     server RSS is the highest sampled every 100 ms over the warm runs (n/a: no \
+                     local process found listening on the server's port)",
+                    self.slice, self.slice
+                ),
             ),
         };
         let _ = writeln!(md, "## {title}\n\n{what}, batches of {}.\n", self.batch);
@@ -366,8 +385,8 @@ impl Report {
         header.push_str(" Median |");
         rule.push_str("---:|");
         if workload == Workload::ManyWallets {
-            header.push_str(" req/s | p50 ms | p99 ms | max ms |");
-            rule.push_str("---:|---:|---:|---:|");
+            header.push_str(" req/s | p50 ms | p99 ms | max ms | server RSS MiB |");
+            rule.push_str("---:|---:|---:|---:|---:|");
         }
         let _ = writeln!(md, "{header}\n{rule}");
         for server in &self.servers {
@@ -400,12 +419,19 @@ impl Report {
                     })
                     .collect();
                 if warm.is_empty() {
-                    row.push_str(" – | – | – | – |");
+                    row.push_str(" – | – | – | – | – |");
                 } else {
                     let l = LatencySummary::of(&latencies);
+                    let rss = warm
+                        .iter()
+                        .filter_map(|r| r.server_rss_peak_bytes)
+                        .max()
+                        .map_or("n/a".to_owned(), |bytes| {
+                            fmt_significant(bytes as f64 / MIB, 3)
+                        });
                     let _ = write!(
                         row,
-                        " {:.0} | {} | {} | {} |",
+                        " {:.0} | {} | {} | {} | {rss} |",
                         median(&rps).unwrap_or(0.0),
                         fmt_significant(l.p50_ms, 3),
                         fmt_significant(l.p99_ms, 3),
@@ -509,6 +535,7 @@ mod tests {
             runs: 3,
             batch: 50,
             wallets: 10,
+            slice: 60,
             workloads: vec![Workload::InitialLoad],
             servers,
         }
@@ -549,6 +576,41 @@ mod tests {
         );
         assert!(md.contains("**liar (c:3)** FAILED: wrong answer"), "{md}");
         assert!(r.comparisons().is_empty());
+    }
+
+    #[test]
+    fn many_wallets_row_shows_throughput_latency_and_server_rss() {
+        let rss_mib = [Some(900), Some(100), Some(300), Some(200)];
+        let mut local = server("osprey 0.1.0", "a:1", [1.0; 4]);
+        let mut remote = server("electrs/0.10.0", "b:2", [1.0; 4]);
+        for (i, run) in local.runs.iter_mut().enumerate() {
+            run.workload = Workload::ManyWallets;
+            run.server_rss_peak_bytes = rss_mib[i].map(|mib: u64| mib << 20);
+        }
+        for run in &mut remote.runs {
+            run.workload = Workload::ManyWallets;
+        }
+        let mut r = report(vec![local, remote]);
+        r.workloads = vec![Workload::ManyWallets];
+        let md = r.to_markdown();
+        assert!(
+            md.contains("## Many wallets (10 concurrent sessions of 60 addresses)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| Median | req/s | p50 ms | p99 ms | max ms | server RSS MiB |"),
+            "{md}"
+        );
+        // The highest of the warm runs' peaks: the cold run's is left out
+        // like its latencies.
+        assert!(
+            md.contains("| osprey 0.1.0 (a:1) | 1.00 | 1.00 | 1.00 | 1.00 | **1.00** | 100 | 2.00 | 2.00 | 2.00 | 300 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| **1.00** | 100 | 2.00 | 2.00 | 2.00 | n/a |"),
+            "{md}"
+        );
     }
 
     #[test]

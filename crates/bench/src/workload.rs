@@ -1,8 +1,9 @@
 //! The workloads of BENCHMARKS.md, as an Electrum wallet runs them: initial
 //! wallet load (subscribe every address), wallet refresh (history, then
-//! transactions, then headers) and many concurrent wallets. Every answer is
-//! checked against the manifest as it arrives; the time spent checking is
-//! measured and kept out of the single-session wall times.
+//! transactions, then headers) and many concurrent wallets (each session the
+//! initial load then the refresh of its own slice of the wallet). Every
+//! answer is checked against the manifest as it arrives; the time spent
+//! checking is measured and kept out of the single-session wall times.
 
 use crate::check::{Expected, ExpectedAddress, WrongExt};
 use crate::client::{Limits, Session, SessionStats};
@@ -37,7 +38,8 @@ pub enum Workload {
     InitialLoad,
     /// Workload 2: history of every address, every transaction, every header.
     Refresh,
-    /// Workload 5: concurrent sessions each running workloads 1 and 2.
+    /// Workload 5: concurrent sessions each running workloads 1 and 2 on
+    /// its own slice of the wallet's addresses.
     ManyWallets,
 }
 
@@ -74,6 +76,8 @@ pub struct Config {
     pub batch: usize,
     /// Concurrent sessions of the many-wallets workload.
     pub wallets: usize,
+    /// Addresses per session of the many-wallets workload (see [`session_slice`]).
+    pub slice: usize,
     pub limits: Limits,
 }
 
@@ -100,6 +104,9 @@ pub struct Measured {
     pub bytes_out: u64,
     pub bytes_in: u64,
     pub batch_latencies: Vec<Duration>,
+    /// Highest RSS of the server's process sampled during the run, in bytes;
+    /// `None` when not sampled (see `server_process`).
+    pub server_rss_peak_bytes: Option<u64>,
 }
 
 impl Measured {
@@ -127,6 +134,7 @@ impl Measured {
                 .iter()
                 .flat_map(|(s, _)| s.batch_latencies.iter().copied())
                 .collect(),
+            server_rss_peak_bytes: None,
         }
     }
 }
@@ -178,8 +186,9 @@ pub async fn run_once(
 ) -> Outcome {
     match workload {
         Workload::InitialLoad | Workload::Refresh => {
+            let whole_wallet: Vec<&ExpectedAddress> = expected.addresses.iter().collect();
             let (stats, check, result) =
-                wallet_session(address, &[workload], &expected, config, None).await;
+                wallet_session(address, &[workload], &expected, &whole_wallet, config, None).await;
             Outcome {
                 measured: Measured::of_sessions(&[(stats, check)], true),
                 error: result.err(),
@@ -189,12 +198,14 @@ pub async fn run_once(
     }
 }
 
-/// Runs workloads on one fresh session. When `start` is given, waits there
-/// after connecting, so concurrent sessions begin their requests together.
+/// Runs workloads on one fresh session, on the wallet addresses `addresses`.
+/// When `start` is given, waits there after connecting, so concurrent
+/// sessions begin their requests together.
 async fn wallet_session(
     address: &str,
     workloads: &[Workload],
     expected: &Expected,
+    addresses: &[&ExpectedAddress],
     config: Config,
     start: Option<&tokio::sync::Barrier>,
 ) -> (SessionStats, Duration, Result<(), BenchError>) {
@@ -213,10 +224,11 @@ async fn wallet_session(
         for workload in workloads {
             match workload {
                 Workload::InitialLoad => {
-                    initial_load(&mut session, expected, config.batch, &mut check).await?
+                    initial_load(&mut session, expected, addresses, config.batch, &mut check)
+                        .await?
                 }
                 Workload::Refresh => {
-                    refresh(&mut session, expected, config.batch, &mut check).await?
+                    refresh(&mut session, expected, addresses, config.batch, &mut check).await?
                 }
                 Workload::ManyWallets => {}
             }
@@ -258,14 +270,15 @@ async fn negotiate(session: &mut Session, address: &str) -> Result<ServerInfo, B
     Ok(info)
 }
 
-/// Workload 1: subscribes every address, checking each status.
+/// Workload 1: subscribes every address of `addresses`, checking each status.
 async fn initial_load(
     session: &mut Session,
     expected: &Expected,
+    addresses: &[&ExpectedAddress],
     batch: usize,
     check: &mut Duration,
 ) -> Result<(), BenchError> {
-    for chunk in expected.addresses.chunks(batch) {
+    for chunk in addresses.chunks(batch) {
         let params = chunk.iter().map(|a| json!([a.scripthash])).collect();
         let results = session.batch(method::SCRIPTHASH_SUBSCRIBE, params).await?;
         let started = Instant::now();
@@ -308,18 +321,19 @@ async fn diagnose_status(
     }
 }
 
-/// Workload 2: every address's history, then every transaction seen, then
-/// the header of every height seen.
+/// Workload 2: the history of every address of `addresses`, then every
+/// transaction seen, then the header of every height seen.
 async fn refresh(
     session: &mut Session,
     expected: &Expected,
+    addresses: &[&ExpectedAddress],
     batch: usize,
     check: &mut Duration,
 ) -> Result<(), BenchError> {
     let mut txids: Vec<String> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
     let mut heights: BTreeSet<u32> = BTreeSet::new();
-    for chunk in expected.addresses.chunks(batch) {
+    for chunk in addresses.chunks(batch) {
         let params = chunk.iter().map(|a| json!([a.scripthash])).collect();
         let results = session.batch(method::GET_HISTORY, params).await?;
         let started = Instant::now();
@@ -376,23 +390,30 @@ fn check_notifications(session: &mut Session, expected: &Expected) -> Result<(),
 }
 
 /// Workload 5: `config.wallets` concurrent sessions, each running workloads
-/// 1 and 2. The wall time spans all sessions and includes the client's
-/// checks, which overlap other sessions' waits.
+/// 1 and 2 on its own slice of `config.slice` addresses, as that many
+/// wallets of a typical size would. The wall time spans all sessions and
+/// includes the client's checks, which overlap other sessions' waits.
 async fn many_wallets(address: &str, expected: Arc<Expected>, config: Config) -> Outcome {
     let sessions = config.wallets.max(1);
     let start = Arc::new(tokio::sync::Barrier::new(sessions));
     let mut tasks = Vec::with_capacity(sessions);
-    for _ in 0..sessions {
+    for session in 0..sessions {
         let (address, expected, start) = (
             address.to_owned(),
             Arc::clone(&expected),
             Arc::clone(&start),
         );
         tasks.push(tokio::spawn(async move {
+            let slice: Vec<&ExpectedAddress> =
+                session_slice(session, config.slice, expected.addresses.len())
+                    .into_iter()
+                    .map(|i| &expected.addresses[i])
+                    .collect();
             wallet_session(
                 &address,
                 &[Workload::InitialLoad, Workload::Refresh],
                 &expected,
+                &slice,
                 config,
                 Some(&start),
             )
@@ -420,5 +441,60 @@ async fn many_wallets(address: &str, expected: Arc<Expected>, config: Config) ->
     Outcome {
         measured: Measured::of_sessions(&measured, false),
         error,
+    }
+}
+
+/// Returns the indices of the wallet addresses that session `session` (from
+/// 0) of the many-wallets workload works on: `slice` consecutive addresses
+/// from `session * slice`, wrapping around the end of a wallet of
+/// `wallet_len` addresses, so 50 sessions of 60 cover a 3000-address wallet
+/// exactly once. Never more than the wallet holds: a session would otherwise
+/// subscribe an address twice.
+pub fn session_slice(session: usize, slice: usize, wallet_len: usize) -> Vec<usize> {
+    if wallet_len == 0 {
+        return Vec::new();
+    }
+    // (a*b) mod n from a mod n and b mod n: no overflow for any session and slice.
+    let start = (session % wallet_len) * (slice % wallet_len) % wallet_len;
+    (0..slice.min(wallet_len))
+        .map(|k| (start + k) % wallet_len)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_take_consecutive_slices_wrapping_around() {
+        assert_eq!(session_slice(0, 2, 5), [0, 1]);
+        assert_eq!(session_slice(1, 2, 5), [2, 3]);
+        assert_eq!(session_slice(2, 2, 5), [4, 0]);
+        assert_eq!(session_slice(3, 2, 5), [1, 2]);
+        assert_eq!(session_slice(7, 3, 10), [1, 2, 3]);
+    }
+
+    #[test]
+    fn fifty_sessions_of_sixty_cover_three_thousand_addresses_once() {
+        let mut seen = vec![0u32; 3000];
+        for session in 0..50 {
+            let slice = session_slice(session, 60, 3000);
+            assert_eq!(slice.len(), 60);
+            assert_eq!(slice[0], session * 60);
+            for i in slice {
+                seen[i] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1));
+        // A 51st session starts over from the first address.
+        assert_eq!(session_slice(50, 60, 3000), (0..60).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_slice_never_holds_an_address_twice() {
+        assert_eq!(session_slice(1, 60, 5), [0, 1, 2, 3, 4]);
+        assert_eq!(session_slice(3, 7, 7), [0, 1, 2, 3, 4, 5, 6]);
+        assert!(session_slice(4, 60, 0).is_empty());
+        assert_eq!(session_slice(usize::MAX, usize::MAX, 7).len(), 7);
     }
 }

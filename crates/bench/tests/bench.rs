@@ -20,6 +20,7 @@ fn args(servers: Vec<String>, manifest: &Path, out: &Path, workload: WorkloadArg
         runs: 2,
         batch: 2,
         wallets: 3,
+        slice: 2,
         workload,
         timeout_secs: 5,
         max_response_bytes: 1 << 20,
@@ -84,15 +85,36 @@ fn honest_server_passes_and_is_reported() {
     assert_eq!(refresh["run_index"], 2);
     let many = read_json(&out.join(format!("{slug}.many-wallets.run1.json")));
     assert_eq!(many["sessions"], 3);
-    assert_eq!(many["requests"], 3 * (1 + 5 + 5 + 6 + 5));
+    // Each session: version, then subscribe and history of its 2 addresses,
+    // then their transactions and heights. Session 0 has addresses 0 and 1
+    // (tx 1-4 at heights 1, 3, 5), session 1 addresses 2 and 3 (tx 5, 1, 6
+    // at heights 7, 1, 6), session 2 wraps around to addresses 4 and 0 (tx
+    // 1, 2 at heights 1, 3).
+    assert_eq!(
+        many["requests"],
+        (1 + 2 + 2 + 4 + 3) + (1 + 2 + 2 + 3 + 3) + (1 + 2 + 2 + 2 + 2)
+    );
+    // The fake server listens in this test process, so its RSS is found;
+    // the single-session workloads are not sampled.
+    if cfg!(target_os = "linux") {
+        assert!(
+            many["server_rss_peak_bytes"].as_u64().unwrap() > 0,
+            "{many}"
+        );
+    }
+    assert_eq!(cold["server_rss_peak_bytes"], Value::Null);
 
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("## Initial wallet load"), "{md}");
     assert!(md.contains("## Wallet refresh"), "{md}");
     assert!(
-        md.contains("## Many wallets (3 concurrent sessions)"),
+        md.contains("## Many wallets (3 concurrent sessions of 2 addresses)"),
         "{md}"
     );
+    assert!(md.contains("| server RSS MiB |"), "{md}");
+    if cfg!(target_os = "linux") {
+        assert!(!md.contains("| n/a |"), "{md}");
+    }
     assert!(
         md.contains("| Server | Cold | Run 1 | Run 2 | Median |"),
         "{md}"
