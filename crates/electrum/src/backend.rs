@@ -100,6 +100,11 @@ pub trait Backend: Send + Sync + 'static {
     fn history(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryEntry>, BackendError>;
     fn mempool_history(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryEntry>, BackendError>;
     fn status(&self, scripthash: &ScriptHash) -> Result<Option<StatusHash>, BackendError>;
+    /// The status if it is at hand without any work (a cache hit):
+    /// `Some(None)` for an unused script, `None` when it must be computed.
+    fn cached_status(&self, _scripthash: &ScriptHash) -> Option<Option<StatusHash>> {
+        None
+    }
     fn balance(&self, scripthash: &ScriptHash) -> Result<Balance, BackendError>;
     fn unspent(&self, scripthash: &ScriptHash) -> Result<Vec<Utxo>, BackendError>;
     fn transaction(&self, txid: &Txid) -> Result<Vec<u8>, BackendError>;

@@ -99,8 +99,41 @@ impl Dispatcher {
 
     /// Handles one line (without its newline). Never panics on client input.
     pub fn handle_line(&self, state: &mut SessionState, line: &[u8]) -> Outcome {
+        self.handle_incoming(state, self.parse(line))
+    }
+
+    /// Parses one line (without its newline) into requests.
+    pub fn parse(&self, line: &[u8]) -> Incoming {
+        jsonrpc::parse_line(line, self.config.batch_requests_max)
+    }
+
+    /// Whether every request of `incoming` is a script hash subscription
+    /// whose status is cached: answering it then takes no I/O and next to
+    /// no CPU, so the caller may run it where blocking is not allowed. (A
+    /// status forgotten in between is computed there: one history scan, in
+    /// a race with a new block or mempool change.)
+    pub fn answers_from_cache(&self, incoming: &Incoming) -> bool {
+        let cached = |message: &Message| match message {
+            Message::Call(call) if call.id.is_some() => matches!(
+                Request::parse(&call.method, &call.params),
+                Ok(Request::Script {
+                    method: ScriptMethod::Subscribe,
+                    key,
+                }) if self.backend.cached_status(&key.scripthash).is_some()
+            ),
+            _ => false,
+        };
+        match incoming {
+            Incoming::Single(message) => cached(message),
+            Incoming::Batch(messages) => messages.iter().all(cached),
+            Incoming::Empty | Incoming::Error(_) => false,
+        }
+    }
+
+    /// Handles parsed requests. Never panics on client input.
+    pub fn handle_incoming(&self, state: &mut SessionState, incoming: Incoming) -> Outcome {
         let mut out = Outcome::default();
-        let response = match jsonrpc::parse_line(line, self.config.batch_requests_max) {
+        let response = match incoming {
             Incoming::Empty => None,
             Incoming::Error(error) => {
                 state.note_other_message();
@@ -176,26 +209,53 @@ impl Dispatcher {
             .collect();
         let protocol = state.protocol();
         type Status = Result<Option<StatusHash>, RpcError>;
-        let answered: Vec<(Pending, Option<Status>)> = pool.install(|| {
-            use rayon::prelude::*;
-            pending
-                .into_par_iter()
-                .map(|p| match p {
-                    Pending::Query { id, request } => {
-                        let result = self.execute_query(protocol, request);
-                        if let Err(e) = &result {
-                            tracing::debug!(error = %e, "request failed");
-                        }
-                        (Pending::Done(Some(jsonrpc::response(id, result))), None)
+        // Cached statuses are answered here: handing a lookup to the pool
+        // costs more than the lookup (a reconnecting wallet's batches are
+        // all cache hits).
+        let pending: Vec<(Pending, Option<Status>)> = pending
+            .into_iter()
+            .map(|p| match p {
+                Pending::Subscribe { id, key } => {
+                    match self.backend.cached_status(&key.scripthash) {
+                        Some(status) => (Pending::Subscribe { id, key }, Some(Ok(status))),
+                        None => (Pending::Subscribe { id, key }, None),
                     }
-                    Pending::Subscribe { id, key } => {
-                        let status = self.backend.status(&key.scripthash).map_err(RpcError::from);
-                        (Pending::Subscribe { id, key }, Some(status))
-                    }
-                    done => (done, None),
-                })
-                .collect()
+                }
+                other => (other, None),
+            })
+            .collect();
+        let work_left = pending.iter().any(|p| match p {
+            (Pending::Query { .. }, _) | (Pending::Subscribe { .. }, None) => true,
+            _ => false,
         });
+        let answered: Vec<(Pending, Option<Status>)> = if !work_left {
+            pending
+        } else {
+            pool.install(|| {
+                use rayon::prelude::*;
+                pending
+                    .into_par_iter()
+                    .map(|p| match p {
+                        (Pending::Subscribe { id, key }, Some(status)) => {
+                            (Pending::Subscribe { id, key }, Some(status))
+                        }
+                        (Pending::Query { id, request }, _) => {
+                            let result = self.execute_query(protocol, request);
+                            if let Err(e) = &result {
+                                tracing::debug!(error = %e, "request failed");
+                            }
+                            (Pending::Done(Some(jsonrpc::response(id, result))), None)
+                        }
+                        (Pending::Subscribe { id, key }, None) => {
+                            let status =
+                                self.backend.status(&key.scripthash).map_err(RpcError::from);
+                            (Pending::Subscribe { id, key }, Some(status))
+                        }
+                        done => done,
+                    })
+                    .collect()
+            })
+        };
         answered
             .into_iter()
             .filter_map(|answer| match answer {

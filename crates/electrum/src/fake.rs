@@ -33,6 +33,8 @@ pub struct FakeState {
     pub history_entries_max: usize,
     /// Counts `status` calls, so tests can check how much work a change cost.
     pub status_calls: usize,
+    /// Script hashes whose status `cached_status` gives (as a cache would).
+    pub cached: std::collections::HashSet<ScriptHash>,
 }
 
 /// A thread-safe in-memory backend.
@@ -149,6 +151,16 @@ impl Backend for FakeBackend {
         self.lock().status_calls += 1;
         let history = self.checked_history(sh)?;
         Ok(StatusHash::of_history(
+            history.iter().map(|e| (&e.txid, e.height)),
+        ))
+    }
+
+    fn cached_status(&self, sh: &ScriptHash) -> Option<Option<StatusHash>> {
+        if !self.lock().cached.contains(sh) {
+            return None;
+        }
+        let history = self.checked_history(sh).ok()?;
+        Some(StatusHash::of_history(
             history.iter().map(|e| (&e.txid, e.height)),
         ))
     }

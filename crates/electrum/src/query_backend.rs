@@ -65,6 +65,10 @@ impl Backend for Query {
         Ok(Query::status(self, sh)?)
     }
 
+    fn cached_status(&self, sh: &ScriptHash) -> Option<Option<StatusHash>> {
+        Query::cached_status(self, sh)
+    }
+
     fn balance(&self, sh: &ScriptHash) -> Result<Balance, BackendError> {
         let b = Query::balance(self, sh)?;
         Ok(Balance {

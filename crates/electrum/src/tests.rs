@@ -676,3 +676,57 @@ fn batches_run_in_parallel_but_answer_and_subscribe_in_request_order() {
     );
     assert_eq!(h.state.subscription_count(), 1);
 }
+
+/// A batch of subscriptions whose statuses are all cached may be answered
+/// where blocking is not allowed: it is recognised, computes no status, and
+/// answers and subscribes exactly like the general path.
+#[test]
+fn cached_subscriptions_are_answered_without_computing_statuses() {
+    let mut h = Harness::at("1.4");
+    let sh: ScriptHash = SH.parse().unwrap();
+    let other = "11".repeat(32);
+    h.backend.update(|s| {
+        s.histories.insert(
+            sh,
+            vec![HistoryEntry {
+                txid: txid(1),
+                height: 5,
+                fee: None,
+            }],
+        );
+        s.cached.insert(sh);
+    });
+    let batch = json!([
+        {"id": 1, "method": "blockchain.scripthash.subscribe", "params": [SH]},
+        {"id": 2, "method": "blockchain.scripthash.subscribe", "params": [other]},
+    ])
+    .to_string();
+    let incoming = h.dispatcher.parse(batch.as_bytes());
+    assert!(
+        !h.dispatcher.answers_from_cache(&incoming),
+        "the second status is not cached"
+    );
+    let cached = json!([{"id": 1, "method": "blockchain.scripthash.subscribe", "params": [SH]}]);
+    let incoming = h.dispatcher.parse(cached.to_string().as_bytes());
+    assert!(h.dispatcher.answers_from_cache(&incoming));
+    let calls = h.backend.update(|s| s.status_calls);
+    let out = h.dispatcher.handle_incoming(&mut h.state, incoming);
+    assert_eq!(
+        h.backend.update(|s| s.status_calls),
+        calls,
+        "no status computed"
+    );
+    let want = StatusHash::of_history([(&txid(1), 5)]).unwrap().to_string();
+    let reply: Value = serde_json::from_str(out.response.as_deref().unwrap()).unwrap();
+    assert_eq!(reply[0]["result"], json!(want));
+    assert!(matches!(
+        out.effects.as_slice(),
+        [Effect::Subscribed { key, status: Some(_) }] if key.scripthash == sh
+    ));
+    let version = json!({"id": 9, "method": "server.version", "params": []}).to_string();
+    let incoming = h.dispatcher.parse(version.as_bytes());
+    assert!(
+        !h.dispatcher.answers_from_cache(&incoming),
+        "not a subscription"
+    );
+}

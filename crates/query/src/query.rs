@@ -288,6 +288,12 @@ impl Query {
         Ok(status)
     }
 
+    /// The status of `scripthash` if it is cached: `Some(None)` for an
+    /// unused script, `None` when it must be computed.
+    pub fn cached_status(&self, scripthash: &ScriptHash) -> Option<Option<StatusHash>> {
+        self.statuses.get(scripthash)
+    }
+
     /// Forgets every cached status: the state changed in a way no
     /// [`Change`] describes (an update that failed half-way).
     pub(crate) fn forget_statuses(&self) {

@@ -49,12 +49,13 @@ pub(crate) enum Control {
         session: SessionId,
         handle: SessionHandle,
     },
-    /// `status` is what the client was told; `seen` the last change
-    /// processed before it was computed.
+    /// The subscriptions one request line made, each with the status the
+    /// client was told; `seen` is the last change processed before they
+    /// were computed. One message per line, not per subscription: a wallet
+    /// subscribes its addresses in batches.
     Subscribe {
         session: SessionId,
-        key: ScriptKey,
-        status: Option<StatusHash>,
+        subscriptions: Vec<(ScriptKey, Option<StatusHash>)>,
         seen: u64,
     },
     Unsubscribe {
@@ -360,29 +361,34 @@ impl<C: ChangeView> Notifier<C> {
             }
             Control::Subscribe {
                 session,
-                key,
-                status,
+                subscriptions,
                 seen,
             } => {
                 let Some(entry) = self.sessions.get_mut(&session) else {
                     return;
                 };
-                entry.scripts.insert(key.scripthash);
-                let sub = self
-                    .by_script
-                    .entry(key.scripthash)
-                    .or_default()
-                    .entry(session)
-                    .or_insert(Subscriber {
-                        last_sent: status,
-                        forms: Vec::new(),
-                    });
-                sub.last_sent = status;
-                if !sub.forms.contains(&key.form) {
-                    sub.forms.push(key.form);
+                let mut changed = Vec::new();
+                for (key, status) in subscriptions {
+                    entry.scripts.insert(key.scripthash);
+                    let sub = self
+                        .by_script
+                        .entry(key.scripthash)
+                        .or_default()
+                        .entry(session)
+                        .or_insert(Subscriber {
+                            last_sent: status,
+                            forms: Vec::new(),
+                        });
+                    sub.last_sent = status;
+                    if !sub.forms.contains(&key.form) {
+                        sub.forms.push(key.form);
+                    }
+                    if self.recent.changed_since(&key.scripthash, seen) {
+                        changed.push(key.scripthash);
+                    }
                 }
-                if self.recent.changed_since(&key.scripthash, seen) {
-                    self.refresh(vec![key.scripthash]).await;
+                if !changed.is_empty() {
+                    self.refresh(changed).await;
                 }
             }
             Control::Unsubscribe { session, key } => {
@@ -512,8 +518,7 @@ mod tests {
         assert!(rx.try_recv().is_err(), "nobody was subscribed yet");
         n.handle_control(Control::Subscribe {
             session: 1,
-            key: key(sh),
-            status: None,
+            subscriptions: vec![(key(sh), None)],
             seen,
         })
         .await;
@@ -527,8 +532,7 @@ mod tests {
         let status = backend.status(&sh).unwrap();
         n.handle_control(Control::Subscribe {
             session: 1,
-            key: key(sh),
-            status,
+            subscriptions: vec![(key(sh), status)],
             seen,
         })
         .await;
@@ -549,8 +553,7 @@ mod tests {
         let sh = ScriptHash([1; 32]);
         n.handle_control(Control::Subscribe {
             session: 1,
-            key: key(sh),
-            status: None,
+            subscriptions: vec![(key(sh), None)],
             seen: 0,
         })
         .await;
@@ -578,8 +581,7 @@ mod tests {
         for sh in [a, b] {
             n.handle_control(Control::Subscribe {
                 session: 1,
-                key: key(sh),
-                status: None,
+                subscriptions: vec![(key(sh), None)],
                 seen: 0,
             })
             .await;

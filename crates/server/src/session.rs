@@ -1,6 +1,7 @@
 //! One task per connection: reads newline-delimited requests, runs each line
-//! on a blocking thread (queries may hit RocksDB or the node), writes the
-//! response, and interleaves the notifications the notifier queued for it.
+//! on a blocking thread (queries may hit RocksDB or the node) unless it only
+//! asks for cached statuses, writes the response, and interleaves the
+//! notifications the notifier queued for it.
 //! Generic over `AsyncRead + AsyncWrite`, so a TLS stream plugs in as is.
 //!
 //! Lines of one session run one at a time, in order; the next line is not
@@ -40,6 +41,9 @@ enum End {
 
 /// Bytes read from the socket at a time.
 const READ_CHUNK_BYTES: usize = 16 * 1024;
+/// Lines up to this size are parsed on the session's own task, to see
+/// whether they can be answered there (see [`Dispatcher::answers_from_cache`]).
+const INLINE_LINE_BYTES_MAX: usize = 64 * 1024;
 /// Queued notifications written before the next flush.
 const NOTIFICATIONS_PER_FLUSH: usize = 256;
 
@@ -145,10 +149,31 @@ where
                     let dispatcher = Arc::clone(&ctx.dispatcher);
                     // Read before any status is computed (see `notifier`).
                     let seen = ctx.processed.load(Ordering::Acquire);
-                    running = Some(tokio::task::spawn_blocking(move || {
-                        let outcome = dispatcher.handle_line(&mut session_state, &line);
-                        (session_state, outcome, seen)
-                    }));
+                    // A small line that only asks for cached statuses (a
+                    // wallet reconnecting) is answered right here: handing
+                    // it to a blocking thread would cost more than the work.
+                    let incoming =
+                        (line.len() <= INLINE_LINE_BYTES_MAX).then(|| dispatcher.parse(&line));
+                    match incoming {
+                        Some(incoming) if dispatcher.answers_from_cache(&incoming) => {
+                            let outcome = dispatcher.handle_incoming(&mut session_state, incoming);
+                            state = Some(session_state);
+                            if let Err(end) = deliver(ctx, id, &mut writer, outcome, seen).await {
+                                return end;
+                            }
+                        }
+                        incoming => {
+                            running = Some(tokio::task::spawn_blocking(move || {
+                                let outcome = match incoming {
+                                    Some(incoming) => {
+                                        dispatcher.handle_incoming(&mut session_state, incoming)
+                                    }
+                                    None => dispatcher.handle_line(&mut session_state, &line),
+                                };
+                                (session_state, outcome, seen)
+                            }));
+                        }
+                    }
                     continue;
                 }
                 Some(Frame::TooLong) => {
@@ -177,23 +202,8 @@ where
                     return End::HandlerPanicked;
                 };
                 state = Some(session_state);
-                for effect in outcome.effects {
-                    let control = match effect {
-                        Effect::Subscribed { key, status } => Control::Subscribe { session: id, key, status, seen },
-                        Effect::Unsubscribed { key } => Control::Unsubscribe { session: id, key },
-                        Effect::HeadersSubscribed => Control::SubscribeHeaders { session: id, seen },
-                    };
-                    if ctx.control.send(control).await.is_err() {
-                        return End::Shutdown;
-                    }
-                }
-                if let Some(response) = outcome.response {
-                    if let Err(end) = write_and_flush(&mut writer, &response).await {
-                        return end;
-                    }
-                }
-                if outcome.close {
-                    return End::NoCommonVersion;
+                if let Err(end) = deliver(ctx, id, &mut writer, outcome, seen).await {
+                    return end;
                 }
             }
             Some(line) = notifications.recv() => {
@@ -219,6 +229,57 @@ where
             _ = sleep_until(idle_deadline), if running.is_none() => return End::Idle,
         }
     }
+}
+
+/// Hands a line's effects to the notifier (in order; consecutive
+/// subscriptions as one message) and writes its response.
+async fn deliver<W: AsyncWrite + Unpin>(
+    ctx: &SessionContext,
+    id: SessionId,
+    writer: &mut Writer<W>,
+    outcome: osprey_electrum::Outcome,
+    seen: u64,
+) -> Result<(), End> {
+    let mut subscriptions = Vec::new();
+    let mut controls = Vec::new();
+    for effect in outcome.effects {
+        let control = match effect {
+            Effect::Subscribed { key, status } => {
+                subscriptions.push((key, status));
+                continue;
+            }
+            Effect::Unsubscribed { key } => Control::Unsubscribe { session: id, key },
+            Effect::HeadersSubscribed => Control::SubscribeHeaders { session: id, seen },
+        };
+        if !subscriptions.is_empty() {
+            let subscriptions = std::mem::take(&mut subscriptions);
+            controls.push(Control::Subscribe {
+                session: id,
+                subscriptions,
+                seen,
+            });
+        }
+        controls.push(control);
+    }
+    if !subscriptions.is_empty() {
+        controls.push(Control::Subscribe {
+            session: id,
+            subscriptions,
+            seen,
+        });
+    }
+    for control in controls {
+        if ctx.control.send(control).await.is_err() {
+            return Err(End::Shutdown);
+        }
+    }
+    if let Some(response) = outcome.response {
+        write_and_flush(writer, &response).await?;
+    }
+    if outcome.close {
+        return Err(End::NoCommonVersion);
+    }
+    Ok(())
 }
 
 async fn write_and_flush<W: AsyncWrite + Unpin>(
