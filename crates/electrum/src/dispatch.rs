@@ -224,9 +224,11 @@ impl Dispatcher {
                 other => (other, None),
             })
             .collect();
-        let work_left = pending.iter().any(|p| match p {
-            (Pending::Query { .. }, _) | (Pending::Subscribe { .. }, None) => true,
-            _ => false,
+        let work_left = pending.iter().any(|p| {
+            matches!(
+                p,
+                (Pending::Query { .. }, _) | (Pending::Subscribe { .. }, None)
+            )
         });
         let answered: Vec<(Pending, Option<Status>)> = if !work_left {
             pending
