@@ -15,6 +15,7 @@ use crate::version::ProtocolVersion;
 use crate::{fee, headers, mempool, scripthash, server, transaction};
 use osprey_core::StatusHash;
 use serde_json::Value;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Limits and identity the protocol layer needs.
@@ -66,6 +67,11 @@ pub struct Dispatcher {
     /// Runs a batch's requests in parallel; `None` (requests run one after
     /// the other) if its threads could not be started.
     batch_pool: Option<rayon::ThreadPool>,
+    /// Lines being handled now, across sessions. When they already keep
+    /// every core busy, a batch runs on its own thread: spreading it over
+    /// the pool too would only add context switches.
+    handling: AtomicUsize,
+    cores: usize,
 }
 
 /// A request of a batch, between the in-order phase and the parallel one.
@@ -90,6 +96,8 @@ impl Dispatcher {
             backend,
             config,
             batch_pool,
+            handling: AtomicUsize::new(0),
+            cores: std::thread::available_parallelism().map_or(1, usize::from),
         }
     }
 
@@ -132,6 +140,14 @@ impl Dispatcher {
 
     /// Handles parsed requests. Never panics on client input.
     pub fn handle_incoming(&self, state: &mut SessionState, incoming: Incoming) -> Outcome {
+        struct Handling<'a>(&'a AtomicUsize);
+        impl Drop for Handling<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.handling.fetch_add(1, Ordering::Relaxed);
+        let _handling = Handling(&self.handling);
         let mut out = Outcome::default();
         let response = match incoming {
             Incoming::Empty => None,
@@ -174,7 +190,12 @@ impl Dispatcher {
             ),
             _ => false,
         });
-        let Some(pool) = self.batch_pool.as_ref().filter(|_| !ordered_only) else {
+        let cores_free = self.handling.load(Ordering::Relaxed) <= self.cores;
+        let Some(pool) = self
+            .batch_pool
+            .as_ref()
+            .filter(|_| !ordered_only && cores_free)
+        else {
             return messages
                 .into_iter()
                 .filter_map(|m| self.handle_message(state, m, out))
