@@ -152,6 +152,11 @@ impl Expected {
     ///
     /// # Errors
     /// When the tip's height or header differs.
+    /// The height of the manifest's tip.
+    pub fn tip_height(&self) -> u32 {
+        (self.block_hashes.len() - 1) as u32
+    }
+
     pub fn check_tip(&self, result: &Value) -> Result<(), Wrong> {
         let subject = "the chain tip";
         let tip_height = self.block_hashes.len() - 1;

@@ -171,9 +171,23 @@ pub async fn preflight(
 ) -> Result<ServerInfo, BenchError> {
     let (mut session, info) = open_session(address, limits).await?;
     let tip = session.call(method::HEADERS_SUBSCRIBE, json!([])).await?;
-    expected
-        .check_tip(&tip)
-        .named(session.server(), method::HEADERS_SUBSCRIBE)?;
+    let manifest_tip = expected.tip_height();
+    if tip.get("height").and_then(Value::as_u64) > Some(u64::from(manifest_tip)) {
+        // The chain grew past the manifest's tip (a generated chain's old
+        // timestamps keep Bitcoin Core in initial block download until one
+        // recent block is mined): fine if it is still the manifest's chain.
+        // Blocks that touched the wallet would fail the answer checks.
+        let header = session
+            .call(method::BLOCK_HEADER, json!([manifest_tip]))
+            .await?;
+        expected
+            .check_header(manifest_tip, &header)
+            .named(session.server(), method::BLOCK_HEADER)?;
+    } else {
+        expected
+            .check_tip(&tip)
+            .named(session.server(), method::HEADERS_SUBSCRIBE)?;
+    }
     Ok(info)
 }
 

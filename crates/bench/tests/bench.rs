@@ -336,6 +336,26 @@ fn server_behind_the_manifest_tip_fails_before_measuring() {
     );
 }
 
+/// A chain grown past the manifest's tip (Bitcoin Core needs one recent
+/// block to leave initial block download) is measured when the manifest's
+/// tip is in it, and fails when it is another chain.
+#[test]
+fn server_ahead_of_the_manifest_tip_is_measured_only_on_the_same_chain() {
+    let chain = Arc::new(chain());
+    let server = start(Arc::clone(&chain), Lie::AheadOfTip, "FakeElectrum 1.0");
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = chain.save_manifest(dir.path());
+    let bench = args(
+        vec![server],
+        &manifest,
+        &dir.path().join("out"),
+        WorkloadArg::InitialLoad,
+    );
+    run(bench).expect("the manifest's chain, one block longer");
+    let (_, _, error) = caught(Lie::ForkAheadOfTip, WorkloadArg::InitialLoad, |_| {});
+    assert_contains_all(&error, &["blockchain.block.header", "height 7"]);
+}
+
 #[test]
 fn wrong_notification_fails_the_run() {
     let (chain, _, error) = caught(Lie::Notify, WorkloadArg::InitialLoad, |_| {});

@@ -163,6 +163,11 @@ pub enum Lie {
     HugeLine,
     /// Reports a tip one block behind the manifest's.
     BehindTip,
+    /// Reports a tip one block past the manifest's, on the manifest's chain.
+    AheadOfTip,
+    /// Reports a tip one block past the manifest's, on another chain: its
+    /// header at the manifest's tip height is another.
+    ForkAheadOfTip,
     /// Sends a status-change notification for address 0 with a wrong status.
     Notify,
 }
@@ -292,8 +297,14 @@ fn answer(chain: &Chain, lie: Lie, software: &str, method: &str, params: &Value)
     match method {
         "server.version" => Reply::Result(json!([software, "1.4"])),
         "blockchain.headers.subscribe" => {
-            let tip = if lie == Lie::BehindTip { 6 } else { 7 };
-            Reply::Result(json!({"height": tip, "hex": chain.headers[tip]}))
+            match lie {
+                Lie::BehindTip => Reply::Result(json!({"height": 6, "hex": chain.headers[6]})),
+                // The made-up block 8 reuses a header: only its height is read.
+                Lie::AheadOfTip | Lie::ForkAheadOfTip => {
+                    Reply::Result(json!({"height": 8, "hex": chain.headers[7]}))
+                }
+                _ => Reply::Result(json!({"height": 7, "hex": chain.headers[7]})),
+            }
         }
         "blockchain.scripthash.subscribe" => {
             let Some(index) = find(params) else {
@@ -339,8 +350,10 @@ fn answer(chain: &Chain, lie: Lie, software: &str, method: &str, params: &Value)
         }
         "blockchain.block.header" => {
             let mut height = params[0].as_u64().unwrap_or(u64::MAX) as usize;
-            if lie == Lie::WrongHeader && height == 3 {
-                height = 2;
+            if (lie == Lie::WrongHeader && height == 3)
+                || (lie == Lie::ForkAheadOfTip && height == 7)
+            {
+                height -= 1;
             }
             match chain.headers.get(height) {
                 Some(hex) => Reply::Result(json!(hex)),
