@@ -220,12 +220,13 @@ fn bad_input_gets_clear_errors_and_the_server_goes_on() {
         .collect();
     s.send_line(Value::Array(too_many).to_string().as_bytes())
         .expect("sending a big batch");
-    assert_error(
-        &s.read_response(),
-        -101,
-        Value::Null,
-        "batch over the limit",
-    );
+    // A batch is answered by an array: each call refused under its own id.
+    let refused = s.read_response();
+    let refused = refused.as_array().expect("an array answers a batch");
+    assert_eq!(refused.len(), BATCH_MAX + 1, "one error per call");
+    for (i, answer) in refused.iter().enumerate() {
+        assert_error(answer, -101, json!(1000 + i), "batch over the limit");
+    }
     s.send_line(b"[]").expect("sending an empty batch");
     assert_error(&s.read_response(), -32600, Value::Null, "empty batch");
     assert_alive(&mut s, "after batches");

@@ -205,12 +205,12 @@ fn build_scenario(node: &dyn Node, wallet: &mut TestWallet) -> Scenario {
 ///    to a root computed here from the node's block hashes, 2016 at once.
 /// 6. Check fees: estimatefee, relayfee, mempool.get_info,
 ///    mempool.get_fee_histogram against the node's mempool.
-/// 7. Check every scripthash (and 1.6 scriptpubkey) method for each target,
+/// 7. Check every scripthash (and 1.7-draft scriptpubkey) method for each target,
 ///    the mining script and an unused script, against the node's view.
 /// 8. Check transaction.get (raw and verbose), get_merkle, id_from_pos.
 /// 9. Broadcast a good transaction (it reaches the node's mempool), a bad
 ///    one (an error, no hang), and a package (btcd: a clear error).
-/// 10. Subscribe a fresh script (by script hash, by 1.6 scriptpubkey and
+/// 10. Subscribe a fresh script (by script hash, by 1.7-draft scriptpubkey and
 ///     with electrum-client), an unused script and the headers; pay the
 ///     script: a status notification (mempool); mine: a headers and a
 ///     status notification; spend it: a status notification. Never one
@@ -344,7 +344,22 @@ fn check_server_methods(osprey: &Osprey, node: &dyn Node, view: &NodeView) {
         "1.4 ping answers null"
     );
     client.ping().expect("electrum-client ping");
-    s16.call("server.ping", json!([]));
+    assert_eq!(
+        s16.call("server.ping", json!([])),
+        Value::Null,
+        "1.6 as released answers null"
+    );
+    let mut s17 = osprey.session();
+    assert_eq!(s17.negotiate(json!(["1.4", "1.7"])), "1.7");
+    assert_eq!(
+        s17.call("server.ping", json!([4, "ab"])),
+        json!({"data": "0000"}),
+        "the 1.7 draft pads"
+    );
+    assert_eq!(
+        s17.call("server.features", json!([]))["method_flavours"],
+        json!({})
+    );
 
     // Features: the genesis hash is the node's block 0.
     let genesis = node.block_hash(0).expect("getblockhash 0").to_string();
@@ -352,7 +367,8 @@ fn check_server_methods(osprey: &Osprey, node: &dyn Node, view: &NodeView) {
     assert_eq!(features["genesis_hash"], json!(genesis), "{features}");
     assert_eq!(features["hash_function"], json!("sha256"));
     assert_eq!(features["protocol_min"], json!("1.4"));
-    assert_eq!(features["protocol_max"], json!("1.6"));
+    assert_eq!(features["protocol_max"], json!("1.7"));
+    assert!(features.get("method_flavours").is_none(), "{features}");
     assert_eq!(features["server_version"], json!(software));
     let typed = client
         .server_features()
@@ -612,6 +628,8 @@ fn check_fees(osprey: &Osprey, node: &dyn Node, view: &NodeView) {
 fn check_scripts(osprey: &Osprey, node: &dyn Node, view: &NodeView, scripts: &[ScriptBuf]) {
     let mut s16 = osprey.session();
     s16.negotiate(json!("1.6"));
+    let mut s17 = osprey.session();
+    s17.negotiate(json!("1.7"));
     let client = osprey.client();
     let mut saw_heights = std::collections::BTreeSet::new();
     for script in scripts {
@@ -656,18 +674,20 @@ fn check_scripts(osprey: &Osprey, node: &dyn Node, view: &NodeView, scripts: &[S
             "{what}"
         );
 
-        // 1.6 names scripts by their bytes too: same answers.
+        // The 1.7 draft names scripts by their bytes too: same answers.
         let spk = json!([hex::encode(script.as_bytes())]);
         assert_eq!(
-            s16.call("blockchain.scriptpubkey.get_history", spk.clone()),
+            s17.call("blockchain.scriptpubkey.get_history", spk.clone()),
             history,
             "{what}"
         );
         assert_eq!(
-            s16.call("blockchain.scriptpubkey.get_balance", spk.clone()),
+            s17.call("blockchain.scriptpubkey.get_balance", spk.clone()),
             balance,
             "{what}"
         );
+        let e = s16.call_err("blockchain.scriptpubkey.get_history", spk.clone());
+        assert_eq!(e.code, -32601, "a 1.7 draft method at 1.6: {e:?}");
 
         // The confirmed heights agree with the node's verbose transactions
         // (`blockhash` -> height), checked for the scenario's small scripts.
@@ -756,6 +776,8 @@ fn check_transactions(
     s14.negotiate(json!("1.4"));
     let mut s16 = osprey.session();
     s16.negotiate(json!("1.6"));
+    let mut s17 = osprey.session();
+    s17.negotiate(json!("1.7"));
     let client = osprey.client();
     // The genesis coinbase has a position, though it is not indexed.
     let genesis = view.block_txids[0][0].to_string();
@@ -840,21 +862,28 @@ fn check_transactions(
             merkle_root,
             "merkle branch of {txid} does not fold to the block's root"
         );
+        // 1.6 as released has the 1.4 shape; the 1.7 draft adds the
+        // block hash and makes the height optional.
         let answer16 = s16.call(
             "blockchain.transaction.get_merkle",
             json!([txid.to_string(), height]),
         );
-        let without_height = s16.call(
+        assert_eq!(answer16, answer, "1.6 get_merkle");
+        let answer17 = s17.call(
+            "blockchain.transaction.get_merkle",
+            json!([txid.to_string(), height]),
+        );
+        let without_height = s17.call(
             "blockchain.transaction.get_merkle",
             json!([txid.to_string()]),
         );
-        assert_eq!(without_height, answer16, "get_merkle without a height");
+        assert_eq!(without_height, answer17, "get_merkle without a height");
         assert_eq!(
-            answer16["block_hash"],
+            answer17["block_hash"],
             json!(view.block_hashes[height as usize].to_string()),
-            "1.6 block_hash"
+            "1.7 draft block_hash"
         );
-        assert_eq!(answer16["merkle"], answer["merkle"]);
+        assert_eq!(answer17["merkle"], answer["merkle"]);
         let typed = client
             .transaction_get_merkle(txid, height as usize)
             .expect("electrum-client get_merkle");
@@ -1008,26 +1037,26 @@ fn check_notifications(osprey: &Osprey, node: &dyn Node, wallet: &mut TestWallet
     let spk = hex::encode(script.as_bytes());
     // Never paid: must never be notified.
     let quiet = wallet.new_script(ScriptKind::P2wsh);
-    let mut s16 = osprey.session();
-    s16.negotiate(json!("1.6"));
+    let mut s17 = osprey.session();
+    s17.negotiate(json!("1.7"));
     assert_eq!(
-        s16.call("blockchain.scripthash.subscribe", json!([sh])),
+        s17.call("blockchain.scripthash.subscribe", json!([sh])),
         Value::Null,
         "unused script"
     );
     assert_eq!(
-        s16.call("blockchain.scriptpubkey.subscribe", json!([spk])),
+        s17.call("blockchain.scriptpubkey.subscribe", json!([spk])),
         Value::Null,
-        "1.6 form"
+        "the 1.7 draft form"
     );
     assert_eq!(
-        s16.call(
+        s17.call(
             "blockchain.scripthash.subscribe",
             json!([scripthash(&quiet)])
         ),
         Value::Null
     );
-    s16.call("blockchain.headers.subscribe", json!([]));
+    s17.call("blockchain.headers.subscribe", json!([]));
     let client = osprey.client();
     assert!(client
         .script_subscribe(&script)
@@ -1037,9 +1066,9 @@ fn check_notifications(osprey: &Osprey, node: &dyn Node, wallet: &mut TestWallet
         .block_headers_subscribe_raw()
         .expect("electrum-client headers subscribe");
     // Each change must reach both forms of the subscription and the client.
-    let expect_status = |s16: &mut Session, want: &Value| {
-        wait_status_notification(s16, "blockchain.scripthash.subscribe", &sh, want);
-        wait_status_notification(s16, "blockchain.scriptpubkey.subscribe", &spk, want);
+    let expect_status = |s17: &mut Session, want: &Value| {
+        wait_status_notification(s17, "blockchain.scripthash.subscribe", &sh, want);
+        wait_status_notification(s17, "blockchain.scriptpubkey.subscribe", &spk, want);
         wait_client_status(&client, &script, want);
     };
 
@@ -1052,7 +1081,7 @@ fn check_notifications(osprey: &Osprey, node: &dyn Node, wallet: &mut TestWallet
     let view = NodeView::load(node);
     let want = view.status(&script);
     assert!(want.is_string());
-    expect_status(&mut s16, &want);
+    expect_status(&mut s17, &want);
 
     // Mined: a new tip and a confirmed status.
     node.generate(1).expect("mining");
@@ -1067,13 +1096,13 @@ fn check_notifications(osprey: &Osprey, node: &dyn Node, wallet: &mut TestWallet
     let deadline = std::time::Instant::now() + NOTIFICATION_TIMEOUT;
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let n = s16.wait_notification("blockchain.headers.subscribe", left);
+        let n = s17.wait_notification("blockchain.headers.subscribe", left);
         if n["params"][0] == tip {
             break;
         }
         eprintln!("intermediate headers notification {n}");
     }
-    expect_status(&mut s16, &want);
+    expect_status(&mut s17, &want);
     let header = wait_until(
         "electrum-client gets the new header",
         NOTIFICATION_TIMEOUT,
@@ -1100,11 +1129,11 @@ fn check_notifications(osprey: &Osprey, node: &dyn Node, wallet: &mut TestWallet
     let view = NodeView::load(node);
     let want = view.status(&script);
     assert_eq!(view.history(&script).len(), 2, "paid, then spent");
-    expect_status(&mut s16, &want);
+    expect_status(&mut s17, &want);
     // A round trip after the last change: anything about the quiet script
     // would have arrived before its answer.
-    s16.call("server.ping", json!([]));
-    let stray: Vec<&Value> = s16
+    s17.call("server.ping", json!([]));
+    let stray: Vec<&Value> = s17
         .pending_notifications()
         .iter()
         .filter(|n| n["params"][0] != json!(sh))

@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use bitcoin::hashes::Hash;
 use bitcoin::{Amount, ScriptBuf};
 use osprey_testenv::{mining_address, Node, ScriptKind, TestWallet};
 use serde_json::json;
@@ -14,6 +15,7 @@ use crate::common::answers::{
     assert_chain_matches_node, assert_same_answers, collect_chain, wait_answers_match_node,
 };
 use crate::common::blocks::{burn_script, submit_block_on};
+use crate::common::merkle::{root, to_display_hex};
 use crate::common::oracle::confirmed_height_by_rpc;
 use crate::common::{
     collect_answers, scripthash, start_btcd, wait_until, NodeView, Osprey, OspreyConfig,
@@ -97,6 +99,18 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
     assert_eq!(old_status, old_view.status(&s1));
     session.call("blockchain.scripthash.subscribe", json!([sh2]));
     session.call("blockchain.headers.subscribe", json!([]));
+    // A header proof to the old tip, which the reorg replaces: its root
+    // must then change.
+    let checkpoint = height_n + 2;
+    let root_of = |view: &NodeView| {
+        let leaves: Vec<[u8; 32]> = view.block_hashes[..=checkpoint as usize]
+            .iter()
+            .map(|h| h.to_byte_array())
+            .collect();
+        json!(to_display_hex(root(&leaves)))
+    };
+    let old_proof = session.call("blockchain.block.header", json!([0, checkpoint]));
+    assert_eq!(old_proof["root"], root_of(&old_view), "{old_proof}");
 
     // 5.
     node.invalidate_block(&block_n).expect("invalidateblock");
@@ -154,6 +168,13 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
         &collect_chain(osprey_a.addr),
         &view,
     );
+    let new_proof = session.call("blockchain.block.header", json!([0, checkpoint]));
+    assert_eq!(
+        new_proof["root"],
+        root_of(&view),
+        "a checkpoint proof after the reorg is of the new chain"
+    );
+    assert_ne!(new_proof["root"], old_proof["root"]);
 
     // 8.
     let want = view.status(&s1);

@@ -6,7 +6,7 @@
 //! map of unspent outputs built while blocks are handed out in order. That
 //! suits generated chains; it is not meant for mainnet-sized ones.
 
-use crate::source::{BlockWithPrevouts, ChainSource, MempoolTx, TxLocation};
+use crate::source::{BlockWithPrevouts, ChainSource, MempoolFees, MempoolTx, TxLocation};
 use crate::Error;
 use bitcoin::block::Header;
 use bitcoin::consensus::deserialize;
@@ -276,10 +276,22 @@ impl ChainSource for BlkFiles {
     }
 
     fn relay_fee(&self) -> Result<f64, Error> {
-        // Bitcoin Core's default minimum relay fee: 1 sat/vB.
-        Ok(0.00001)
+        Ok(DEMO_RELAY_FEE)
+    }
+
+    fn mempool_fees(&self) -> Result<MempoolFees, Error> {
+        // No node, no mempool: its floors are the relay fee.
+        Ok(MempoolFees {
+            mempoolminfee: DEMO_RELAY_FEE,
+            minrelaytxfee: DEMO_RELAY_FEE,
+            incrementalrelayfee: DEMO_RELAY_FEE,
+        })
     }
 }
+
+/// The relay fee answered without a node: Bitcoin Core's long-standing
+/// default of 1 sat/vB, in BTC/kvB.
+const DEMO_RELAY_FEE: f64 = 0.00001;
 
 fn no_node(what: &str) -> Error {
     Error::persistent(format!(

@@ -21,7 +21,7 @@
 
 use crate::corefiles::CoreBlockFiles;
 use crate::rpc::{Auth, RpcClient};
-use crate::source::{BlockWithPrevouts, ChainSource, MempoolTx, TxLocation};
+use crate::source::{BlockWithPrevouts, ChainSource, MempoolFees, MempoolTx, TxLocation};
 use crate::Error;
 use bitcoin::block::{Header, Version};
 use bitcoin::consensus::{deserialize, encode::deserialize_hex, Decodable};
@@ -812,6 +812,30 @@ impl ChainSource for Daemon {
         info.get("relayfee")
             .and_then(Value::as_f64)
             .ok_or_else(|| Error::persistent(format!("{method}: no relayfee")))
+    }
+
+    fn mempool_fees(&self) -> Result<MempoolFees, Error> {
+        if self.kind == NodeKind::Btcd {
+            // btcd's getmempoolinfo has only `size` and `bytes`, and its
+            // mempool has no dynamic floor: every floor is its relay fee.
+            let relay = self.relay_fee()?;
+            return Ok(MempoolFees {
+                mempoolminfee: relay,
+                minrelaytxfee: relay,
+                incrementalrelayfee: relay,
+            });
+        }
+        let info: Value = self.rpc.call("getmempoolinfo", &[])?;
+        let field = |name: &str| {
+            info.get(name)
+                .and_then(Value::as_f64)
+                .ok_or_else(|| Error::persistent(format!("getmempoolinfo: no {name}")))
+        };
+        Ok(MempoolFees {
+            mempoolminfee: field("mempoolminfee")?,
+            minrelaytxfee: field("minrelaytxfee")?,
+            incrementalrelayfee: field("incrementalrelayfee")?,
+        })
     }
 }
 

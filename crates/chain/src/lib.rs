@@ -13,4 +13,4 @@ pub use blkfiles::BlkFiles;
 pub use corefiles::{BlockPosition, CoreBlockFiles};
 pub use daemon::{BlockSource, BlockSourceChoice, Daemon, NodeKind};
 pub use error::{Error, ErrorKind};
-pub use source::{BlockWithPrevouts, ChainSource, MempoolTx, TxLocation};
+pub use source::{BlockWithPrevouts, ChainSource, MempoolFees, MempoolTx, TxLocation};

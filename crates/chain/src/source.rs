@@ -134,4 +134,23 @@ pub trait ChainSource: Send + Sync {
     /// # Errors
     /// When the node cannot be reached.
     fn relay_fee(&self) -> Result<f64, Error>;
+
+    /// The node's mempool fee floors (`getmempoolinfo`), in BTC/kvB.
+    ///
+    /// # Errors
+    /// When the node cannot be reached.
+    fn mempool_fees(&self) -> Result<MempoolFees, Error>;
+}
+
+/// The fee floors of the node's mempool, in BTC/kvB: what
+/// `mempool.get_info` answers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MempoolFees {
+    /// The dynamic floor: the larger of `minrelaytxfee` and the fee rate a
+    /// full mempool evicts below.
+    pub mempoolminfee: f64,
+    /// The configured minimum relay fee rate.
+    pub minrelaytxfee: f64,
+    /// The configured step a replacement or an eviction raises fees by.
+    pub incrementalrelayfee: f64,
 }

@@ -26,7 +26,7 @@ pub struct DispatchConfig {
     pub headers_per_call_max: usize,
     pub batch_requests_max: usize,
     pub subscriptions_per_session_max: usize,
-    /// The largest 1.6 `server.ping` padding we send back, in characters.
+    /// The largest 1.7-draft `server.ping` padding we send back, in characters.
     pub pong_len_max: usize,
 }
 
@@ -120,10 +120,10 @@ impl Dispatcher {
     /// no CPU, so the caller may run it where blocking is not allowed. (A
     /// status forgotten in between is computed there: one history scan, in
     /// a race with a new block or mempool change.)
-    pub fn answers_from_cache(&self, incoming: &Incoming) -> bool {
+    pub fn answers_from_cache(&self, state: &SessionState, incoming: &Incoming) -> bool {
         let cached = |message: &Message| match message {
             Message::Call(call) if call.id.is_some() => matches!(
-                Request::parse(&call.method, &call.params),
+                Request::parse(&call.method, &call.params, state.protocol()),
                 Ok(Request::Script {
                     method: ScriptMethod::Subscribe,
                     key,
@@ -178,9 +178,10 @@ impl Dispatcher {
         messages: Vec<Message>,
         out: &mut Outcome,
     ) -> Vec<Value> {
+        let protocol = state.protocol();
         let ordered_only = messages.iter().any(|m| match m {
             Message::Call(call) => matches!(
-                Request::parse(&call.method, &call.params),
+                Request::parse(&call.method, &call.params, protocol),
                 Ok(Request::ServerVersion { .. }
                     | Request::HeadersSubscribe
                     | Request::Script {
@@ -206,7 +207,7 @@ impl Dispatcher {
             .map(|message| match message {
                 Message::Call(call) if call.id.is_some() => {
                     let id = call.id.expect("checked above");
-                    match Request::parse(&call.method, &call.params) {
+                    match Request::parse(&call.method, &call.params, protocol) {
                         Err(e) => Pending::Done(Some(jsonrpc::response(id, Err(e)))),
                         Ok(Request::Script {
                             method: ScriptMethod::Subscribe,
@@ -228,7 +229,6 @@ impl Dispatcher {
                 other => Pending::Done(self.handle_message(state, other, out)),
             })
             .collect();
-        let protocol = state.protocol();
         type Status = Result<Option<StatusHash>, RpcError>;
         // Cached statuses are answered here: handing a lookup to the pool
         // costs more than the lookup (a reconnecting wallet's batches are
@@ -313,9 +313,10 @@ impl Dispatcher {
             }
             Message::Call(call) => {
                 // Notifications (no id) are not answered, so they are not run
-                // either: the only one a client sends is a 1.6 `server.ping`.
+                // either: the only one a client sends is a 1.7-draft
+                // `server.ping`.
                 let id = call.id?;
-                let result = Request::parse(&call.method, &call.params)
+                let result = Request::parse(&call.method, &call.params, state.protocol())
                     .and_then(|request| self.execute(state, request, out));
                 if let Err(e) = &result {
                     tracing::debug!(method = %call.method, error = %e, "request failed");
@@ -402,7 +403,7 @@ impl Dispatcher {
             Request::ServerDonationAddress => {
                 Ok(Value::String(config.info.donation_address.clone()))
             }
-            Request::ServerFeatures => Ok(server::features(&config.info)),
+            Request::ServerFeatures => Ok(server::features(&config.info, protocol)),
             Request::ServerPeersSubscribe => Ok(server::peers()),
             Request::ServerPing { pong_len } => {
                 server::ping(protocol, pong_len, config.pong_len_max)
@@ -436,7 +437,7 @@ impl Dispatcher {
             }
             Request::TxGet { txid, verbose } => transaction::get(backend, &txid, verbose),
             Request::TxGetMerkle { txid, height } => {
-                transaction::get_merkle(backend, &txid, height, protocol.is_1_6_or_later())
+                transaction::get_merkle(backend, &txid, height, protocol.is_1_7_draft())
             }
             Request::TxIdFromPos {
                 height,

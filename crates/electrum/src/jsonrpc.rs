@@ -42,8 +42,8 @@ pub enum Incoming {
     Empty,
     Single(Message),
     Batch(Vec<Message>),
-    /// The line as a whole is unusable (malformed JSON, empty or oversized
-    /// batch): one error response with a null id.
+    /// The line as a whole is unusable (malformed JSON, an empty batch):
+    /// one error response with a null id.
     Error(RpcError),
 }
 
@@ -62,10 +62,28 @@ pub fn parse_line(line: &[u8], batch_requests_max: usize) -> Incoming {
                 return Incoming::Error(RpcError::InvalidRequest("empty batch".into()));
             }
             if items.len() > batch_requests_max {
-                return Incoming::Error(RpcError::LimitExceeded(format!(
+                // A batch is answered by an array (JSON-RPC 2.0): every
+                // request in it gets the error under its own id, so the
+                // client can tell which of its calls failed.
+                let error = RpcError::LimitExceeded(format!(
                     "batch of {} requests exceeds the limit of {batch_requests_max}",
                     items.len()
-                )));
+                ));
+                let refused = items
+                    .into_iter()
+                    .map(parse_message)
+                    .map(|message| match message {
+                        Message::Call(Call { id: Some(id), .. }) | Message::Invalid { id, .. } => {
+                            Message::Invalid {
+                                id,
+                                error: error.clone(),
+                            }
+                        }
+                        // Notifications and responses get no answer.
+                        other => other,
+                    })
+                    .collect();
+                return Incoming::Batch(refused);
             }
             Incoming::Batch(items.into_iter().map(parse_message).collect())
         }
@@ -225,11 +243,24 @@ mod tests {
             parse_line(b"[]", 10),
             Incoming::Error(RpcError::InvalidRequest(_))
         ));
-        let line = format!("[{}]", [r#"{"id":1,"method":"a"}"#; 11].join(","));
+        let mut calls = vec![r#"{"id":1,"method":"a"}"#; 10];
+        calls.push(r#"{"method":"server.ping"}"#);
+        let line = format!("[{}]", calls.join(","));
         match parse_line(line.as_bytes(), 10) {
-            Incoming::Error(e) => {
-                assert_eq!(e.code(), -101);
-                assert!(e.to_string().contains("limit of 10"), "{e}");
+            Incoming::Batch(items) => {
+                assert_eq!(items.len(), 11);
+                for item in &items[..10] {
+                    let Message::Invalid { id, error } = item else {
+                        panic!("{item:?}")
+                    };
+                    assert_eq!(*id, json!(1));
+                    assert_eq!(error.code(), -101);
+                    assert!(error.to_string().contains("limit of 10"), "{error}");
+                }
+                assert!(
+                    matches!(&items[10], Message::Call(Call { id: None, .. })),
+                    "a notification is not answered"
+                );
             }
             other => panic!("{other:?}"),
         }

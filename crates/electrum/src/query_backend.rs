@@ -136,7 +136,7 @@ impl Backend for Query {
     }
 
     fn mempool_info(&self) -> Result<MempoolInfo, BackendError> {
-        let m = Query::mempool_info(self)?;
+        let m = Query::mempool_fees(self)?;
         Ok(MempoolInfo {
             mempoolminfee: m.mempoolminfee,
             minrelaytxfee: m.minrelaytxfee,

@@ -72,8 +72,8 @@ pub enum Request {
     ServerDonationAddress,
     ServerFeatures,
     ServerPeersSubscribe,
-    /// Below 1.6 both are ignored; from 1.6 the answer carries `pong_len`
-    /// zero characters of padding.
+    /// Below 1.7 both are ignored and the answer is `null`; the 1.7 draft
+    /// answers with `pong_len` characters of padding.
     ServerPing {
         pong_len: u32,
     },
@@ -125,12 +125,18 @@ pub enum Request {
 const ESTIMATE_MODES: [&str; 3] = ["ECONOMICAL", "CONSERVATIVE", "UNSET"];
 
 impl Request {
-    /// Parses a call into a request.
+    /// Parses a call into a request as `protocol` defines it: the 1.7
+    /// draft's methods and optional parameters only exist once a session
+    /// negotiated 1.7.
     ///
     /// # Errors
-    /// `MethodNotFound` for an unknown method, `InvalidParams` naming the
-    /// parameter for anything else.
-    pub fn parse(method: &str, params: &Params) -> Result<Request, RpcError> {
+    /// `MethodNotFound` for a method unknown at `protocol`, `InvalidParams`
+    /// naming the parameter for anything else.
+    pub fn parse(
+        method: &str,
+        params: &Params,
+        protocol: ProtocolVersion,
+    ) -> Result<Request, RpcError> {
         use Request as R;
         let reader = |names: &'static [&'static str]| ParamReader::new(names, params, false);
         let script = |m: ScriptMethod| -> Result<Request, RpcError> {
@@ -145,6 +151,11 @@ impl Request {
             })
         };
         let spk = |m: ScriptMethod| -> Result<Request, RpcError> {
+            if !protocol.is_1_7_draft() {
+                return Err(RpcError::MethodNotFound(format!(
+                    "{method} (a 1.7 draft method; this session speaks {protocol})"
+                )));
+            }
             let p = reader(&["scriptpubkey"])?;
             let script = p.script(0)?;
             let scripthash = ScriptHash::from_script(&script);
@@ -259,10 +270,14 @@ impl Request {
             }
             "blockchain.transaction.get_merkle" => {
                 let p = reader(&["tx_hash", "height"])?;
-                Ok(R::TxGetMerkle {
-                    txid: p.txid(0)?,
-                    height: p.opt_height(1)?,
-                })
+                let txid = p.txid(0)?;
+                // The height became optional in the 1.7 draft.
+                let height = if protocol.is_1_7_draft() {
+                    p.opt_height(1)?
+                } else {
+                    Some(p.height(1)?)
+                };
+                Ok(R::TxGetMerkle { txid, height })
             }
             "blockchain.transaction.id_from_pos" => {
                 let p = reader(&["height", "tx_pos", "merkle"])?;
@@ -310,13 +325,39 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn parse(method: &str, params: Value) -> Result<Request, RpcError> {
+    fn parse_at(
+        method: &str,
+        params: Value,
+        protocol: ProtocolVersion,
+    ) -> Result<Request, RpcError> {
         let params = match params {
             Value::Array(a) => Params::Positional(a),
             Value::Object(o) => Params::Named(o),
             _ => Params::None,
         };
-        Request::parse(method, &params)
+        Request::parse(method, &params, protocol)
+    }
+
+    /// Parses as a session that negotiated the 1.7 draft.
+    fn parse(method: &str, params: Value) -> Result<Request, RpcError> {
+        parse_at(method, params, ProtocolVersion::V1_7_DRAFT)
+    }
+
+    #[test]
+    fn draft_methods_and_parameters_need_1_7() {
+        for v in ["1.4", "1.4.2", "1.6"] {
+            let v: ProtocolVersion = v.parse().unwrap();
+            let e = parse_at("blockchain.scriptpubkey.subscribe", json!([P2PKH]), v).unwrap_err();
+            assert_eq!(e.code(), -32601, "{v}: {e}");
+            assert!(e.to_string().contains("1.7 draft"), "{e}");
+            let e = parse_at("blockchain.transaction.get_merkle", json!([SH]), v).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "invalid params: height: missing required parameter"
+            );
+            assert!(parse_at("blockchain.transaction.get_merkle", json!([SH, 7]), v).is_ok());
+            assert!(parse_at("blockchain.scripthash.subscribe", json!([SH]), v).is_ok());
+        }
     }
 
     const SH: &str = "8b01df4e368ea28f8dc0423bcf7a4923e3a12d307c875e47a0cfbf90b5c39161";

@@ -23,10 +23,11 @@ pub fn version(info: &ServerInfo, negotiated: ProtocolVersion) -> Value {
 }
 
 /// Returns `server.features`. `hosts` is empty because we do not take part
-/// in peer discovery; `method_flavours` is empty because every optional
-/// feature (cp_height, verbose transactions) is supported.
-pub fn features(info: &ServerInfo) -> Value {
-    json!({
+/// in peer discovery. The 1.7 draft adds `method_flavours`, empty because
+/// every optional feature (cp_height, verbose transactions, get_merkle
+/// without a height) is supported.
+pub fn features(info: &ServerInfo, protocol: ProtocolVersion) -> Value {
+    let mut features = json!({
         "genesis_hash": info.genesis_hash.to_string(),
         "hosts": {},
         "protocol_max": ProtocolVersion::MAX.to_string(),
@@ -34,11 +35,14 @@ pub fn features(info: &ServerInfo) -> Value {
         "pruning": null,
         "server_version": info.server_version,
         "hash_function": "sha256",
-        "method_flavours": {},
-    })
+    });
+    if protocol.is_1_7_draft() {
+        features["method_flavours"] = json!({});
+    }
+    features
 }
 
-/// Returns `server.ping`'s result: `null` below 1.6; from 1.6,
+/// Returns `server.ping`'s result: `null` up to 1.6; in the 1.7 draft,
 /// `{"data": ...}` holding `pong_len` characters of padding.
 ///
 /// # Errors
@@ -48,7 +52,7 @@ pub fn ping(
     pong_len: u32,
     pong_len_max: usize,
 ) -> Result<Value, RpcError> {
-    if !protocol.is_1_6_or_later() {
+    if !protocol.is_1_7_draft() {
         return Ok(Value::Null);
     }
     let len = pong_len as usize;
@@ -82,7 +86,10 @@ mod tests {
 
     #[test]
     fn features_have_every_mandatory_key() {
-        let f = features(&info());
+        let f = features(&info(), ProtocolVersion::V1_7_DRAFT);
+        assert_eq!(f["method_flavours"], json!({}));
+        let f = features(&info(), ProtocolVersion::V1_6);
+        assert!(f.get("method_flavours").is_none(), "a 1.7 draft key");
         for key in [
             "genesis_hash",
             "hosts",
@@ -91,33 +98,25 @@ mod tests {
             "pruning",
             "server_version",
             "hash_function",
-            "method_flavours",
         ] {
             assert!(f.get(key).is_some(), "missing {key}");
         }
         assert_eq!(f["protocol_min"], "1.4");
-        assert_eq!(f["protocol_max"], "1.6");
+        assert_eq!(f["protocol_max"], "1.7");
         assert_eq!(f["hash_function"], "sha256");
         assert!(f["pruning"].is_null());
         assert_eq!(f["hosts"], json!({}));
     }
 
     #[test]
-    fn ping_changed_shape_in_1_6() {
+    fn ping_is_null_until_the_1_7_draft() {
         let v14: ProtocolVersion = "1.4.2".parse().unwrap();
         assert_eq!(ping(v14, 5, 10).unwrap(), Value::Null);
-        assert_eq!(
-            ping(ProtocolVersion::V1_6, 0, 10).unwrap(),
-            json!({"data": ""})
-        );
-        assert_eq!(
-            ping(ProtocolVersion::V1_6, 4, 10).unwrap(),
-            json!({"data": "0000"})
-        );
-        assert_eq!(
-            ping(ProtocolVersion::V1_6, 11, 10).unwrap_err().code(),
-            -32602
-        );
+        assert_eq!(ping(ProtocolVersion::V1_6, 5, 10).unwrap(), Value::Null);
+        let draft = ProtocolVersion::V1_7_DRAFT;
+        assert_eq!(ping(draft, 0, 10).unwrap(), json!({"data": ""}));
+        assert_eq!(ping(draft, 4, 10).unwrap(), json!({"data": "0000"}));
+        assert_eq!(ping(draft, 11, 10).unwrap_err().code(), -32602);
         assert_eq!(
             version(&info(), ProtocolVersion::V1_6),
             json!(["Osprey 0.1.0", "1.6"])

@@ -163,8 +163,9 @@ fn batches_answer_in_order_and_are_limited() {
     assert_eq!(items[3]["error"]["code"], -32601);
     let six = format!("[{}]", [r#"{"id":1,"method":"server.ping"}"#; 6].join(","));
     let r = h.raw(&six);
-    assert_eq!(r["error"]["code"], -101);
-    assert_eq!(r["id"], Value::Null);
+    assert_eq!(r.as_array().map(Vec::len), Some(6), "{r}");
+    assert_eq!(r[5]["error"]["code"], -101);
+    assert_eq!(r[5]["id"], 1);
 }
 
 #[test]
@@ -222,13 +223,27 @@ fn server_family() {
     assert_eq!(h.ok("server.peers.subscribe", json!([])), json!([]));
     let f = h.ok("server.features", json!([]));
     assert_eq!(f["genesis_hash"], BlockHash::all_zeros().to_string());
-    assert_eq!(f["method_flavours"], json!({}));
+    assert!(f.get("method_flavours").is_none(), "a 1.7 draft key");
+    // The released 1.6 did not change `server.ping`: still `null`.
     let mut h = Harness::at("1.6");
+    assert_eq!(
+        h.ok("server.ping", json!({"pong_len": 3, "data": "ff"})),
+        Value::Null
+    );
+    assert!(h
+        .ok("server.features", json!([]))
+        .get("method_flavours")
+        .is_none());
+    let mut h = Harness::at("1.7");
     assert_eq!(
         h.ok("server.ping", json!({"pong_len": 3, "data": "ff"})),
         json!({"data": "000"})
     );
     assert_eq!(h.err("server.ping", json!([65])).0, -32602);
+    assert_eq!(
+        h.ok("server.features", json!([]))["method_flavours"],
+        json!({})
+    );
 }
 
 #[test]
@@ -368,9 +383,18 @@ fn scripthash_queries_shape_results() {
         h.ok("blockchain.scripthash.listunspent", json!([SH])),
         json!([{"height": 100, "tx_hash": txid(1).to_string(), "tx_pos": 3, "value": 1000}])
     );
-    // The 1.6 scriptpubkey family answers the same for the script.
+    // The 1.7 draft's scriptpubkey family answers the same for the
+    // script, and is unknown below 1.7.
     assert_eq!(
-        h.ok("blockchain.scriptpubkey.get_history", json!([P2PKH])),
+        h.err("blockchain.scriptpubkey.get_history", json!([P2PKH]))
+            .0,
+        -32601
+    );
+    let mut h17 = Harness::at("1.7");
+    h17.backend
+        .update(|s| s.histories = h.backend.update(|old| old.histories.clone()));
+    assert_eq!(
+        h17.ok("blockchain.scriptpubkey.get_history", json!([P2PKH])),
         history
     );
 }
@@ -406,7 +430,7 @@ fn history_too_large_is_an_error_not_a_truncation() {
 
 #[test]
 fn subscribe_unsubscribe_and_limit() {
-    let mut h = Harness::at("1.4.2");
+    let mut h = Harness::at("1.7");
     let sh: ScriptHash = SH.parse().unwrap();
     h.backend.update(|s| {
         s.histories.insert(
@@ -499,11 +523,22 @@ fn transaction_family() {
         r,
         json!({"tx_hash": txid(9).to_string(), "merkle": ["00".repeat(32)]})
     );
-    // 1.6: height optional, block_hash in the result.
+    // 1.6 as released: height still required, no block_hash.
     let mut h16 = Harness::at("1.6");
     h16.backend
         .update(|s| s.merkles = h.backend.update(|old| old.merkles.clone()));
-    let m = h16.ok("blockchain.transaction.get_merkle", json!({"tx_hash": t}));
+    assert_eq!(
+        h16.err("blockchain.transaction.get_merkle", json!({"tx_hash": t}))
+            .0,
+        -32602
+    );
+    let m = h16.ok("blockchain.transaction.get_merkle", json!([t, 42]));
+    assert!(m.get("block_hash").is_none(), "{m}");
+    // The 1.7 draft: height optional, block_hash in the result.
+    let mut h17 = Harness::at("1.7");
+    h17.backend
+        .update(|s| s.merkles = h.backend.update(|old| old.merkles.clone()));
+    let m = h17.ok("blockchain.transaction.get_merkle", json!({"tx_hash": t}));
     assert_eq!(m["block_hash"], "04".repeat(32));
     assert_eq!(m["block_height"], 42);
 }
@@ -703,12 +738,12 @@ fn cached_subscriptions_are_answered_without_computing_statuses() {
     .to_string();
     let incoming = h.dispatcher.parse(batch.as_bytes());
     assert!(
-        !h.dispatcher.answers_from_cache(&incoming),
+        !h.dispatcher.answers_from_cache(&h.state, &incoming),
         "the second status is not cached"
     );
     let cached = json!([{"id": 1, "method": "blockchain.scripthash.subscribe", "params": [SH]}]);
     let incoming = h.dispatcher.parse(cached.to_string().as_bytes());
-    assert!(h.dispatcher.answers_from_cache(&incoming));
+    assert!(h.dispatcher.answers_from_cache(&h.state, &incoming));
     let calls = h.backend.update(|s| s.status_calls);
     let out = h.dispatcher.handle_incoming(&mut h.state, incoming);
     assert_eq!(
@@ -726,7 +761,7 @@ fn cached_subscriptions_are_answered_without_computing_statuses() {
     let version = json!({"id": 9, "method": "server.version", "params": []}).to_string();
     let incoming = h.dispatcher.parse(version.as_bytes());
     assert!(
-        !h.dispatcher.answers_from_cache(&incoming),
+        !h.dispatcher.answers_from_cache(&h.state, &incoming),
         "not a subscription"
     );
 }

@@ -1,6 +1,6 @@
 //! The `blockchain.transaction.*` family: broadcast, broadcast_package, get,
 //! get_merkle and id_from_pos. Asks the backend (which asks the node);
-//! owns the result shapes, including 1.6's `block_hash` in get_merkle and
+//! owns the result shapes, including the 1.7 draft's `block_hash` in get_merkle and
 //! the non-verbose form of `submitpackage`'s answer.
 
 use crate::backend::{Backend, TxMerkle};
@@ -64,7 +64,7 @@ fn branch_json(branch: &[TxMerkleNode]) -> Value {
     branch.iter().map(|n| n.to_string()).collect()
 }
 
-/// Shapes `get_merkle`'s result; `block_hash` is part of it from 1.6.
+/// Shapes `get_merkle`'s result; `block_hash` is part of it in the 1.7 draft.
 pub fn merkle_json(merkle: &TxMerkle, with_block_hash: bool) -> Value {
     let mut result = json!({
         "block_height": merkle.block_height.0,
@@ -112,7 +112,7 @@ mod tests {
     use bitcoin::BlockHash;
 
     #[test]
-    fn merkle_shape_gains_block_hash_in_1_6() {
+    fn merkle_shape_gains_block_hash_in_the_1_7_draft() {
         let m = TxMerkle {
             block_height: Height(2473),
             block_hash: BlockHash::from_byte_array([3; 32]),

@@ -25,23 +25,36 @@ impl ProtocolVersion {
     /// The version a session speaks when it never sent `server.version`.
     pub const DEFAULT: ProtocolVersion = ProtocolVersion::new(1, 4, 0);
     /// From here on `server.version` must be the first message, headers come
-    /// as a list, `get_merkle` returns the block hash, and `server.ping`
-    /// answers with padding.
+    /// as a list, mempool transactions have a canonical order,
+    /// `estimatefee` takes a mode, and `mempool.get_info` and
+    /// `blockchain.transaction.broadcast_package` exist (the 1.6 released
+    /// in spesmilo/electrum-protocol, tag 1.6).
     pub const V1_6: ProtocolVersion = ProtocolVersion::new(1, 6, 0);
+    /// The draft that follows 1.6 (spesmilo/electrum-protocol PR #2, which
+    /// still calls itself 1.6): `blockchain.scriptpubkey.*`, `server.ping`
+    /// with padding in both directions, `get_merkle` with an optional
+    /// height and a `block_hash`, and `method_flavours` in
+    /// `server.features`. Only a client that asks for 1.7 gets them.
+    pub const V1_7_DRAFT: ProtocolVersion = ProtocolVersion::new(1, 7, 0);
     pub const MIN: ProtocolVersion = ProtocolVersion::new(1, 4, 0);
-    pub const MAX: ProtocolVersion = ProtocolVersion::new(1, 6, 0);
+    pub const MAX: ProtocolVersion = ProtocolVersion::V1_7_DRAFT;
 
     /// Every version Osprey speaks, lowest first. 1.5 was skipped by the
     /// protocol, so a client asking for "1.5" at most gets 1.4.2.
-    pub const SUPPORTED: [ProtocolVersion; 4] = [
+    pub const SUPPORTED: [ProtocolVersion; 5] = [
         ProtocolVersion::new(1, 4, 0),
         ProtocolVersion::new(1, 4, 1),
         ProtocolVersion::new(1, 4, 2),
-        ProtocolVersion::new(1, 6, 0),
+        ProtocolVersion::V1_6,
+        ProtocolVersion::V1_7_DRAFT,
     ];
 
     pub fn is_1_6_or_later(self) -> bool {
         self >= ProtocolVersion::V1_6
+    }
+
+    pub fn is_1_7_draft(self) -> bool {
+        self >= ProtocolVersion::V1_7_DRAFT
     }
 }
 
@@ -133,10 +146,11 @@ mod tests {
         assert_eq!(negotiate(v("1.4"), v("1.4"), true), Some(v("1.4")));
         // 1.5 does not exist: the best below it is 1.4.2.
         assert_eq!(negotiate(v("1.2"), v("1.5"), true), Some(v("1.4.2")));
-        assert_eq!(negotiate(v("1.4"), v("2.0"), true), Some(v("1.6")));
+        assert_eq!(negotiate(v("1.4"), v("2.0"), true), Some(v("1.7")));
+        assert_eq!(negotiate(v("1.7"), v("2.0"), true), Some(v("1.7")));
         // Nothing in common.
         assert_eq!(negotiate(v("1.0"), v("1.3"), true), None);
-        assert_eq!(negotiate(v("1.7"), v("2.0"), true), None);
+        assert_eq!(negotiate(v("1.8"), v("2.0"), true), None);
         assert_eq!(negotiate(v("1.6"), v("1.4"), true), None);
         // After other messages, 1.6 is off the table.
         assert_eq!(negotiate(v("1.4"), v("1.6"), false), Some(v("1.4.2")));

@@ -12,5 +12,5 @@ mod tracker;
 
 pub use error::Error;
 pub use merkle::MerkleTree;
-pub use query::{Balance, Change, HistoryEntry, MempoolInfo, Query, QueryConfig, TxMerkle, Utxo};
+pub use query::{Balance, Change, HistoryEntry, Query, QueryConfig, TxMerkle, Utxo};
 pub use tracker::Tracker;

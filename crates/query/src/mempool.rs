@@ -139,31 +139,69 @@ impl Mempool {
         self.touch_children(txid, entry.tx.output.len(), touched);
     }
 
-    /// Recomputes the fee histogram (ElectrumX's compaction: bins of at
-    /// least 100 kvB, growing by 10%; what remains forms a last bin).
+    /// Recomputes the fee histogram; called after every change to the
+    /// entries, a block's confirmations included.
     pub(crate) fn update_histogram(&mut self) {
-        let mut rates: Vec<(f64, u64)> = self
-            .entries
-            .values()
-            .map(|e| (e.fee as f64 / e.vsize.max(1) as f64, e.vsize))
+        self.histogram = fee_histogram(
+            self.entries
+                .values()
+                .map(|e| (e.fee as f64 / e.vsize.max(1) as f64, e.vsize))
+                .collect(),
+        );
+    }
+}
+
+/// Buckets `(fee rate, vsize)` pairs as ElectrumX does: bins of at least
+/// 100 kvB, each 10% larger than the last, the rest in a last bin. A bin
+/// only ends between two different rates, so the rates come out strictly
+/// decreasing as the spec requires (Electrum drops a server whose
+/// histogram repeats a rate), however much vsize sits at one rate.
+fn fee_histogram(mut rates: Vec<(f64, u64)>) -> Vec<(f64, u64)> {
+    rates.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut histogram = Vec::new();
+    let mut bin = HISTOGRAM_BIN_VSIZE;
+    let mut size = 0u64;
+    for (i, &(rate, vsize)) in rates.iter().enumerate() {
+        size += vsize;
+        let rate_ends_here = rates.get(i + 1).is_none_or(|next| next.0 != rate);
+        if rate_ends_here && (size as f64 > bin || i + 1 == rates.len()) {
+            histogram.push((rate, size));
+            size = 0;
+            bin *= 1.1;
+        }
+    }
+    histogram
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strictly_decreasing(histogram: &[(f64, u64)]) -> bool {
+        histogram.windows(2).all(|w| w[0].0 > w[1].0)
+    }
+
+    #[test]
+    fn histogram_rates_never_repeat() {
+        // 1,000 transactions of 300 vB at one rate: 300 kvB, three bins'
+        // worth, must be one bin.
+        let one_rate = vec![(5.0, 300); 1000];
+        assert_eq!(fee_histogram(one_rate), vec![(5.0, 300_000)]);
+        // A heavy rate between others.
+        let mut rates = vec![(20.0, 50_000), (1.0, 10)];
+        rates.extend(vec![(7.5, 1000); 400]);
+        let histogram = fee_histogram(rates);
+        assert_eq!(histogram, vec![(7.5, 450_000), (1.0, 10)]);
+        // Many rates with ties, in any order: strictly decreasing, and no
+        // vsize lost.
+        let rates: Vec<(f64, u64)> = (0..5000u64)
+            .map(|i| (((i * 7919) % 37) as f64 / 4.0, 100 + (i * 31) % 900))
             .collect();
-        rates.sort_by(|a, b| b.0.total_cmp(&a.0));
-        let mut histogram = Vec::new();
-        let mut bin = HISTOGRAM_BIN_VSIZE;
-        let mut size = 0u64;
-        let mut last_rate = 0.0;
-        for (rate, vsize) in rates {
-            size += vsize;
-            last_rate = rate;
-            if size as f64 > bin {
-                histogram.push((rate, size));
-                size = 0;
-                bin *= 1.1;
-            }
-        }
-        if size > 0 {
-            histogram.push((last_rate, size));
-        }
-        self.histogram = histogram;
+        let total: u64 = rates.iter().map(|r| r.1).sum();
+        let histogram = fee_histogram(rates);
+        assert!(strictly_decreasing(&histogram), "{histogram:?}");
+        assert_eq!(histogram.iter().map(|b| b.1).sum::<u64>(), total);
+        assert!(histogram.len() > 3, "{histogram:?}");
+        assert_eq!(fee_histogram(Vec::new()), vec![]);
     }
 }

@@ -1,14 +1,14 @@
 //! Answers about scripts, transactions, blocks and fees, from the index plus
 //! the mempool overlay.
 
-use crate::mempool::Mempool;
+use crate::mempool::{Mempool, MempoolEntry};
 use crate::merkle::MerkleTree;
 use crate::status_cache::StatusCache;
 use crate::Error;
 use bitcoin::consensus::{deserialize, serialize};
 use bitcoin::hashes::Hash;
 use bitcoin::{BlockHash, OutPoint, Transaction, TxMerkleNode, Txid};
-use osprey_chain::{ChainSource, TxLocation};
+use osprey_chain::{ChainSource, MempoolFees, TxLocation};
 use osprey_core::{Height, ScriptHash, StatusHash, TxNum};
 use osprey_store::codec::{HistoryRow, RowKind, SPENT_TXID_PREFIX_LEN};
 use osprey_store::Store;
@@ -71,14 +71,6 @@ pub struct TxMerkle {
     pub branch: Vec<TxMerkleNode>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct MempoolInfo {
-    /// BTC/kvB.
-    pub mempoolminfee: f64,
-    pub minrelaytxfee: f64,
-    pub incrementalrelayfee: f64,
-}
-
 /// What changed with a new block, a reorg or a mempool update.
 #[derive(Clone, Debug, Default)]
 pub struct Change {
@@ -96,9 +88,10 @@ pub struct Query {
     config: QueryConfig,
     pub(crate) mempool: RwLock<Mempool>,
     changes: broadcast::Sender<Arc<Change>>,
-    /// The block-hash tree of the last `cp_height` asked: wallets use one
-    /// fixed checkpoint, so proofs against it cost a lookup.
-    header_tree: Mutex<Option<(u32, Arc<MerkleTree>)>>,
+    /// The block-hash tree of the last `cp_height` asked, under the hash of
+    /// the checkpoint block: wallets use one fixed checkpoint, so proofs
+    /// against it cost a lookup.
+    header_tree: Mutex<Option<(BlockHash, Arc<MerkleTree>)>>,
     /// Statuses of recently asked script hashes, forgotten by every
     /// [`Change`] that touches them.
     statuses: StatusCache,
@@ -187,22 +180,26 @@ impl Query {
                 "height {height} is above cp_height {cp_height}"
             )));
         }
+        // Keyed by the checkpoint's block hash, which commits to every
+        // block below it: a reorg under the checkpoint changes the key.
+        let checkpoint = self
+            .store
+            .block_hash(cp_height)
+            .ok_or(Error::BlockNotFound(cp_height))?;
         let mut cache = self.header_tree.lock().expect("header tree lock poisoned");
         let tree = match cache.as_ref() {
-            Some((cp, tree))
-                if *cp == cp_height.0 && self.store.block_hash(cp_height).is_some() =>
-            {
-                Arc::clone(tree)
-            }
+            Some((cached, tree)) if *cached == checkpoint => Arc::clone(tree),
             _ => {
-                let leaves = self
-                    .store
-                    .block_hashes(Height(0), cp_height)
-                    .iter()
-                    .map(|h| h.to_byte_array())
-                    .collect();
+                // One read of the chain: its last hash keys the tree, even
+                // if a reorg came after `checkpoint` was read.
+                let leaves = self.store.block_hashes(Height(0), cp_height);
+                let checkpoint = match leaves.last() {
+                    Some(last) if leaves.len() == cp_height.as_usize() + 1 => *last,
+                    _ => return Err(Error::BlockNotFound(cp_height)),
+                };
+                let leaves = leaves.iter().map(|h| h.to_byte_array()).collect();
                 let tree = Arc::new(MerkleTree::new(leaves));
-                *cache = Some((cp_height.0, Arc::clone(&tree)));
+                *cache = Some((checkpoint, Arc::clone(&tree)));
                 tree
             }
         };
@@ -210,13 +207,46 @@ impl Query {
         Ok((tree.branch(height.as_usize()), tree.root()))
     }
 
-    /// The confirmed history rows of `scripthash`, within the limit.
+    /// The confirmed history rows of `scripthash`, within the limit, as
+    /// far as the chain reaches: a commit writes its rows a moment before
+    /// it extends the chain, and a rollback cuts the chain a moment after
+    /// it deletes its rows, so a row beyond the chain belongs to a block
+    /// that is not (or no longer) part of the answer's view. Skipping it
+    /// answers from the older (or newer) view instead of failing.
     fn rows(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryRow>, Error> {
-        self.store
+        let mut rows = self
+            .store
             .history(scripthash, self.config.history_entries_max)?
             .ok_or(Error::HistoryTooLarge {
                 limit: self.config.history_entries_max,
-            })
+            })?;
+        let visible = self.store.tx_count();
+        rows.retain(|row| row.tx_num.0 < visible);
+        Ok(rows)
+    }
+
+    /// Whether a transaction of the mempool is already in the chain: the
+    /// tracker drops those right after a commit, and until then an answer
+    /// lists such a transaction once, as confirmed (Electrum drops a server
+    /// that shows one transaction both ways).
+    fn is_confirmed(&self, txid: &Txid) -> Result<bool, Error> {
+        let visible = self.store.tx_count();
+        Ok(self
+            .store
+            .find_tx_num(txid)?
+            .is_some_and(|tx_num| tx_num.0 < visible))
+    }
+
+    /// The mempool entries touching `scripthash` that are not confirmed.
+    fn mempool_entries(&self, scripthash: &ScriptHash) -> Result<Vec<Arc<MempoolEntry>>, Error> {
+        let entries = self.mempool().entries_for(scripthash);
+        let mut unconfirmed = Vec::with_capacity(entries.len());
+        for entry in entries {
+            if !self.is_confirmed(&entry.txid)? {
+                unconfirmed.push(entry);
+            }
+        }
+        Ok(unconfirmed)
     }
 
     /// The confirmed history then the mempool part, in protocol order.
@@ -233,10 +263,10 @@ impl Query {
                 continue;
             }
             last = Some(row.tx_num);
-            let (height, _) = self
-                .store
-                .locate(row.tx_num)
-                .ok_or_else(|| Error::Internal(format!("tx_num {} beyond the tip", row.tx_num)))?;
+            let Some((height, _)) = self.store.locate(row.tx_num) else {
+                // A rollback cut the chain since the rows were read.
+                continue;
+            };
             history.push(HistoryEntry {
                 txid: self.store.txid(row.tx_num)?,
                 height: i64::from(height.0),
@@ -252,11 +282,11 @@ impl Query {
     /// canonical order).
     ///
     /// # Errors
-    /// None today; kept fallible like the other queries.
+    /// A store error.
     pub fn mempool_history(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryEntry>, Error> {
+        let unconfirmed = self.mempool_entries(scripthash)?;
         let mempool = self.mempool();
-        let mut entries: Vec<(i64, String, HistoryEntry)> = mempool
-            .entries_for(scripthash)
+        let mut entries: Vec<(i64, String, HistoryEntry)> = unconfirmed
             .iter()
             .map(|e| {
                 let height = mempool.height(e);
@@ -406,9 +436,8 @@ impl Query {
             .filter(|f| !f.spent)
             .map(|f| f.value)
             .sum();
-        let mempool = self.mempool();
         let mut unconfirmed = 0i64;
-        for entry in mempool.entries_for(scripthash) {
+        for entry in self.mempool_entries(scripthash)? {
             unconfirmed += entry
                 .funding
                 .iter()
@@ -435,6 +464,7 @@ impl Query {
     /// History too large, or a store or node error.
     pub fn unspent(&self, scripthash: &ScriptHash) -> Result<Vec<Utxo>, Error> {
         let outputs = self.confirmed_outputs(scripthash)?;
+        let unconfirmed_entries = self.mempool_entries(scripthash)?;
         let mempool = self.mempool();
         let mut utxos = Vec::new();
         for f in outputs.iter().filter(|f| !f.spent) {
@@ -447,11 +477,10 @@ impl Query {
             {
                 continue;
             }
-            let (height, _) = self
-                .store
-                .locate(f.tx_num)
-                // A reorg may have cut the chain since the rows were read.
-                .ok_or_else(|| Error::Internal(format!("tx_num {} beyond the tip", f.tx_num)))?;
+            let Some((height, _)) = self.store.locate(f.tx_num) else {
+                // A rollback cut the chain since the rows were read.
+                continue;
+            };
             utxos.push(Utxo {
                 txid: f.txid,
                 vout: f.vout,
@@ -460,7 +489,7 @@ impl Query {
             });
         }
         let mut unconfirmed: BTreeMap<(String, u32), Utxo> = BTreeMap::new();
-        for entry in mempool.entries_for(scripthash) {
+        for entry in &unconfirmed_entries {
             for &(sh, vout, value) in &entry.funding {
                 if sh == *scripthash
                     && mempool
@@ -609,12 +638,7 @@ impl Query {
 
     /// # Errors
     /// When the node cannot be reached.
-    pub fn mempool_info(&self) -> Result<MempoolInfo, Error> {
-        let relay = self.relay_fee()?;
-        Ok(MempoolInfo {
-            mempoolminfee: relay,
-            minrelaytxfee: relay,
-            incrementalrelayfee: relay,
-        })
+    pub fn mempool_fees(&self) -> Result<MempoolFees, Error> {
+        Ok(self.source.mempool_fees()?)
     }
 }

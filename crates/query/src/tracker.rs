@@ -53,6 +53,9 @@ impl Tracker {
             for txid in confirmed {
                 mempool.remove(&txid, &mut touched);
             }
+            // The node's mempool lost these too, so the poll below may
+            // see nothing new: the histogram must not keep them.
+            mempool.update_histogram();
         }
         let mempool_touched = match self.update_mempool() {
             Ok(touched) => touched,

@@ -30,8 +30,8 @@ pub struct Limits {
     /// requests. A longer line gets a -101 error (id null), is discarded up
     /// to its newline, and the session continues.
     pub line_bytes_max: usize,
-    /// Most requests in one batch. Default 1,000; a larger batch gets one
-    /// -101 error and none of it runs.
+    /// Most requests in one batch. Default 1,000; none of a larger batch
+    /// runs, each of its requests gets -101 under its own id.
     pub batch_requests_max: usize,
     /// Most script subscriptions one session may hold. Default 50,000 (a
     /// large wallet with many gap-limit addresses fits easily); beyond, the

@@ -32,7 +32,7 @@ use tokio::sync::{broadcast, mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-/// Largest 1.6 `server.ping` padding sent back, in characters.
+/// Largest 1.7-draft `server.ping` padding sent back, in characters.
 const PONG_LEN_MAX: usize = 65_536;
 /// Subscription messages in flight from sessions to the notifier.
 const CONTROL_QUEUE_MAX: usize = 10_000;

@@ -155,7 +155,9 @@ where
                     let incoming =
                         (line.len() <= INLINE_LINE_BYTES_MAX).then(|| dispatcher.parse(&line));
                     match incoming {
-                        Some(incoming) if dispatcher.answers_from_cache(&incoming) => {
+                        Some(incoming)
+                            if dispatcher.answers_from_cache(&session_state, &incoming) =>
+                        {
                             let outcome = dispatcher.handle_incoming(&mut session_state, incoming);
                             state = Some(session_state);
                             if let Err(end) = deliver(ctx, id, &mut writer, outcome, seen).await {

@@ -472,7 +472,7 @@ async fn bdk_electrum_client_understands_every_answer() {
         let client = electrum_client::Client::new(&url).unwrap();
         let features = client.server_features().unwrap();
         assert_eq!(features.server_version, "Osprey 0.1.0");
-        assert_eq!(features.protocol_max, "1.6");
+        assert_eq!(features.protocol_max, "1.7");
         client.ping().unwrap();
         let tip = client.block_headers_subscribe_raw().unwrap();
         assert_eq!(

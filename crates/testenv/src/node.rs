@@ -481,6 +481,9 @@ impl BitcoindNode {
                     "-fixedseeds=0",
                     "-listenonion=0",
                     "-fallbackfee=0.0002",
+                    // Below the relay fee, so that each of
+                    // `getmempoolinfo`'s floors differs from the others.
+                    "-incrementalrelayfee=0.0000005",
                 ])
                 .arg("-printtoconsole");
             Process::spawn(command, dir, log, rpc_addr, p2p_addr)

@@ -131,6 +131,23 @@ fn core_files_rest_and_rpc_build_the_same_index_and_follow_a_reorg() {
     );
     let files = Arc::new(connect(&node, BlockSourceChoice::Auto).unwrap());
     assert_eq!(files.block_source(), BlockSource::Files);
+    // `mempool.get_info`'s floors are the node's, each its own.
+    let info: serde_json::Value = node.rpc().call("getmempoolinfo", &[]).unwrap();
+    let fees = files.mempool_fees().unwrap();
+    assert_eq!(fees.incrementalrelayfee, 0.0000005);
+    assert_eq!(
+        serde_json::json!([
+            fees.mempoolminfee,
+            fees.minrelaytxfee,
+            fees.incrementalrelayfee
+        ]),
+        serde_json::json!([
+            info["mempoolminfee"],
+            info["minrelaytxfee"],
+            info["incrementalrelayfee"]
+        ]),
+    );
+    assert_ne!(fees.minrelaytxfee, fees.incrementalrelayfee);
     let rest = Arc::new(connect_with(&node, BlockSourceChoice::Auto, None).unwrap());
     assert_eq!(rest.block_source(), BlockSource::Rest);
     let rpc = Arc::new(connect(&node, BlockSourceChoice::Only(BlockSource::Rpc)).unwrap());
@@ -277,6 +294,12 @@ fn cached_statuses_follow_the_mempool_blocks_and_reorgs() {
         expect(&[(txid, 0)]),
         "in the mempool"
     );
+    let histogram_vsize = |query: &Query| query.fee_histogram().iter().map(|b| b.1).sum::<u64>();
+    assert_eq!(
+        histogram_vsize(&query),
+        tx.vsize() as u64,
+        "in the histogram"
+    );
 
     let block = node.generate(1).unwrap()[0];
     let (height, _) = node.tip().unwrap();
@@ -285,6 +308,12 @@ fn cached_statuses_follow_the_mempool_blocks_and_reorgs() {
         query.status(&sh).unwrap(),
         expect(&[(txid, i64::from(height))]),
         "confirmed"
+    );
+    assert!(node.mempool_txids().unwrap().is_empty());
+    assert_eq!(
+        query.fee_histogram(),
+        vec![],
+        "the block emptied the mempool: no stale histogram"
     );
 
     // The block undone, the node's tip is one lower and the payment is
@@ -298,4 +327,5 @@ fn cached_statuses_follow_the_mempool_blocks_and_reorgs() {
         expect(&[(txid, 0)]),
         "back in the mempool after the reorg"
     );
+    assert_eq!(histogram_vsize(&query), tx.vsize() as u64);
 }
