@@ -66,6 +66,12 @@ struct RevFile {
     records: Vec<(u64, u32)>,
     scanned: u64,
     cursor: usize,
+    /// For each block matched here (by hash key), the index after its
+    /// record: Core writes undo records in the order it connects blocks,
+    /// so a block's record most likely follows its parent's. Blocks are
+    /// fetched on several threads, so the last match alone (`cursor`) is
+    /// often another thread's, and every miss costs hashing a record.
+    after: HashMap<u64, usize>,
 }
 
 pub struct CoreBlockFiles {
@@ -405,11 +411,17 @@ impl CoreBlockFiles {
                 rev.records.extend(found);
             }
             let n = rev.records.len();
+            let start = rev
+                .after
+                .get(&hash_key(&prev))
+                .copied()
+                .unwrap_or(rev.cursor);
             for i in 0..n {
-                let at = (rev.cursor + i) % n;
+                let at = (start + i) % n;
                 let (offset, len) = rev.records[at];
                 if let Some(undo) = matches(offset, len)? {
                     rev.cursor = at + 1;
+                    rev.after.insert(hash_key(&block.block_hash()), at + 1);
                     return decode_block_undo(&undo, block).map(Some).map_err(|what| {
                         Error::persistent(format!(
                             "{} at offset {offset}: {what}",

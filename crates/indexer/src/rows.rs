@@ -8,7 +8,8 @@ use osprey_core::{Height, ScriptHash, TxNum};
 use osprey_store::codec::HistoryRow;
 use osprey_store::IndexedBlock;
 
-/// Rows of one block, and the script hashes it touched (for notifications).
+/// Rows of one block, and the script hashes it touched (for notifications;
+/// empty unless asked for).
 pub struct BlockRows {
     pub indexed: IndexedBlock,
     pub touched: Vec<ScriptHash>,
@@ -24,9 +25,17 @@ pub struct BlockRows {
 /// notes, not indexed; provably unspendable `OP_RETURN` outputs are not
 /// indexed either (nothing can pay from them, and no wallet asks).
 ///
+/// The touched script hashes are collected only with `collect_touched`: an
+/// initial sync touches too many scripts to name them, and sorting them
+/// per block showed in its profile.
+///
 /// # Errors
 /// What is wrong with the block.
-pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> Result<BlockRows, String> {
+pub fn block_rows(
+    block: &BlockWithPrevouts,
+    first_tx_num: TxNum,
+    collect_touched: bool,
+) -> Result<BlockRows, String> {
     if !prevouts_match(block) {
         return Err("its spent outputs do not match its inputs".into());
     }
@@ -65,7 +74,9 @@ pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> Result<Bloc
                         HistoryRow::spending(tx_num, input_index as u32, &op.txid, op.vout)
                             .encode(&scripthash),
                     );
-                    touched.push(scripthash);
+                    if collect_touched {
+                        touched.push(scripthash);
+                    }
                 }
             }
             for (vout, output) in tx.output.iter().enumerate() {
@@ -77,7 +88,9 @@ pub fn block_rows(block: &BlockWithPrevouts, first_tx_num: TxNum) -> Result<Bloc
                     HistoryRow::funding(tx_num, vout as u32, output.value.to_sat())
                         .encode(&scripthash),
                 );
-                touched.push(scripthash);
+                if collect_touched {
+                    touched.push(scripthash);
+                }
             }
         }
     }
@@ -184,7 +197,10 @@ mod tests {
             }],
             size: 0,
         };
-        let rows = block_rows(&input, TxNum(100)).unwrap();
+        let rows = block_rows(&input, TxNum(100), true).unwrap();
+        let untouched = block_rows(&input, TxNum(100), false).unwrap();
+        assert!(untouched.touched.is_empty());
+        assert_eq!(untouched.indexed.rows, rows.indexed.rows);
         assert_eq!(rows.indexed.txids.len(), 2);
         assert_eq!(
             rows.indexed.rows.len(),
@@ -234,7 +250,7 @@ mod tests {
             prevouts: vec![],
             size: 0,
         };
-        let err = block_rows(&input, TxNum(0)).err().unwrap();
+        let err = block_rows(&input, TxNum(0), true).err().unwrap();
         assert!(err.contains("merkle root"), "{err}");
         let input = BlockWithPrevouts {
             height: Height(1),
@@ -245,7 +261,7 @@ mod tests {
             }],
             size: 0,
         };
-        let err = block_rows(&input, TxNum(0)).err().unwrap();
+        let err = block_rows(&input, TxNum(0), true).err().unwrap();
         assert!(err.contains("spent outputs"), "{err}");
     }
 
@@ -258,7 +274,7 @@ mod tests {
             prevouts: vec![],
             size: 0,
         };
-        let rows = block_rows(&input, TxNum(0)).unwrap();
+        let rows = block_rows(&input, TxNum(0), true).unwrap();
         assert!(rows.indexed.rows.is_empty());
         assert_eq!(rows.indexed.txids.len(), 1);
     }

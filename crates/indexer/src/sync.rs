@@ -256,10 +256,11 @@ impl Indexer {
                 next_tx_num += block.block.txdata.len() as u64;
                 prev_hash = Some(block.block.block_hash());
             }
+            let collect_touched = !report.all_touched;
             let built: Vec<_> = blocks[..firsts.len()]
                 .par_iter()
                 .zip(firsts.par_iter())
-                .map(|(block, first)| block_rows(block, *first))
+                .map(|(block, first)| block_rows(block, *first, collect_touched))
                 .collect();
             for (rows, block) in built.into_iter().zip(&blocks) {
                 let rows = match rows {
