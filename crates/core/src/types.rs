@@ -64,7 +64,7 @@ impl fmt::Display for ScriptHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut rev = self.0;
         rev.reverse();
-        f.write_str(&hex::encode(rev))
+        f.write_str(&crate::to_hex(&rev))
     }
 }
 
@@ -125,7 +125,7 @@ impl StatusHash {
 
 impl fmt::Display for StatusHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::encode(self.0))
+        f.write_str(&crate::to_hex(&self.0))
     }
 }
 

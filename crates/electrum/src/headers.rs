@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 /// Returns the `{"height", "hex"}` object of a header (the result of
 /// `blockchain.headers.subscribe` and the parameter of its notification).
 pub fn tip_json(height: Height, header: &[u8; 80]) -> Value {
-    json!({ "height": height.0, "hex": hex::encode(header) })
+    json!({ "height": height.0, "hex": osprey_core::to_hex(header) })
 }
 
 /// Returns the serialized `blockchain.headers.subscribe` notification.
@@ -64,10 +64,10 @@ pub fn header(backend: &dyn Backend, height: Height, cp_height: Height) -> Resul
         .header(height)
         .ok_or_else(|| RpcError::BadRequest(format!("block at height {height} not found")))?;
     if cp_height.0 == 0 {
-        return Ok(Value::String(hex::encode(header)));
+        return Ok(Value::String(osprey_core::to_hex(&header)));
     }
     let mut result = proof(backend, height, cp_height)?;
-    result.insert("header".into(), Value::String(hex::encode(header)));
+    result.insert("header".into(), Value::String(osprey_core::to_hex(&header)));
     Ok(Value::Object(result))
 }
 
@@ -82,9 +82,15 @@ pub fn headers_json(
     let mut result = Map::new();
     result.insert("count".into(), json!(headers.len()));
     if as_list {
-        result.insert("headers".into(), headers.iter().map(hex::encode).collect());
+        result.insert(
+            "headers".into(),
+            headers.iter().map(|h| osprey_core::to_hex(h)).collect(),
+        );
     } else {
-        result.insert("hex".into(), Value::String(hex::encode(headers.concat())));
+        result.insert(
+            "hex".into(),
+            Value::String(osprey_core::to_hex(&headers.concat())),
+        );
     }
     result.insert("max".into(), json!(max));
     if let Some(proof) = proof {

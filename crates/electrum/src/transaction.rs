@@ -56,7 +56,9 @@ pub fn get(backend: &dyn Backend, txid: &Txid, verbose: bool) -> Result<Value, R
     if verbose {
         Ok(backend.transaction_verbose(txid)?)
     } else {
-        Ok(Value::String(hex::encode(backend.transaction(txid)?)))
+        Ok(Value::String(osprey_core::to_hex(
+            &backend.transaction(txid)?,
+        )))
     }
 }
 
