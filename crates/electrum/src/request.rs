@@ -44,7 +44,7 @@ impl ScriptKey {
     pub fn notification_key(&self) -> String {
         match &self.form {
             ScriptForm::ScriptHash => self.scripthash.to_string(),
-            ScriptForm::ScriptPubKey(script) => osprey_core::to_hex(&script),
+            ScriptForm::ScriptPubKey(script) => osprey_core::to_hex(script),
         }
     }
 }

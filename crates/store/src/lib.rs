@@ -613,7 +613,7 @@ impl Store {
         // bytes breaking ties: byte-string comparisons (memcmp through a
         // pointer per row) were the top CPU symbol of the initial sync's
         // main thread (perf, chaingen `medium` from Core's files).
-        let mut history_rows: Vec<(u128, &(Vec<u8>, Vec<u8>))> = history_rows
+        let mut history_rows: Vec<_> = history_rows
             .into_iter()
             .map(|row| (sort_key(&row.0), row))
             .collect();
