@@ -58,6 +58,10 @@ pub struct ConfigArgs {
     /// Longest request line in bytes [default: 1000000]
     #[arg(long, env = "OSPREY_LINE_BYTES_MAX")]
     pub line_bytes_max: Option<usize>,
+    /// Longest response line in bytes; a larger answer is refused with an
+    /// error [default: 8000000]
+    #[arg(long, env = "OSPREY_REPLY_BYTES_MAX")]
+    pub reply_bytes_max: Option<usize>,
     /// Requests in one JSON-RPC batch [default: 200]
     #[arg(long, env = "OSPREY_BATCH_REQUESTS_MAX")]
     pub batch_requests_max: Option<usize>,
@@ -94,6 +98,7 @@ struct FileConfig {
     log_filter: Option<String>,
     history_entries_max: Option<usize>,
     line_bytes_max: Option<usize>,
+    reply_bytes_max: Option<usize>,
     batch_requests_max: Option<usize>,
     subscriptions_per_session_max: Option<usize>,
     sessions_max: Option<usize>,
@@ -129,6 +134,7 @@ pub struct Config {
     pub reindex: bool,
     pub history_entries_max: usize,
     pub line_bytes_max: usize,
+    pub reply_bytes_max: usize,
     pub batch_requests_max: usize,
     pub subscriptions_per_session_max: usize,
     pub sessions_max: usize,
@@ -257,6 +263,12 @@ impl ConfigArgs {
                 self.line_bytes_max
                     .or(file.line_bytes_max)
                     .unwrap_or(1_000_000),
+            )?,
+            reply_bytes_max: positive(
+                "reply_bytes_max",
+                self.reply_bytes_max
+                    .or(file.reply_bytes_max)
+                    .unwrap_or(8_000_000),
             )?,
             batch_requests_max: positive(
                 "batch_requests_max",

@@ -75,6 +75,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         reindex: true,
         history_entries_max: 500_000,
         line_bytes_max: 1_000_000,
+        reply_bytes_max: 8_000_000,
         batch_requests_max: 200,
         subscriptions_per_session_max: 50_000,
         sessions_max: 1000,

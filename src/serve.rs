@@ -220,6 +220,16 @@ pub fn run_server(
     runtime: tokio::runtime::Runtime,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
+    // Checked before the sync, which may take hours, not after it.
+    let limits = osprey_server::Limits {
+        line_bytes_max: config.line_bytes_max,
+        reply_bytes_max: config.reply_bytes_max,
+        batch_requests_max: config.batch_requests_max,
+        subscriptions_per_session_max: config.subscriptions_per_session_max,
+        sessions_max: config.sessions_max,
+        ..osprey_server::Limits::default()
+    };
+    limits.validate().context("invalid server limits")?;
     let mut progress = ProgressLog::new(false);
     // Serving before the initial sync ends would give wallets partial
     // histories: sync first, and while the node itself is still in its
@@ -252,13 +262,7 @@ pub fn run_server(
         banner: config.banner.clone(),
         donation_address: String::new(),
         server_version: format!("Osprey {}", env!("CARGO_PKG_VERSION")),
-        limits: osprey_server::Limits {
-            line_bytes_max: config.line_bytes_max,
-            batch_requests_max: config.batch_requests_max,
-            subscriptions_per_session_max: config.subscriptions_per_session_max,
-            sessions_max: config.sessions_max,
-            ..osprey_server::Limits::default()
-        },
+        limits,
     };
     let server = {
         let stop = Arc::clone(&stop);

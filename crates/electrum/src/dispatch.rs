@@ -28,6 +28,11 @@ pub struct DispatchConfig {
     pub subscriptions_per_session_max: usize,
     /// The largest 1.7-draft `server.ping` padding we send back, in characters.
     pub pong_len_max: usize,
+    /// The longest response line, in bytes (ElectrumX's MAX_SEND): a
+    /// larger answer is replaced by a -101 error for each request it
+    /// answers, so that no session holds more than this for a client that
+    /// does not read.
+    pub reply_bytes_max: usize,
 }
 
 /// A change to the session's subscriptions, for the server's notifier.
@@ -162,8 +167,30 @@ impl Dispatcher {
                 (!responses.is_empty()).then_some(Value::Array(responses))
             }
         };
-        out.response = response.map(|r| r.to_string());
+        out.response = response.map(|r| self.within_reply_limit(r));
         out
+    }
+
+    /// Serializes a response line, or, when it is longer than
+    /// `reply_bytes_max`, a refusal of each request it answers under that
+    /// request's id (an array for a batch).
+    fn within_reply_limit(&self, response: Value) -> String {
+        let line = response.to_string();
+        let max = self.config.reply_bytes_max;
+        if line.len() <= max {
+            return line;
+        }
+        let error = RpcError::LimitExceeded(format!(
+            "response of {} bytes exceeds the limit of {max} (ask for less at a time)",
+            line.len()
+        ));
+        tracing::debug!(bytes = line.len(), max, "response over the limit refused");
+        let refuse = |answer: &Value| jsonrpc::response(answer["id"].clone(), Err(error.clone()));
+        match &response {
+            Value::Array(answers) => Value::Array(answers.iter().map(refuse).collect()),
+            answer => refuse(answer),
+        }
+        .to_string()
     }
 
     /// Answers a batch, replies in request order. What changes the session

@@ -31,6 +31,7 @@ fn config() -> DispatchConfig {
         },
         headers_per_call_max: 2016,
         batch_requests_max: 5,
+        reply_bytes_max: 1 << 20,
         subscriptions_per_session_max: 2,
         pong_len_max: 64,
     }
@@ -764,4 +765,44 @@ fn cached_subscriptions_are_answered_without_computing_statuses() {
         !h.dispatcher.answers_from_cache(&h.state, &incoming),
         "not a subscription"
     );
+}
+
+/// A response line over `reply_bytes_max` (1 MiB here, the least allowed)
+/// is refused, per request and under each request's id; the session goes
+/// on.
+#[test]
+fn responses_over_the_reply_limit_are_refused() {
+    let mut h = Harness::at("1.4");
+    // 2,016 headers in hex: 322,560 characters, under the limit.
+    let fits = h.ok("blockchain.block.headers", json!([0, 2016]));
+    assert_eq!(fits["count"], 2016);
+    // Four of them in one batch: 1.29 MB.
+    let call =
+        |id: Value| json!({"id": id, "method": "blockchain.block.headers", "params": [0, 2016]});
+    let batch = json!([
+        call(json!(7)),
+        call(json!("x")),
+        call(json!(8)),
+        call(json!(9))
+    ]);
+    let out = h.line(&batch.to_string());
+    let line = out.response.unwrap();
+    assert!(
+        line.len() < 2000,
+        "the refusal is small: {} bytes",
+        line.len()
+    );
+    let answers: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(answers.as_array().map(Vec::len), Some(4));
+    assert_eq!(answers[0]["id"], 7);
+    assert_eq!(answers[1]["id"], "x");
+    for answer in answers.as_array().unwrap() {
+        assert_eq!(answer["error"]["code"], -101, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("exceeds the limit of 1048576"),
+            "{message}"
+        );
+    }
+    assert_eq!(h.ok("server.banner", json!([])), "Welcome");
 }

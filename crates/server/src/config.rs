@@ -30,6 +30,12 @@ pub struct Limits {
     /// requests. A longer line gets a -101 error (id null), is discarded up
     /// to its newline, and the session continues.
     pub line_bytes_max: usize,
+    /// Longest response line in bytes (ElectrumX's MAX_SEND). Default
+    /// 8,000,000 (Fulcrum's default buffer): a 2,016-header chunk is
+    /// ~330 kB and a 100,000-entry history ~9 MB. A larger answer gets a
+    /// -101 error per request, so a client that stops reading holds at
+    /// most this much of the server's memory.
+    pub reply_bytes_max: usize,
     /// Most requests in one batch. Default 1,000; none of a larger batch
     /// runs, each of its requests gets -101 under its own id.
     pub batch_requests_max: usize,
@@ -58,6 +64,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             line_bytes_max: 2_000_000,
+            reply_bytes_max: 8_000_000,
             batch_requests_max: 1_000,
             subscriptions_per_session_max: 50_000,
             sessions_max: 1_000,
@@ -86,8 +93,10 @@ impl Limits {
     /// # Errors
     /// `TooSmall` naming the first limit below its minimum.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(&'static str, u64, u64); 8] = [
+        let checks: [(&'static str, u64, u64); 9] = [
             ("line_bytes_max", 1024, self.line_bytes_max as u64),
+            // Room for the largest answer of all: 2,016 headers as hex.
+            ("reply_bytes_max", 1 << 20, self.reply_bytes_max as u64),
             ("batch_requests_max", 1, self.batch_requests_max as u64),
             (
                 "subscriptions_per_session_max",

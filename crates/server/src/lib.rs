@@ -133,6 +133,7 @@ impl<C: ChangeView> Server<C> {
                 },
                 headers_per_call_max: limits.headers_per_call_max,
                 batch_requests_max: limits.batch_requests_max,
+                reply_bytes_max: limits.reply_bytes_max,
                 subscriptions_per_session_max: limits.subscriptions_per_session_max,
                 pong_len_max: PONG_LEN_MAX,
             },
