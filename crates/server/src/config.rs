@@ -21,8 +21,9 @@ pub struct ServerConfig {
 
 /// Per-connection and global limits. Exceeding one gets a JSON-RPC error
 /// (see `osprey_electrum::error` for codes) and the session goes on, except
-/// for `sessions_max` (the extra connection is told and closed), the idle
-/// and write timeouts, and a full outgoing queue (the session is closed).
+/// for `sessions_max` (the idlest session makes room, or the extra
+/// connection is told and closed), the idle and write timeouts, and a full
+/// outgoing queue (the session is closed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Longest request line in bytes, newline excluded. Default 2,000,000:
@@ -43,12 +44,17 @@ pub struct Limits {
     /// large wallet with many gap-limit addresses fits easily); beyond, the
     /// subscribe gets -101.
     pub subscriptions_per_session_max: usize,
-    /// Most concurrent sessions. Default 1,000; an extra connection gets a
-    /// -102 "server busy" error line and is closed.
+    /// Most concurrent sessions. Default 1,000; an extra connection takes
+    /// the place of an idle session (see `shed_idle_secs`), or gets a -102
+    /// "server busy" error line and is closed.
     pub sessions_max: usize,
     /// `max` of `blockchain.block.headers`. Default 2016 (one retarget
     /// period, the spec's recommended minimum); must be at least 2016.
     pub headers_per_call_max: usize,
+    /// When `sessions_max` sessions are connected, a newcomer takes the
+    /// place of the session idle the longest, if that one has sent nothing
+    /// for this long; otherwise it is refused. Default 60.
+    pub shed_idle_secs: u64,
     /// A session that sends nothing for this long is closed. Default 600
     /// (the spec's "roughly 10 minutes"; wallets ping more often).
     pub idle_timeout_secs: u64,
@@ -69,6 +75,7 @@ impl Default for Limits {
             subscriptions_per_session_max: 50_000,
             sessions_max: 1_000,
             headers_per_call_max: 2016,
+            shed_idle_secs: 60,
             idle_timeout_secs: 600,
             write_timeout_secs: 60,
             outgoing_queue_max: 10_000,
@@ -93,7 +100,7 @@ impl Limits {
     /// # Errors
     /// `TooSmall` naming the first limit below its minimum.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(&'static str, u64, u64); 9] = [
+        let checks: [(&'static str, u64, u64); 10] = [
             ("line_bytes_max", 1024, self.line_bytes_max as u64),
             // Room for the largest answer of all: 2,016 headers as hex.
             ("reply_bytes_max", 1 << 20, self.reply_bytes_max as u64),
@@ -109,6 +116,7 @@ impl Limits {
                 2016,
                 self.headers_per_call_max as u64,
             ),
+            ("shed_idle_secs", 1, self.shed_idle_secs),
             ("idle_timeout_secs", 1, self.idle_timeout_secs),
             ("write_timeout_secs", 1, self.write_timeout_secs),
             ("outgoing_queue_max", 1, self.outgoing_queue_max as u64),

@@ -8,6 +8,7 @@
 //! AsyncWrite so TLS can plug in), `notifier` (the single owner of the
 //! subscription registry), `changes` (the feed it consumes).
 
+mod activity;
 mod changes;
 mod config;
 mod framer;
@@ -17,6 +18,7 @@ mod session;
 pub use changes::{Change, ChangeSource, ChangeView};
 pub use config::{ConfigError, Limits, ServerConfig};
 
+use activity::Activity;
 use anyhow::Context;
 use notifier::Notifier;
 use osprey_electrum::{Backend, DispatchConfig, Dispatcher, RpcError, ServerInfo};
@@ -40,6 +42,8 @@ const CONTROL_QUEUE_MAX: usize = 10_000;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// How long a refused connection gets to read its "server busy" line.
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a newcomer waits for the idle session it displaces to end.
+const SHED_WAIT: Duration = Duration::from_secs(2);
 
 /// Serves Electrum clients on `config.electrum_rpc_addr` until `shutdown`
 /// completes, then closes every session.
@@ -152,6 +156,7 @@ impl<C: ChangeView> Server<C> {
             limits: limits.clone(),
             control: control_tx,
             processed,
+            activity: Activity::new(),
         });
         let permits = Arc::new(Semaphore::new(limits.sessions_max));
         let mut sessions = JoinSet::new();
@@ -174,18 +179,35 @@ impl<C: ChangeView> Server<C> {
                     };
                     // Responses are small and latency matters more than packets.
                     let _ = stream.set_nodelay(true);
-                    let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-                        tracing::warn!(%peer, sessions_max = limits.sessions_max, "refusing connection: too many sessions");
-                        tokio::spawn(refuse(stream, limits.sessions_max));
-                        continue;
+                    let permit = match Arc::clone(&permits).try_acquire_owned() {
+                        Ok(permit) => Some(permit),
+                        // Full: the session idle the longest makes room.
+                        Err(_) if ctx.activity.shed_idlest(Duration::from_secs(limits.shed_idle_secs)) => {
+                            tracing::info!(%peer, "full: closing the idlest session to make room");
+                            None
+                        }
+                        Err(_) => {
+                            tracing::warn!(%peer, sessions_max = limits.sessions_max, "refusing connection: too many sessions");
+                            tokio::spawn(refuse(stream, limits.sessions_max));
+                            continue;
+                        }
                     };
                     next_id += 1;
                     let span = tracing::info_span!("session", %peer, id = next_id);
                     let ctx = Arc::clone(&ctx);
                     let stop = stop_rx.clone();
                     let id = next_id;
+                    let permits = Arc::clone(&permits);
+                    let sessions_max = limits.sessions_max;
                     sessions.spawn(
                         async move {
+                            let permit = match permit {
+                                Some(permit) => permit,
+                                None => match tokio::time::timeout(SHED_WAIT, permits.acquire_owned()).await {
+                                    Ok(Ok(permit)) => permit,
+                                    _ => return refuse(stream, sessions_max).await,
+                                },
+                            };
                             session::run(stream, id, ctx, stop).await;
                             drop(permit);
                         }

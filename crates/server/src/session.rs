@@ -7,6 +7,7 @@
 //! Lines of one session run one at a time, in order; the next line is not
 //! read while one runs, which bounds a session's memory and CPU.
 
+use crate::activity::{Activity, SessionActivity};
 use crate::config::Limits;
 use crate::framer::{Frame, LineFramer};
 use crate::notifier::{Control, SessionHandle, SessionId};
@@ -24,6 +25,7 @@ pub(crate) struct SessionContext {
     pub limits: Limits,
     pub control: mpsc::Sender<Control>,
     pub processed: Arc<AtomicU64>,
+    pub activity: Activity,
 }
 
 /// Why a session ended, for the log.
@@ -33,6 +35,8 @@ enum End {
     Shutdown,
     Idle,
     TooSlow,
+    /// Idle the longest while the server was full: closed for a newcomer.
+    Shed,
     NoCommonVersion,
     Io(std::io::Error),
     WriteTimeout,
@@ -102,7 +106,9 @@ pub(crate) async fn run<S>(
         return; // the notifier is gone: the server is stopping
     }
     tracing::debug!("session started");
-    let end = serve(stream, id, &ctx, rx, kick, shutdown).await;
+    let activity = ctx.activity.register(id);
+    let end = serve(stream, id, &ctx, rx, kick, &activity, shutdown).await;
+    ctx.activity.unregister(id);
     match &end {
         End::ClientClosed | End::Shutdown => tracing::debug!(?end, "session ended"),
         End::Io(error) => tracing::info!(%error, "session ended: i/o error"),
@@ -118,6 +124,7 @@ async fn serve<S>(
     ctx: &SessionContext,
     mut notifications: mpsc::Receiver<Arc<str>>,
     kick: Arc<Notify>,
+    activity: &SessionActivity,
     mut shutdown: watch::Receiver<bool>,
 ) -> End
 where
@@ -143,6 +150,7 @@ where
             match framer.next_frame() {
                 Some(Frame::Line(line)) => {
                     idle_deadline = Instant::now() + idle;
+                    activity.touch();
                     let Some(mut session_state) = state.take() else {
                         return End::HandlerPanicked;
                     };
@@ -180,6 +188,7 @@ where
                 }
                 Some(Frame::TooLong) => {
                     idle_deadline = Instant::now() + idle;
+                    activity.touch();
                     let error = RpcError::LimitExceeded(format!(
                         "request line exceeds {} bytes",
                         limits.line_bytes_max
@@ -197,6 +206,7 @@ where
         tokio::select! {
             _ = shutdown.changed() => return End::Shutdown,
             _ = kick.notified() => return End::TooSlow,
+            _ = activity.shed.notified() => return End::Shed,
             joined = async { running.as_mut().expect("guarded by is_some").await }, if running.is_some() => {
                 running = None;
                 let Ok((session_state, outcome, seen)) = joined else {

@@ -237,6 +237,61 @@ async fn extra_sessions_are_refused_politely() {
     server.stop().await;
 }
 
+/// A full server closes the session idle the longest for a newcomer,
+/// rather than lock new wallets out until idle sessions time out.
+#[tokio::test]
+async fn a_full_server_makes_room_by_closing_the_idlest_session() {
+    let server = TestServer::start(
+        Limits {
+            sessions_max: 2,
+            shed_idle_secs: 1,
+            ..Limits::default()
+        },
+        16,
+    )
+    .await;
+    let mut idlest = server.client().await;
+    assert!(idlest
+        .call("server.banner", json!([]))
+        .await
+        .get("result")
+        .is_some());
+    let mut other = server.client().await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Both idle past a second; the first the longest.
+    assert!(other
+        .call("server.banner", json!([]))
+        .await
+        .get("result")
+        .is_some());
+    let mut newcomer = server.client().await;
+    assert!(
+        newcomer
+            .call("server.banner", json!([]))
+            .await
+            .get("result")
+            .is_some(),
+        "the newcomer is served"
+    );
+    assert!(
+        idlest.read().await.is_none(),
+        "the idlest session was closed"
+    );
+    assert!(
+        other
+            .call("server.banner", json!([]))
+            .await
+            .get("result")
+            .is_some(),
+        "the other session goes on"
+    );
+    // Nobody idle past a second now: the next one is refused.
+    let mut refused = server.client().await;
+    let r = refused.read().await.expect("an error line");
+    assert_eq!(r["error"]["code"], -102);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn idle_sessions_are_closed() {
     let server = TestServer::start(
