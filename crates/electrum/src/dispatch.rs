@@ -85,8 +85,13 @@ enum Pending {
     Done(Option<Value>),
     /// Reads only: runs in parallel.
     Query { id: Value, request: Request },
-    /// Registered in the session; its status is computed in parallel.
-    Subscribe { id: Value, key: ScriptKey },
+    /// Registered in the session (`new`: by this request, not before); its
+    /// status is computed in parallel.
+    Subscribe {
+        id: Value,
+        key: ScriptKey,
+        new: bool,
+    },
 }
 
 impl Dispatcher {
@@ -243,7 +248,7 @@ impl Dispatcher {
                             state.note_other_message();
                             let max = self.config.subscriptions_per_session_max;
                             match state.subscribe(&key, max) {
-                                Ok(_) => Pending::Subscribe { id, key },
+                                Ok(new) => Pending::Subscribe { id, key, new },
                                 Err(e) => Pending::Done(Some(jsonrpc::response(id, Err(e)))),
                             }
                         }
@@ -263,11 +268,9 @@ impl Dispatcher {
         let pending: Vec<(Pending, Option<Status>)> = pending
             .into_iter()
             .map(|p| match p {
-                Pending::Subscribe { id, key } => {
-                    match self.backend.cached_status(&key.scripthash) {
-                        Some(status) => (Pending::Subscribe { id, key }, Some(Ok(status))),
-                        None => (Pending::Subscribe { id, key }, None),
-                    }
+                Pending::Subscribe { id, key, new } => {
+                    let cached = self.backend.cached_status(&key.scripthash).map(Ok);
+                    (Pending::Subscribe { id, key, new }, cached)
                 }
                 other => (other, None),
             })
@@ -286,8 +289,8 @@ impl Dispatcher {
                 pending
                     .into_par_iter()
                     .map(|p| match p {
-                        (Pending::Subscribe { id, key }, Some(status)) => {
-                            (Pending::Subscribe { id, key }, Some(status))
+                        (subscribe @ Pending::Subscribe { .. }, Some(status)) => {
+                            (subscribe, Some(status))
                         }
                         (Pending::Query { id, request }, _) => {
                             let result = self.execute_query(protocol, request);
@@ -296,10 +299,10 @@ impl Dispatcher {
                             }
                             (Pending::Done(Some(jsonrpc::response(id, result))), None)
                         }
-                        (Pending::Subscribe { id, key }, None) => {
+                        (Pending::Subscribe { id, key, new }, None) => {
                             let status =
                                 self.backend.status(&key.scripthash).map_err(RpcError::from);
-                            (Pending::Subscribe { id, key }, Some(status))
+                            (Pending::Subscribe { id, key, new }, Some(status))
                         }
                         done => done,
                     })
@@ -309,13 +312,17 @@ impl Dispatcher {
         answered
             .into_iter()
             .filter_map(|answer| match answer {
-                (Pending::Subscribe { id, key }, Some(Ok(status))) => {
+                (Pending::Subscribe { id, key, .. }, Some(Ok(status))) => {
                     out.effects.push(Effect::Subscribed { key, status });
                     Some(jsonrpc::response(id, Ok(scripthash::status_json(status))))
                 }
-                (Pending::Subscribe { id, key }, Some(Err(e))) => {
-                    // Not subscribed if the client never got a status.
-                    state.unsubscribe(&key);
+                (Pending::Subscribe { id, key, new }, Some(Err(e))) => {
+                    // Not subscribed if the client never got a status; a
+                    // subscription it had before stays, as the notifier
+                    // still has it.
+                    if new {
+                        state.unsubscribe(&key);
+                    }
                     Some(jsonrpc::response(id, Err(e)))
                 }
                 (Pending::Done(response), _) => response,
@@ -390,12 +397,16 @@ impl Dispatcher {
                 method: ScriptMethod::Subscribe,
                 key,
             } => {
-                state.subscribe(&key, config.subscriptions_per_session_max)?;
+                let new = state.subscribe(&key, config.subscriptions_per_session_max)?;
                 let status = match backend.status(&key.scripthash) {
                     Ok(status) => status,
                     Err(e) => {
-                        // Not subscribed if the client never got a status.
-                        state.unsubscribe(&key);
+                        // Not subscribed if the client never got a status; a
+                        // subscription it had before stays, as the notifier
+                        // still has it.
+                        if new {
+                            state.unsubscribe(&key);
+                        }
                         return Err(e.into());
                     }
                 };

@@ -429,6 +429,38 @@ fn history_too_large_is_an_error_not_a_truncation() {
     );
 }
 
+/// A subscription the session holds survives a re-subscribe that fails:
+/// the notifier still has it, so the session must too.
+#[test]
+fn a_failed_resubscribe_keeps_the_subscription() {
+    let mut h = Harness::at("1.4");
+    let sh: ScriptHash = SH.parse().unwrap();
+    let entry = |i| HistoryEntry {
+        txid: txid(i),
+        height: 5,
+        fee: None,
+    };
+    h.backend.update(|s| {
+        s.history_entries_max = 1;
+        s.histories.insert(sh, vec![entry(0)]);
+    });
+    h.ok("blockchain.scripthash.subscribe", json!([SH]));
+    assert_eq!(h.state.subscription_count(), 1);
+    h.backend
+        .update(|s| s.histories.insert(sh, vec![entry(0), entry(1)]));
+    let (code, _) = h.err("blockchain.scripthash.subscribe", json!([SH]));
+    assert_eq!(code, 1, "history too large now");
+    assert_eq!(h.state.subscription_count(), 1, "still subscribed");
+    // The same through a batch (the parallel path).
+    let batch = json!([
+        {"id": 1, "method": "blockchain.scripthash.subscribe", "params": [SH]},
+        {"id": 2, "method": "server.banner", "params": []},
+    ]);
+    let reply: Value = serde_json::from_str(&h.line(&batch.to_string()).response.unwrap()).unwrap();
+    assert_eq!(reply[0]["error"]["code"], 1, "{reply}");
+    assert_eq!(h.state.subscription_count(), 1, "still subscribed");
+}
+
 #[test]
 fn subscribe_unsubscribe_and_limit() {
     let mut h = Harness::at("1.7");
