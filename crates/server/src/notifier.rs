@@ -286,9 +286,13 @@ impl<C: ChangeView> Notifier<C> {
         for chunk in targets.chunks(STATUS_CHUNK) {
             let backend = Arc::clone(&self.backend);
             let chunk = chunk.to_vec();
+            // On every core: after a block, the sooner the new statuses
+            // reach the wallets the better, and sessions never wait on this
+            // (their replies are written before they tell the notifier).
             let statuses = tokio::task::spawn_blocking(move || {
+                use rayon::prelude::*;
                 chunk
-                    .into_iter()
+                    .into_par_iter()
                     .map(|sh| (sh, backend.status(&sh)))
                     .collect::<Vec<_>>()
             })

@@ -280,13 +280,17 @@ async fn deliver<W: AsyncWrite + Unpin>(
             seen,
         });
     }
+    // The reply first: it must not wait on the notifier, which may be busy
+    // recomputing statuses after a block. A notification for a new
+    // subscription can only be queued once the notifier has it, so it
+    // still follows the reply, and `seen` covers changes in between.
+    if let Some(response) = outcome.response {
+        write_and_flush(writer, &response).await?;
+    }
     for control in controls {
         if ctx.control.send(control).await.is_err() {
             return Err(End::Shutdown);
         }
-    }
-    if let Some(response) = outcome.response {
-        write_and_flush(writer, &response).await?;
     }
     if outcome.close {
         return Err(End::NoCommonVersion);
