@@ -11,7 +11,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use bitcoin::{Address, Amount, BlockHash, Network, ScriptBuf};
+use bitcoin::{Address, Amount, BlockHash};
 use osprey_testenv::{BitcoindNode, BitcoindOptions, Node, ScriptKind, TestWallet};
 use serde_json::json;
 
@@ -21,8 +21,8 @@ use crate::common::answers::{
 };
 use crate::common::command::{generate_chain, submit_chain};
 use crate::common::{
-    collect_answers, scripthash, seed, wait_until, NodeView, Osprey, OspreyConfig, Rng, Session,
-    SYNC_TIMEOUT,
+    collect_answers, scripthash, seed, wait_until, wallet_and_sampled_scripts, NodeView, Osprey,
+    OspreyConfig, Rng, Session, SYNC_TIMEOUT,
 };
 use crate::kill9::{start_and_kill, KillAt};
 
@@ -31,25 +31,6 @@ const SAMPLE_SCRIPTS: usize = 100;
 
 /// How long a server may take to show the node's mempool.
 const SETTLE: Duration = Duration::from_secs(30);
-
-/// A node, or `None` (after a loud line) when no bitcoind is installed.
-fn start_core(options: &BitcoindOptions) -> Option<BitcoindNode> {
-    if let Err(e) = BitcoindNode::find() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run the Bitcoin Core tests: {e:#}"
-        );
-        eprintln!("SKIPPING the Bitcoin Core functional tests, no bitcoind: {e:#}");
-        return None;
-    }
-    let node = BitcoindNode::start_with(options).expect("bitcoind starts");
-    eprintln!(
-        "bitcoind: rpc {}, datadir {}",
-        node.rpc_addr(),
-        node.datadir().display()
-    );
-    Some(node)
-}
 
 /// Asserts that the server's log names the block source it chose.
 fn assert_block_source(osprey: &Osprey, source: &str) {
@@ -79,7 +60,7 @@ fn assert_block_source(osprey: &Osprey, source: &str) {
 ///    from the files and answers like the node and R.
 #[test]
 fn core_files_index_survives_kills_a_reorg_and_a_restart() {
-    let Some(node) = start_core(&BitcoindOptions { rest: true }) else {
+    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions { rest: true }) else {
         return;
     };
     let seed = seed("core");
@@ -165,23 +146,7 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
         assert_eq!(history, json!(want), "history of {}", address.address);
     }
     let view = NodeView::load(&node);
-    let mut scripts: Vec<ScriptBuf> = manifest
-        .wallet
-        .addresses
-        .iter()
-        .map(|a| {
-            Address::from_str(&a.address)
-                .expect("address")
-                .require_network(Network::Regtest)
-                .expect("a regtest address")
-                .script_pubkey()
-        })
-        .collect();
-    let mut others = view.scripts();
-    for _ in 0..SAMPLE_SCRIPTS.min(others.len()) {
-        let i = rng.below(others.len() as u64) as usize;
-        scripts.push(others.swap_remove(i));
-    }
+    let scripts = wallet_and_sampled_scripts(&manifest, &view, &mut rng, SAMPLE_SCRIPTS);
     let scripthashes: Vec<String> = scripts.iter().map(|s| scripthash(s)).collect();
     let answers = collect_answers(files.addr, &scripthashes);
     assert_answers_match_node(
@@ -279,7 +244,7 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
 /// transactions included.
 #[test]
 fn core_without_rest_reads_its_files_or_json_rpc() {
-    let Some(node) = start_core(&BitcoindOptions { rest: false }) else {
+    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions { rest: false }) else {
         return;
     };
     let mut wallet = TestWallet::new();

@@ -58,6 +58,10 @@ struct BlockIndex {
     scanned: Vec<u64>,
 }
 
+/// Matched blocks a rev file remembers (see `RevFile::after`): far more
+/// than the blocks fetched at once.
+const RECENT_MATCHES_MAX: usize = 4096;
+
 /// The records of one rev file, found so far, and where the next match is
 /// most likely.
 #[derive(Default)]
@@ -70,7 +74,9 @@ struct RevFile {
     /// record: Core writes undo records in the order it connects blocks,
     /// so a block's record most likely follows its parent's. Blocks are
     /// fetched on several threads, so the last match alone (`cursor`) is
-    /// often another thread's, and every miss costs hashing a record.
+    /// often another thread's, and every miss costs hashing a record. Only
+    /// recent blocks are parents of blocks still to come, so the map is
+    /// emptied at `RECENT_MATCHES_MAX` entries.
     after: HashMap<u64, usize>,
 }
 
@@ -421,6 +427,9 @@ impl CoreBlockFiles {
                 let (offset, len) = rev.records[at];
                 if let Some(undo) = matches(offset, len)? {
                     rev.cursor = at + 1;
+                    if rev.after.len() >= RECENT_MATCHES_MAX {
+                        rev.after.clear();
+                    }
                     rev.after.insert(hash_key(&block.block_hash()), at + 1);
                     return decode_block_undo(&undo, block).map(Some).map_err(|what| {
                         Error::persistent(format!(

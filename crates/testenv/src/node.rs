@@ -452,6 +452,30 @@ impl BitcoindNode {
         BitcoindNode::start_with(&BitcoindOptions::default())
     }
 
+    /// Starts bitcoind for a test, or returns `None` after one loud line
+    /// when none is installed. CI must have one: there it panics instead.
+    ///
+    /// # Panics
+    /// When bitcoind is missing under `CI`, or does not come up.
+    #[allow(clippy::print_stderr)] // the skip must show in the test output
+    pub fn start_or_skip(options: &BitcoindOptions) -> Option<BitcoindNode> {
+        if let Err(e) = BitcoindNode::find() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run the Bitcoin Core tests: {e:#}"
+            );
+            eprintln!("SKIPPING the Bitcoin Core tests, no bitcoind: {e:#}");
+            return None;
+        }
+        let node = BitcoindNode::start_with(options).expect("bitcoind starts");
+        eprintln!(
+            "bitcoind: rpc {}, datadir {}",
+            node.rpc_addr(),
+            node.datadir().display()
+        );
+        Some(node)
+    }
+
     /// Starts bitcoind with `options` and waits until its RPC answers.
     ///
     /// # Errors

@@ -8,8 +8,6 @@
 //! `../shared/peers/bin`. Without one the tests say so loudly and pass,
 //! except under CI (`CI` set), where a missing bitcoind fails them.
 
-#![allow(clippy::print_stderr)]
-
 use bitcoin::consensus::serialize;
 use bitcoin::{Amount, BlockHash};
 use osprey_chain::rpc::Auth;
@@ -22,19 +20,6 @@ use osprey_testenv::{BitcoindNode, BitcoindOptions, Node, ScriptKind, TestWallet
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A node, or `None` (after a loud line) when no bitcoind is installed.
-fn start(options: &BitcoindOptions) -> Option<BitcoindNode> {
-    if let Err(e) = BitcoindNode::find() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run the Bitcoin Core tests: {e:#}"
-        );
-        eprintln!("SKIPPING the Bitcoin Core tests, no bitcoind: {e:#}");
-        return None;
-    }
-    Some(BitcoindNode::start_with(options).expect("bitcoind starts"))
-}
 
 /// Connects like `osprey serve --daemon-dir`: with the cookie Core wrote,
 /// and Core's blocks directory readable.
@@ -120,7 +105,7 @@ fn tip_of(query: &Query) -> (u32, BlockHash) {
 /// wakes on a block.
 #[test]
 fn core_files_rest_and_rpc_build_the_same_index_and_follow_a_reorg() {
-    let Some(node) = start(&BitcoindOptions { rest: true }) else {
+    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions { rest: true }) else {
         return;
     };
     make_chain(&node);
@@ -233,7 +218,7 @@ fn core_files_rest_and_rpc_build_the_same_index_and_follow_a_reorg() {
 /// (`getrawtransaction` with the block hash).
 #[test]
 fn core_without_rest_indexes_over_rpc_and_serves_transactions_without_txindex() {
-    let Some(node) = start(&BitcoindOptions { rest: false }) else {
+    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions { rest: false }) else {
         return;
     };
     make_chain(&node);
@@ -264,7 +249,7 @@ fn core_without_rest_indexes_over_rpc_and_serves_transactions_without_txindex() 
 /// says: paid in the mempool, confirmed, back in the mempool after a reorg.
 #[test]
 fn cached_statuses_follow_the_mempool_blocks_and_reorgs() {
-    let Some(node) = start(&BitcoindOptions { rest: true }) else {
+    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions { rest: true }) else {
         return;
     };
     let mut wallet = make_chain(&node);

@@ -109,3 +109,40 @@ impl Rng {
         self.next_u64() % n
     }
 }
+
+/// The scripts of a chaingen wallet (each checked against the manifest's
+/// script hash) followed by `sample` other scripts of `view` drawn with
+/// `rng`: what the generated-chain tests compare answers on.
+pub fn wallet_and_sampled_scripts(
+    manifest: &osprey_chaingen::Manifest,
+    view: &NodeView,
+    rng: &mut Rng,
+    sample: usize,
+) -> Vec<bitcoin::ScriptBuf> {
+    use std::str::FromStr;
+    let mut scripts: Vec<bitcoin::ScriptBuf> = manifest
+        .wallet
+        .addresses
+        .iter()
+        .map(|a| {
+            let script = bitcoin::Address::from_str(&a.address)
+                .expect("address")
+                .require_network(bitcoin::Network::Regtest)
+                .expect("a regtest address")
+                .script_pubkey();
+            assert_eq!(
+                scripthash(&script),
+                a.scripthash,
+                "the manifest's script hash of {}",
+                a.address
+            );
+            script
+        })
+        .collect();
+    let mut others = view.scripts();
+    for _ in 0..sample.min(others.len()) {
+        let i = rng.below(others.len() as u64) as usize;
+        scripts.push(others.swap_remove(i));
+    }
+    scripts
+}
