@@ -278,7 +278,7 @@ pub fn run_server(
     };
     let (height, hash) = query.tip();
     tracing::info!(height = height.0, %hash, addr = %config.electrum_rpc_addr, "serving Electrum clients");
-    let new_block = watch_for_new_blocks(Arc::clone(&query), poll, Arc::clone(&stop));
+    let (new_block, watcher) = watch_for_new_blocks(Arc::clone(&query), poll, Arc::clone(&stop));
     let mut result = Ok(());
     while !stop.load(Ordering::Relaxed) {
         if server.is_finished() {
@@ -297,8 +297,17 @@ pub fn run_server(
         }
     }
     stop.store(true, Ordering::Relaxed);
-    let served = runtime.block_on(server).context("server task")?;
-    result.and(served)
+    let served = runtime.block_on(server).context("server task");
+    // The watcher holds the index: wait for it (it sees `stop` within one
+    // long poll), so that the index is closed before the process exits.
+    // Exiting with RocksDB open races its background flushes against the
+    // C++ static destructors ("pthread lock: Invalid argument", SIGABRT).
+    if let Some(watcher) = watcher {
+        let _ = watcher.join();
+    }
+    drop(tracker);
+    drop(query);
+    result.and(served?)
 }
 
 /// A thread parked on the node's long poll for new blocks: each new block
@@ -308,7 +317,7 @@ fn watch_for_new_blocks(
     query: Arc<Query>,
     poll: Duration,
     stop: Arc<AtomicBool>,
-) -> mpsc::Receiver<()> {
+) -> (mpsc::Receiver<()>, Option<std::thread::JoinHandle<()>>) {
     let (wake, woken) = mpsc::sync_channel(1);
     let spawned = std::thread::Builder::new()
         .name("new-blocks".into())
@@ -330,10 +339,13 @@ fn watch_for_new_blocks(
                 }
             }
         });
-    if let Err(e) = spawned {
-        tracing::warn!("cannot start the new-block watcher ({e}); polling instead");
+    match spawned {
+        Ok(watcher) => (woken, Some(watcher)),
+        Err(e) => {
+            tracing::warn!("cannot start the new-block watcher ({e}); polling instead");
+            (woken, None)
+        }
     }
-    woken
 }
 
 async fn shutdown_signal() {
