@@ -27,6 +27,12 @@ pub struct IndexerConfig {
     /// Script hashes remembered per sync for notifications; past this, the
     /// report says "everything may have changed" instead.
     pub touched_max: usize,
+    /// A sync with at least this many blocks to go, and no fewer than the
+    /// index already holds, is a bulk load (see
+    /// [`Store::begin_bulk_load`]). Catching up a big index after some days
+    /// offline is not: merging a few new rows into all the old ones would
+    /// rewrite the whole index.
+    pub bulk_blocks_min: u32,
 }
 
 impl Default for IndexerConfig {
@@ -36,6 +42,7 @@ impl Default for IndexerConfig {
             batch_rows_max: 250_000,
             batch_blocks_max: 1000,
             touched_max: 1_000_000,
+            bulk_blocks_min: 100,
         }
     }
 }
@@ -153,6 +160,15 @@ impl Indexer {
         report: &mut SyncReport,
         on_chunk: &mut dyn FnMut(&ChunkStats),
     ) -> Result<(), Error> {
+        let to_go = source_height.0 - from + 1;
+        let bulk = to_go >= self.config.bulk_blocks_min.max(from);
+        if bulk {
+            tracing::info!(
+                blocks = to_go,
+                "bulk load: compaction waits for the end of the sync"
+            );
+            self.store.begin_bulk_load()?;
+        }
         let chunk = self.config.fetch_blocks.max(1);
         let source = Arc::clone(&self.source);
         // One chunk is fetched while the previous one is indexed.
@@ -325,7 +341,15 @@ impl Indexer {
         let (committed, written) = writer.join().expect("commit thread does not panic");
         report.connected += committed;
         fetcher.join().expect("fetch thread does not panic");
+        // Compaction resumes whatever happened: a failed sync is retried
+        // from where it stopped, maybe as a catch-up that is no bulk load.
+        let bulk_ended = if bulk {
+            self.store.end_bulk_load()
+        } else {
+            Ok(())
+        };
         written?;
+        bulk_ended?;
         if report.all_touched {
             report.touched.clear();
         } else {

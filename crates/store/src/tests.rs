@@ -229,3 +229,44 @@ fn sort_key_orders_like_the_key_bytes() {
     assert_eq!(by_sort_key, by_bytes);
     assert!(super::sort_key(&[1]) < super::sort_key(&[1, 1]));
 }
+
+#[test]
+fn bulk_load_defers_compaction_then_hands_over() {
+    let chain = blocks(0, 12, None, 0, 0);
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = Store::open(plain_dir.path(), "regtest", StoreConfig::default()).unwrap();
+    plain.apply(&chain, false, Height(11)).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        bulk_l0_files_max: 8,
+        ..StoreConfig::default()
+    };
+    let store = Store::open(dir.path(), "regtest", config).unwrap();
+    store.begin_bulk_load().unwrap();
+    // One level-0 file per flush and column family, none merged: more than
+    // the compaction trigger (4) would allow.
+    for block in &chain[..8] {
+        store
+            .apply(std::slice::from_ref(block), false, Height(11))
+            .unwrap();
+        store.flush().unwrap();
+    }
+    assert_eq!(store.l0_files().unwrap(), 8);
+    assert!(store.bulk.load(Ordering::SeqCst));
+    let mut expected = plain.history(&script(1), 100).unwrap().unwrap();
+    expected.retain(|row| row.tx_num.0 < store.tx_count());
+    assert_eq!(
+        store.history(&script(1), 100).unwrap().unwrap(),
+        expected,
+        "rows in level 0 read the same"
+    );
+    // The commit that finds more files than allowed ends the bulk load.
+    store.apply(&chain[8..9], false, Height(11)).unwrap();
+    store.flush().unwrap();
+    store.apply(&chain[9..], false, Height(11)).unwrap();
+    assert!(!store.bulk.load(Ordering::SeqCst));
+    store.compact().unwrap();
+    assert_eq!(store.l0_files().unwrap(), 0);
+    assert_eq!(store.digest().unwrap(), plain.digest().unwrap());
+}
