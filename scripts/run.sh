@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cargo build --release --bin osprey
+cargo build --release -p osprey -p osprey-tools
 bin=target/release/osprey
 network_dir=""
 for arg in "$@"; do case "$arg" in --network=*) network_dir="${arg#--network=}";; esac; done

@@ -1,17 +1,17 @@
-//! `osprey demo`: no node at hand? Generate a regtest chain with a wallet,
-//! index it from its blk files and serve it, and tell the user how to point
-//! Electrum or Sparrow at it.
+//! `osprey demo`: no node at hand? Generate a regtest chain with a wallet
+//! (`osprey chaingen`, which runs in `osprey-tools`), index it from its blk
+//! files and serve it, and tell the user how to point Electrum or Sparrow
+//! at it.
 
 use crate::config::{ChainConfig, Config};
-use crate::serve;
+use crate::{serve, tools};
 use anyhow::Context;
 use clap::Args;
-use osprey_chaingen::generate::{generate, Config as GenConfig};
-use osprey_chaingen::shape::Preset;
 use osprey_core::Network;
 use osprey_indexer::{Indexer, IndexerConfig};
 use osprey_query::{Query, QueryConfig, Tracker};
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -32,16 +32,50 @@ pub struct DemoArgs {
     pub log_filter: String,
 }
 
+/// What the demo tells the user about the generated chain, from its
+/// `manifest.json`.
+struct ChainSummary {
+    tip_height: u64,
+    tx_count: u64,
+    addresses: usize,
+    receive_descriptor: String,
+    change_descriptor: String,
+}
+
+impl ChainSummary {
+    fn load(chain: &Path) -> anyhow::Result<ChainSummary> {
+        let path = chain.join("manifest.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let manifest: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let field = |pointer: &str| {
+            manifest
+                .pointer(pointer)
+                .with_context(|| format!("{} has no {pointer}", path.display()))
+        };
+        let number = |pointer: &str| {
+            field(pointer)?
+                .as_u64()
+                .with_context(|| format!("{pointer} in {} is not a number", path.display()))
+        };
+        let text = |pointer: &str| {
+            field(pointer)?
+                .as_str()
+                .map(str::to_owned)
+                .with_context(|| format!("{pointer} in {} is not a string", path.display()))
+        };
+        Ok(ChainSummary {
+            tip_height: number("/tip_height")?,
+            tx_count: number("/tx_count")?,
+            addresses: field("/wallet/addresses")?.as_array().map_or(0, Vec::len),
+            receive_descriptor: text("/wallet/receive_descriptor")?,
+            change_descriptor: text("/wallet/change_descriptor")?,
+        })
+    }
+}
+
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
-    let preset = Preset::ALL
-        .into_iter()
-        .find(|p| p.name() == args.preset)
-        .with_context(|| {
-            format!(
-                "unknown preset {:?} (tiny, small, medium, large)",
-                args.preset
-            )
-        })?;
     let (dir, _temp) = match args.dir {
         Some(dir) => (dir, None),
         None => {
@@ -52,14 +86,18 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
             (temp.path().to_path_buf(), Some(temp))
         }
     };
-    tracing::info!(preset = preset.name(), dir = %dir.display(), "generating a regtest chain");
-    let gen_config = GenConfig {
-        preset: preset.name().into(),
-        seed: args.seed,
-        shape: preset.shape(),
-    };
-    let (manifest, _) =
-        generate(gen_config, &dir.join("chain"), &mut |_| {}).context("generating the chain")?;
+    tracing::info!(preset = args.preset, dir = %dir.display(), "generating a regtest chain");
+    let chain_dir = dir.join("chain");
+    let generate: Vec<OsString> = vec![
+        "--preset".into(),
+        args.preset.into(),
+        "--seed".into(),
+        args.seed.to_string().into(),
+        "--out".into(),
+        chain_dir.clone().into(),
+    ];
+    tools::run("chaingen", &generate).context("generating the chain")?;
+    let manifest = ChainSummary::load(&chain_dir)?;
 
     let config = Config {
         network: Network::Regtest,
@@ -117,10 +155,10 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         String::new(),
         format!(
             "  The demo wallet (BIP84, {} used addresses); import these descriptors:",
-            manifest.wallet.addresses.len()
+            manifest.addresses
         ),
-        format!("    receive: {}", manifest.wallet.receive_descriptor),
-        format!("    change:  {}", manifest.wallet.change_descriptor),
+        format!("    receive: {}", manifest.receive_descriptor),
+        format!("    change:  {}", manifest.change_descriptor),
         String::new(),
         "  Stop with Ctrl-C.".into(),
     ]

@@ -6,8 +6,10 @@
 mod config;
 mod demo;
 mod serve;
+mod tools;
 
 use clap::{Parser, Subcommand};
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -35,10 +37,18 @@ enum Command {
     },
     /// Generate a regtest chain, index it and serve it: no node needed
     Demo(demo::DemoArgs),
-    /// Generate a deterministic regtest chain (or feed one to a node)
-    Chaingen(osprey_chaingen::cli::ChaingenArgs),
-    /// Measure Electrum servers with a generated chain's wallet
-    Bench(osprey_bench::BenchArgs),
+    /// Generate a deterministic regtest chain (or feed one to a node); runs osprey-tools
+    #[command(disable_help_flag = true, disable_version_flag = true)]
+    Chaingen {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Measure Electrum servers with a generated chain's wallet; runs osprey-tools
+    #[command(disable_help_flag = true, disable_version_flag = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
 }
 
 fn init_logging(filter: &str) {
@@ -77,14 +87,8 @@ fn main() -> ExitCode {
             init_logging(&args.log_filter);
             demo::run(args)
         }
-        Command::Chaingen(args) => {
-            init_logging("info");
-            osprey_chaingen::cli::run(args)
-        }
-        Command::Bench(args) => {
-            init_logging("info");
-            osprey_bench::run(args)
-        }
+        Command::Chaingen { args } => tools::exec("chaingen", args),
+        Command::Bench { args } => tools::exec("bench", args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

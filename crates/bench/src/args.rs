@@ -84,7 +84,8 @@ pub struct IndexArgs {
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
 
-    /// The osprey binary to measure [default: this executable].
+    /// The osprey binary to measure [default: the `osprey` next to this
+    /// executable].
     #[arg(long, value_name = "PATH")]
     pub osprey: Option<PathBuf>,
 
@@ -107,7 +108,7 @@ pub(crate) struct IndexPlan {
     pub blocks_dir: PathBuf,
     pub out: PathBuf,
     pub runs: usize,
-    /// `None`: this executable.
+    /// `None`: the `osprey` next to this executable.
     pub osprey: Option<PathBuf>,
     /// Absolute, like `chain`: the indexer gets a database path under it.
     pub db_parent: PathBuf,

@@ -73,7 +73,10 @@ pub fn run(args: &IndexArgs) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", plan.db_parent.display()))?;
     let osprey = match &plan.osprey {
         Some(path) => path.clone(),
-        None => std::env::current_exe().context("finding this executable (give --osprey PATH)")?,
+        // This runs in `osprey-tools`, which is installed beside `osprey`.
+        None => std::env::current_exe()
+            .context("finding this executable (give --osprey PATH)")?
+            .with_file_name("osprey"),
     };
     let indexer = Indexer {
         path: osprey.display().to_string(),
