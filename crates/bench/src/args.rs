@@ -98,6 +98,28 @@ pub struct IndexArgs {
     /// Keep each run's database instead of deleting it.
     #[arg(long)]
     pub keep_db: bool,
+
+    /// Index from a running Bitcoin Core that holds the chain (its data
+    /// directory, as `osprey serve --daemon-dir` takes it) instead of the
+    /// chain's blk files; the manifest still checks the result.
+    #[arg(long, value_name = "DIR")]
+    pub daemon_dir: Option<PathBuf>,
+
+    /// That node's JSON-RPC address [default: the network's].
+    #[arg(long, value_name = "HOST:PORT", requires = "daemon_dir")]
+    pub daemon_rpc_addr: Option<String>,
+}
+
+/// Where `osprey index` reads the chain in `osprey bench index`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum IndexSource {
+    /// The chain's own `blocks/blk*.dat`.
+    BlkFiles(PathBuf),
+    /// A Bitcoin Core node holding the chain.
+    Node {
+        daemon_dir: PathBuf,
+        rpc_addr: Option<String>,
+    },
 }
 
 /// Validated settings of `osprey bench index`.
@@ -105,7 +127,7 @@ pub struct IndexArgs {
 pub(crate) struct IndexPlan {
     /// Absolute, since the indexer runs in another working directory.
     pub chain: PathBuf,
-    pub blocks_dir: PathBuf,
+    pub source: IndexSource,
     pub out: PathBuf,
     pub runs: usize,
     /// `None`: the `osprey` next to this executable.
@@ -139,9 +161,17 @@ impl IndexPlan {
         let db_parent = args.db_parent.as_ref().unwrap_or(&args.out);
         let db_parent = std::path::absolute(db_parent)
             .with_context(|| format!("database parent directory {}", db_parent.display()))?;
+        let source = match &args.daemon_dir {
+            None => IndexSource::BlkFiles(blocks_dir),
+            Some(dir) => IndexSource::Node {
+                daemon_dir: std::path::absolute(dir)
+                    .with_context(|| format!("--daemon-dir {}", dir.display()))?,
+                rpc_addr: args.daemon_rpc_addr.clone(),
+            },
+        };
         Ok(IndexPlan {
             chain,
-            blocks_dir,
+            source,
             out: args.out.clone(),
             runs: args.runs,
             osprey,
@@ -369,7 +399,10 @@ mod tests {
         let plan = IndexPlan::from_args(&index_args(cli)).unwrap();
         assert_eq!(plan.runs, 5);
         assert!(plan.keep_db);
-        assert_eq!(plan.blocks_dir, dir.path().join("blocks"));
+        assert_eq!(
+            plan.source,
+            IndexSource::BlkFiles(dir.path().join("blocks"))
+        );
         // Paths handed to the indexer, which runs elsewhere, are absolute.
         let osprey = plan.osprey.unwrap();
         assert!(osprey.is_absolute() && osprey.ends_with("bin/osprey"));

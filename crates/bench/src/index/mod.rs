@@ -29,7 +29,7 @@ pub mod procfs;
 pub mod progress;
 pub mod report;
 
-use crate::args::{IndexArgs, IndexPlan};
+use crate::args::{IndexArgs, IndexPlan, IndexSource};
 use crate::machine::{self, Machine};
 use crate::{print_report, write_file};
 use anyhow::{bail, Context};
@@ -121,6 +121,12 @@ pub fn run(args: &IndexArgs) -> anyhow::Result<()> {
         machine: machine.clone(),
         indexer: indexer.clone(),
         chain: chain.clone(),
+        source: match &plan.source {
+            IndexSource::BlkFiles(_) => "read from blk*.dat files".into(),
+            IndexSource::Node { daemon_dir, .. } => {
+                format!("read from the Bitcoin Core at `{}`", daemon_dir.display())
+            }
+        },
         runs_planned: plan.runs,
         runs,
     };
@@ -160,11 +166,25 @@ fn indexer_version(osprey: &Path) -> anyhow::Result<String> {
 }
 
 /// The indexer's arguments for one run.
-fn index_args(network: &str, blocks_dir: &Path, db_dir: &Path) -> Vec<OsString> {
-    let mut args: Vec<OsString> = ["index", "--network", network, "--blocks-dir"]
-        .map(OsString::from)
-        .into();
-    args.push(blocks_dir.into());
+fn index_args(network: &str, source: &IndexSource, db_dir: &Path) -> Vec<OsString> {
+    let mut args: Vec<OsString> = ["index", "--network", network].map(OsString::from).into();
+    match source {
+        IndexSource::BlkFiles(dir) => {
+            args.push("--blocks-dir".into());
+            args.push(dir.into());
+        }
+        IndexSource::Node {
+            daemon_dir,
+            rpc_addr,
+        } => {
+            args.push("--daemon-dir".into());
+            args.push(daemon_dir.into());
+            if let Some(addr) = rpc_addr {
+                args.push("--daemon-rpc-addr".into());
+                args.push(addr.into());
+            }
+        }
+    }
     args.push("--db-dir".into());
     args.push(db_dir.into());
     args.extend(["--progress-json", "--log-filter", "warn"].map(OsString::from));
@@ -187,7 +207,7 @@ fn run_once(context: &Shared<'_>, run: usize) -> anyhow::Result<IndexRunRecord> 
                 plan.db_parent.display()
             )
         })?;
-    let args = index_args(context.network, &plan.blocks_dir, db.path());
+    let args = index_args(context.network, &plan.source, db.path());
     let mut command = Command::new(context.osprey);
     // Inside the empty database directory no osprey.toml of the caller's
     // working directory is read, and without OSPREY_* variables no setting
@@ -380,6 +400,7 @@ fn build_record(context: &Shared<'_>, m: Measured) -> IndexRunRecord {
         block_mb_per_second: per_second(block_bytes as f64) / 1e6,
         last_over_first_txs: progress::last_over_first(&tenths, |t| t.txs_per_second),
         last_over_first_bytes: progress::last_over_first(&tenths, |t| t.block_mb_per_second),
+        last_over_median_txs: progress::last_over_median(&tenths, |t| t.txs_per_second),
         tenths,
         db: m.db,
         db_dir: m.db_dir,
@@ -506,7 +527,11 @@ pub(crate) mod tests {
 
     #[test]
     fn index_command_line() {
-        let args = index_args("regtest", Path::new("/c/blocks"), Path::new("/d/db"));
+        let args = index_args(
+            "regtest",
+            &IndexSource::BlkFiles("/c/blocks".into()),
+            Path::new("/d/db"),
+        );
         let args: Vec<String> = args
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
@@ -522,7 +547,7 @@ pub(crate) mod tests {
     pub(crate) fn record(run: usize, wall_seconds: f64, lines: &[String]) -> IndexRunRecord {
         let plan = IndexPlan {
             chain: "/chain".into(),
-            blocks_dir: "/chain/blocks".into(),
+            source: IndexSource::BlkFiles("/chain/blocks".into()),
             out: "o".into(),
             runs: 3,
             osprey: None,

@@ -220,6 +220,22 @@ pub fn last_over_first(tenths: &[Tenth], rate: impl Fn(&Tenth) -> Option<f64>) -
     (first > 0.0).then(|| last / first)
 }
 
+/// Returns last tenth's rate over the median tenth's by `rate`: unlike
+/// [`last_over_first`], blind to a chain whose first blocks are unlike the
+/// rest (tiny early blocks go fast everywhere).
+pub fn last_over_median(tenths: &[Tenth], rate: impl Fn(&Tenth) -> Option<f64>) -> Option<f64> {
+    let mut rates: Vec<f64> = tenths.iter().map(&rate).collect::<Option<_>>()?;
+    let last = *rates.last()?;
+    rates.sort_by(f64::total_cmp);
+    let mid = rates.len() / 2;
+    let median = if rates.len() % 2 == 0 {
+        (rates[mid - 1] + rates[mid]) / 2.0
+    } else {
+        rates[mid]
+    };
+    (median > 0.0).then(|| last / median)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +330,11 @@ mod tests {
         assert!(t.iter().all(|p| p.batches == 1 && p.blocks == 10.0));
         let ratio = last_over_first(&t, |p| p.txs_per_second).unwrap();
         assert!((ratio - 0.1).abs() < 1e-12, "{ratio}");
+        // Rates 100, 50, 33.3, 25, 20, 16.7, 14.3, 12.5, 11.1, 10: the
+        // median is (20 + 16.7) / 2.
+        let ratio = last_over_median(&t, |p| p.txs_per_second).unwrap();
+        let median = (100.0 / 5.0 + 100.0 / 6.0) / 2.0;
+        assert!((ratio - 10.0 / median).abs() < 1e-12, "{ratio}");
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub struct IndexRunRecord {
     pub last_over_first_txs: Option<f64>,
     /// The same for block bytes per second.
     pub last_over_first_bytes: Option<f64>,
+    /// Last tenth's transaction rate over the median tenth's.
+    #[serde(default)]
+    pub last_over_median_txs: Option<f64>,
     /// The database directory after the exit; `None` if it could not be read.
     pub db: Option<DiskUsage>,
     /// Where the database was kept (`--keep-db`); it is deleted otherwise.
@@ -131,6 +134,8 @@ pub struct IndexReport {
     pub machine: Machine,
     pub indexer: Indexer,
     pub chain: ChainRef,
+    /// Where the indexer read the blocks, for the reader.
+    pub source: String,
     /// Runs asked for; fewer are in `runs` when one failed.
     pub runs_planned: usize,
     pub runs: Vec<IndexRunRecord>,
@@ -182,8 +187,8 @@ impl IndexReport {
         );
         let _ = writeln!(
             md,
-            "- Settings: {} runs, each from an empty database, read from blk*.dat files",
-            self.runs_planned
+            "- Settings: {} runs, each from an empty database, {}",
+            self.runs_planned, self.source
         );
         let _ = writeln!(md, "- Tool: osprey-bench {}\n", env!("CARGO_PKG_VERSION"));
         let _ = writeln!(
@@ -212,7 +217,7 @@ impl IndexReport {
         let _ = writeln!(md, "{header}\n{rule}");
 
         type Row = (&'static str, fn(&IndexRunRecord) -> Option<f64>, Fmt);
-        let rows: [Row; 13] = [
+        let rows: [Row; 14] = [
             ("Wall time, s", |r| Some(r.wall_seconds), Fmt::Sig3),
             ("Of which syncing, s", |r| r.sync_seconds, Fmt::Sig3),
             ("Transactions/s", |r| Some(r.txs_per_second), Fmt::Whole),
@@ -229,6 +234,11 @@ impl IndexReport {
             (
                 "Last/first tenth, MB/s",
                 |r| r.last_over_first_bytes,
+                Fmt::Ratio,
+            ),
+            (
+                "Last/median tenth, tx/s",
+                |r| r.last_over_median_txs,
                 Fmt::Ratio,
             ),
             (
@@ -470,6 +480,7 @@ mod tests {
             machine: runs[0].machine.clone(),
             indexer: runs[0].indexer.clone(),
             chain: chain(),
+            source: "read from blk*.dat files".into(),
             runs_planned: 3,
             runs,
         }
