@@ -224,15 +224,9 @@ pub fn last_over_first(tenths: &[Tenth], rate: impl Fn(&Tenth) -> Option<f64>) -
 /// [`last_over_first`], blind to a chain whose first blocks are unlike the
 /// rest (tiny early blocks go fast everywhere).
 pub fn last_over_median(tenths: &[Tenth], rate: impl Fn(&Tenth) -> Option<f64>) -> Option<f64> {
-    let mut rates: Vec<f64> = tenths.iter().map(&rate).collect::<Option<_>>()?;
+    let rates: Vec<f64> = tenths.iter().map(&rate).collect::<Option<_>>()?;
     let last = *rates.last()?;
-    rates.sort_by(f64::total_cmp);
-    let mid = rates.len() / 2;
-    let median = if rates.len() % 2 == 0 {
-        (rates[mid - 1] + rates[mid]) / 2.0
-    } else {
-        rates[mid]
-    };
+    let median = crate::stats::median(&rates)?;
     (median > 0.0).then(|| last / median)
 }
 
