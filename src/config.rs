@@ -2,6 +2,12 @@
 //! by `OSPREY_*` environment variables, then by flags. Raw input is parsed
 //! here and validated into the types the program runs on, so a typo fails
 //! at startup with a message naming the key.
+//!
+//! Every setting is declared once, as a field of [`ConfigArgs`]: its flag,
+//! its environment variable and its TOML key (the same struct is what the
+//! file deserializes into) all come from that field. Defaults of limits
+//! come from the crates that enforce them (`Limits`, `QueryConfig`,
+//! `StoreConfig`). A test checks that the README's table says the same.
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -11,11 +17,14 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 /// Flags of `osprey serve` and `osprey index`; each can also be set as an
-/// `OSPREY_<NAME>` environment variable or in the TOML config file.
-#[derive(Args, Debug, Default, Clone)]
+/// `OSPREY_<NAME>` environment variable or in the TOML config file, whose
+/// keys are these fields' names.
+#[derive(Args, Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields)]
 pub struct ConfigArgs {
     /// TOML config file [default: ./osprey.toml if it exists]
     #[arg(long, env = "OSPREY_CONF")]
+    #[serde(skip)]
     pub conf: Option<PathBuf>,
     /// bitcoin, testnet, testnet4, signet or regtest [default: bitcoin]
     #[arg(long, env = "OSPREY_NETWORK")]
@@ -40,6 +49,7 @@ pub struct ConfigArgs {
     /// (generated chains; no mempool, no broadcast)
     #[arg(long, env = "OSPREY_BLOCKS_DIR")]
     pub blocks_dir: Option<PathBuf>,
+    /// Where a node's blocks come from: auto, files, rest or rpc [default: auto]
     #[arg(long, env = "OSPREY_BLOCK_SOURCE")]
     pub block_source: Option<String>,
     /// Where Electrum clients connect [default: 127.0.0.1:<network's Electrum port>]
@@ -50,6 +60,7 @@ pub struct ConfigArgs {
     pub log_filter: Option<String>,
     /// Delete the index and build it again
     #[arg(long, env = "OSPREY_REINDEX")]
+    #[serde(skip)]
     pub reindex: bool,
     /// History rows a script may have before queries about it are refused
     /// with "history too large" [default: 500000]
@@ -80,31 +91,6 @@ pub struct ConfigArgs {
     /// Text of server.banner [default: "Welcome to Osprey"]
     #[arg(long, env = "OSPREY_BANNER")]
     pub banner: Option<String>,
-}
-
-/// The TOML file: the same keys as the flags, with underscores.
-#[derive(Deserialize, Default, Debug)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    network: Option<String>,
-    db_dir: Option<PathBuf>,
-    daemon_dir: Option<PathBuf>,
-    daemon_rpc_addr: Option<String>,
-    cookie_file: Option<PathBuf>,
-    auth: Option<String>,
-    blocks_dir: Option<PathBuf>,
-    block_source: Option<String>,
-    electrum_rpc_addr: Option<String>,
-    log_filter: Option<String>,
-    history_entries_max: Option<usize>,
-    line_bytes_max: Option<usize>,
-    reply_bytes_max: Option<usize>,
-    batch_requests_max: Option<usize>,
-    subscriptions_per_session_max: Option<usize>,
-    sessions_max: Option<usize>,
-    reorg_depth_max: Option<u32>,
-    poll_interval_ms: Option<u64>,
-    banner: Option<String>,
 }
 
 /// Where the chain comes from.
@@ -153,8 +139,19 @@ impl ConfigArgs {
         let file = match &self.conf {
             Some(path) => read_file(path)?,
             None if Path::new("osprey.toml").exists() => read_file(Path::new("osprey.toml"))?,
-            None => FileConfig::default(),
+            None => ConfigArgs::default(),
         };
+        self.over(file)
+    }
+
+    /// Layers these settings over `file`'s, then over the defaults.
+    ///
+    /// # Errors
+    /// As [`ConfigArgs::resolve`], without the file.
+    pub fn over(&self, file: ConfigArgs) -> anyhow::Result<Config> {
+        let limits = osprey_server::Limits::default();
+        let query = osprey_query::QueryConfig::default();
+        let store = osprey_store::StoreConfig::default();
         let network: Network = match self.network.clone().or(file.network) {
             Some(name) => name
                 .parse()
@@ -256,40 +253,42 @@ impl ConfigArgs {
                 "history_entries_max",
                 self.history_entries_max
                     .or(file.history_entries_max)
-                    .unwrap_or(500_000),
+                    .unwrap_or(query.history_entries_max),
             )?,
             line_bytes_max: positive(
                 "line_bytes_max",
                 self.line_bytes_max
                     .or(file.line_bytes_max)
-                    .unwrap_or(1_000_000),
+                    .unwrap_or(limits.line_bytes_max),
             )?,
             reply_bytes_max: positive(
                 "reply_bytes_max",
                 self.reply_bytes_max
                     .or(file.reply_bytes_max)
-                    .unwrap_or(8_000_000),
+                    .unwrap_or(limits.reply_bytes_max),
             )?,
             batch_requests_max: positive(
                 "batch_requests_max",
                 self.batch_requests_max
                     .or(file.batch_requests_max)
-                    .unwrap_or(200),
+                    .unwrap_or(limits.batch_requests_max),
             )?,
             subscriptions_per_session_max: positive(
                 "subscriptions_per_session_max",
                 self.subscriptions_per_session_max
                     .or(file.subscriptions_per_session_max)
-                    .unwrap_or(50_000),
+                    .unwrap_or(limits.subscriptions_per_session_max),
             )?,
             sessions_max: positive(
                 "sessions_max",
-                self.sessions_max.or(file.sessions_max).unwrap_or(1000),
+                self.sessions_max
+                    .or(file.sessions_max)
+                    .unwrap_or(limits.sessions_max),
             )?,
             reorg_depth_max: self
                 .reorg_depth_max
                 .or(file.reorg_depth_max)
-                .unwrap_or(1000),
+                .unwrap_or(store.reorg_depth_max),
             poll_interval_ms: self
                 .poll_interval_ms
                 .or(file.poll_interval_ms)
@@ -304,7 +303,7 @@ impl ConfigArgs {
     }
 }
 
-fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+fn read_file(path: &Path) -> anyhow::Result<ConfigArgs> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config file {}", path.display()))?;
     toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
@@ -363,6 +362,122 @@ mod tests {
         let mut a = args(None);
         a.auth = Some("nocolon".into());
         assert!(format!("{:#}", a.resolve().unwrap_err()).contains("USER:PASSWORD"));
+    }
+
+    /// The default a resolved `Config` has for `key`, as the README writes
+    /// it; `None` for defaults that depend on the network or the machine.
+    fn resolved_default(config: &Config, key: &str) -> Option<String> {
+        Some(match key {
+            "network" => config.network.name().to_string(),
+            "log_filter" => config.log_filter.clone(),
+            "history_entries_max" => config.history_entries_max.to_string(),
+            "line_bytes_max" => config.line_bytes_max.to_string(),
+            "reply_bytes_max" => config.reply_bytes_max.to_string(),
+            "batch_requests_max" => config.batch_requests_max.to_string(),
+            "subscriptions_per_session_max" => config.subscriptions_per_session_max.to_string(),
+            "sessions_max" => config.sessions_max.to_string(),
+            "reorg_depth_max" => config.reorg_depth_max.to_string(),
+            "poll_interval_ms" => config.poll_interval_ms.to_string(),
+            "banner" => config.banner.clone(),
+            "block_source" => match &config.chain {
+                ChainConfig::Node {
+                    block_source: osprey_chain::BlockSourceChoice::Auto,
+                    ..
+                } => "auto".to_string(),
+                other => format!("{other:?}"),
+            },
+            "conf" | "db_dir" | "daemon_dir" | "daemon_rpc_addr" | "cookie_file" | "auth"
+            | "blocks_dir" | "electrum_rpc_addr" | "reindex" => return None,
+            other => panic!("setting {other} is new: say here what its default resolves to"),
+        })
+    }
+
+    #[test]
+    fn settings_agree_with_the_readme() {
+        use clap::Args as _;
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("\n## Configuration\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("README has a Configuration section");
+        let rows: Vec<Vec<String>> = section
+            .lines()
+            .filter(|line| line.starts_with("| `--"))
+            .map(|line| {
+                line.trim_matches('|')
+                    .split(" | ")
+                    .map(|cell| cell.trim().trim_matches('`').to_string())
+                    .collect()
+            })
+            .collect();
+        let command = ConfigArgs::augment_args(clap::Command::new("osprey"));
+        let flags: Vec<&clap::Arg> = command
+            .get_arguments()
+            .filter(|arg| arg.get_long().is_some())
+            .collect();
+        let mut documented: Vec<&str> = rows.iter().map(|row| row[0].as_str()).collect();
+        let mut declared: Vec<String> = flags
+            .iter()
+            .map(|arg| format!("--{}", arg.get_long().unwrap()))
+            .collect();
+        documented.sort_unstable();
+        declared.sort_unstable();
+        assert_eq!(documented, declared, "README rows vs flags");
+
+        let defaults = ConfigArgs::default().over(ConfigArgs::default()).unwrap();
+        for row in &rows {
+            let [flag, key, env, default, _meaning] = row.as_slice() else {
+                panic!("README row {row:?} does not have 5 cells");
+            };
+            let name = flag.trim_start_matches("--").replace('-', "_");
+            let arg = flags
+                .iter()
+                .find(|arg| format!("--{}", arg.get_long().unwrap()) == *flag)
+                .unwrap();
+            let declared_env = arg.get_env().and_then(|e| e.to_str()).unwrap_or("");
+            assert_eq!(env, declared_env, "{flag}: environment variable");
+            assert_eq!(
+                declared_env,
+                format!("OSPREY_{}", name.to_uppercase()),
+                "{flag}: environment variable"
+            );
+            // The config key is the field's name: the file knows it (a wrong
+            // type is fine here, an unknown field is not) unless it is
+            // flag-only.
+            let parsed = toml::from_str::<ConfigArgs>(&format!("{name} = 1"));
+            let unknown = parsed
+                .as_ref()
+                .err()
+                .is_some_and(|e| e.to_string().contains("unknown field"));
+            if key == "—" {
+                assert!(unknown, "{flag}: flag-only, yet the file takes {name}");
+            } else {
+                assert_eq!(*key, name, "{flag}: config key");
+                assert!(!unknown, "{flag}: the config file rejects {name}");
+            }
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            match help.split_once("[default: ") {
+                Some((_, rest)) => {
+                    let said = rest.trim_end_matches(']').trim_matches('"');
+                    assert_eq!(default, said, "{flag}: README default vs --help");
+                }
+                None => assert!(
+                    default == "—" || default == "off",
+                    "{flag}: README gives a default ({default}) that --help does not"
+                ),
+            }
+            if let Some(actual) = resolved_default(&defaults, &name) {
+                assert_eq!(
+                    *default, actual,
+                    "{flag}: README default vs the resolved one"
+                );
+            }
+        }
+        // The server's own defaults are the ones documented.
+        let limits = osprey_server::Limits::default();
+        assert_eq!(defaults.line_bytes_max, limits.line_bytes_max);
+        assert_eq!(defaults.batch_requests_max, limits.batch_requests_max);
     }
 
     #[test]

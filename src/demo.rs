@@ -3,7 +3,7 @@
 //! files and serve it, and tell the user how to point Electrum or Sparrow
 //! at it.
 
-use crate::config::{ChainConfig, Config};
+use crate::config::ConfigArgs;
 use crate::{serve, tools};
 use anyhow::Context;
 use clap::Args;
@@ -99,28 +99,20 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     tools::run("chaingen", &generate).context("generating the chain")?;
     let manifest = ChainSummary::load(&chain_dir)?;
 
-    let config = Config {
-        network: Network::Regtest,
-        db_path: dir.join("db"),
-        chain: ChainConfig::BlkFiles {
-            dir: dir.join("chain").join("blocks"),
-        },
-        electrum_rpc_addr: args
-            .electrum_rpc_addr
-            .parse()
-            .context("--electrum-rpc-addr")?,
-        log_filter: args.log_filter.clone(),
+    // The demo's own settings over the defaults every `osprey serve` has;
+    // no osprey.toml or OSPREY_* variable of the caller's is read.
+    let config = ConfigArgs {
+        network: Some(Network::Regtest.name().into()),
+        db_dir: Some(dir.join("db")),
+        blocks_dir: Some(chain_dir.join("blocks")),
+        electrum_rpc_addr: Some(args.electrum_rpc_addr.clone()),
+        log_filter: Some(args.log_filter.clone()),
         reindex: true,
-        history_entries_max: 500_000,
-        line_bytes_max: 1_000_000,
-        reply_bytes_max: 8_000_000,
-        batch_requests_max: 200,
-        subscriptions_per_session_max: 50_000,
-        sessions_max: 1000,
-        reorg_depth_max: 1000,
-        poll_interval_ms: 1000,
-        banner: "Osprey demo: a generated regtest chain".into(),
-    };
+        banner: Some("Osprey demo: a generated regtest chain".into()),
+        ..ConfigArgs::default()
+    }
+    .over(ConfigArgs::default())
+    .context("demo settings")?;
     let stop = Arc::new(AtomicBool::new(false));
     let store = serve::open_store(&config)?;
     let source = serve::connect_source(&config, &stop)?;

@@ -1,6 +1,7 @@
 //! The server's configuration: where to listen, what to say about itself,
 //! and every limit that keeps a client from using unbounded memory or CPU.
-//! Plain structs: the binary fills them from its own config layers.
+//! Plain structs: the binary fills them from its own config layers, and
+//! takes the defaults from here.
 
 use osprey_core::Network;
 use std::net::SocketAddr;
@@ -26,10 +27,10 @@ pub struct ServerConfig {
 /// outgoing queue (the session is closed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// Longest request line in bytes, newline excluded. Default 2,000,000:
-    /// room for a package of large transactions or a batch of a few thousand
-    /// requests. A longer line gets a -101 error (id null), is discarded up
-    /// to its newline, and the session continues.
+    /// Longest request line in bytes, newline excluded. Default 1,000,000:
+    /// room for a package at the node's limit (101 kvB, twice that as hex)
+    /// or a full batch. A longer line gets a -101 error (id null), is
+    /// discarded up to its newline, and the session continues.
     pub line_bytes_max: usize,
     /// Longest response line in bytes (ElectrumX's MAX_SEND). Default
     /// 8,000,000 (Fulcrum's default buffer): a 2,016-header chunk is
@@ -37,8 +38,9 @@ pub struct Limits {
     /// -101 error per request, so a client that stops reading holds at
     /// most this much of the server's memory.
     pub reply_bytes_max: usize,
-    /// Most requests in one batch. Default 1,000; none of a larger batch
-    /// runs, each of its requests gets -101 under its own id.
+    /// Most requests in one batch. Default 200 (wallets send 10-100); none
+    /// of a larger batch runs, each of its requests gets -101 under its own
+    /// id.
     pub batch_requests_max: usize,
     /// Most script subscriptions one session may hold. Default 50,000 (a
     /// large wallet with many gap-limit addresses fits easily); beyond, the
@@ -69,9 +71,9 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            line_bytes_max: 2_000_000,
+            line_bytes_max: 1_000_000,
             reply_bytes_max: 8_000_000,
-            batch_requests_max: 1_000,
+            batch_requests_max: 200,
             subscriptions_per_session_max: 50_000,
             sessions_max: 1_000,
             headers_per_call_max: 2016,
