@@ -1,11 +1,13 @@
 //! A chain read from `blk*.dat` files with no node at all: what `osprey
 //! demo` indexes and serves. Blocks must be stored in chain order (as
-//! `osprey chaingen` writes them), without XOR obfuscation.
+//! `osprey chaingen` writes them), genesis first; the files may be
+//! XOR-obfuscated like Core's (read by [`crate::blkfile::BlocksDir`]).
 //!
 //! There is no undo data, so spent outputs are resolved from an in-memory
 //! map of unspent outputs built while blocks are handed out in order. That
 //! suits generated chains; it is not meant for mainnet-sized ones.
 
+use crate::blkfile::{BlockPosition, BlocksDir, FileKind};
 use crate::source::{BlockWithPrevouts, ChainSource, MempoolFees, MempoolTx, TxLocation};
 use crate::Error;
 use bitcoin::block::Header;
@@ -13,17 +15,8 @@ use bitcoin::consensus::deserialize;
 use bitcoin::{Block, BlockHash, OutPoint, TxOut, Txid};
 use osprey_core::{Height, Network};
 use std::collections::HashMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
-
-struct BlockPos {
-    file: usize,
-    offset: u64,
-    len: u32,
-    hash: BlockHash,
-}
 
 struct Unspent {
     outputs: HashMap<OutPoint, TxOut>,
@@ -32,8 +25,9 @@ struct Unspent {
 }
 
 pub struct BlkFiles {
-    files: Vec<PathBuf>,
-    blocks: Vec<BlockPos>,
+    dir: BlocksDir,
+    /// Each block's position and hash, by height.
+    blocks: Vec<(BlockPosition, BlockHash)>,
     unspent: Mutex<Unspent>,
 }
 
@@ -44,73 +38,32 @@ impl BlkFiles {
     /// When a file cannot be read, holds another network's blocks, or the
     /// blocks are not a chain starting at `network`'s genesis block.
     pub fn open(blocks_dir: &Path, network: Network) -> Result<BlkFiles, Error> {
-        let io = |p: &Path| {
-            let p = p.to_path_buf();
-            move |e: std::io::Error| Error::persistent(format!("{}: {e}", p.display()))
-        };
-        let mut files: Vec<PathBuf> = std::fs::read_dir(blocks_dir)
-            .map_err(io(blocks_dir))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("blk") && n.ends_with(".dat"))
-            })
-            .collect();
-        files.sort();
-        if files.is_empty() {
-            return Err(Error::persistent(format!(
-                "no blk*.dat files in {}",
-                blocks_dir.display()
-            )));
-        }
-        let magic = network.bitcoin().magic().to_bytes();
-        let mut blocks: Vec<BlockPos> = Vec::new();
-        for (index, path) in files.iter().enumerate() {
-            let data = std::fs::read(path).map_err(io(path))?;
-            let mut pos = 0usize;
-            while pos + 8 <= data.len() {
-                if data[pos..pos + 4] == [0, 0, 0, 0] {
-                    break; // Core pre-allocates files with zeros.
-                }
-                if data[pos..pos + 4] != magic {
+        let dir = BlocksDir::open(blocks_dir, Some(network.bitcoin().magic().to_bytes()))?;
+        let mut blocks: Vec<(BlockPosition, BlockHash)> = Vec::new();
+        for pos in dir.blocks()? {
+            let pos = pos?;
+            let mut header = [0u8; 80];
+            dir.read_exact(FileKind::Blk, pos.file, pos.offset, &mut header)?;
+            let header: Header = deserialize(&header).map_err(|e| {
+                Error::persistent(format!(
+                    "{} at offset {}: bad block header: {e}",
+                    dir.path(FileKind::Blk, pos.file).display(),
+                    pos.offset - 8
+                ))
+            })?;
+            if let Some(&(_, prev)) = blocks.last() {
+                if header.prev_blockhash != prev {
                     return Err(Error::persistent(format!(
-                        "{}: bad magic at offset {pos} (not a {network} blk file?)",
-                        path.display()
+                        "{} at offset {}: the block does not extend the previous one (files must be in chain order)",
+                        dir.path(FileKind::Blk, pos.file).display(),
+                        pos.offset - 8
                     )));
                 }
-                let len = u32::from_le_bytes(data[pos + 4..pos + 8].try_into().expect("4 bytes"));
-                let start = pos + 8;
-                let end = start + len as usize;
-                if len < 80 || end > data.len() {
-                    return Err(Error::persistent(format!(
-                        "{}: truncated block at offset {pos}",
-                        path.display()
-                    )));
-                }
-                let header: Header = deserialize(&data[start..start + 80]).map_err(|e| {
-                    Error::persistent(format!("{}: bad header at {pos}: {e}", path.display()))
-                })?;
-                let expected_prev = blocks.last().map(|b| b.hash);
-                if let Some(prev) = expected_prev {
-                    if header.prev_blockhash != prev {
-                        return Err(Error::persistent(format!(
-                            "{}: block at offset {pos} does not extend the previous one (files must be in chain order)",
-                            path.display()
-                        )));
-                    }
-                }
-                blocks.push(BlockPos {
-                    file: index,
-                    offset: start as u64,
-                    len,
-                    hash: header.block_hash(),
-                });
-                pos = end;
             }
+            blocks.push((pos, header.block_hash()));
         }
         match blocks.first() {
-            Some(b) if b.hash == network.genesis_hash() => {}
+            Some(&(_, hash)) if hash == network.genesis_hash() => {}
             _ => {
                 return Err(Error::persistent(format!(
                     "{} does not start with the {network} genesis block",
@@ -119,7 +72,7 @@ impl BlkFiles {
             }
         }
         Ok(BlkFiles {
-            files,
+            dir,
             blocks,
             unspent: Mutex::new(Unspent {
                 outputs: HashMap::new(),
@@ -131,7 +84,7 @@ impl BlkFiles {
     /// Reads `len` bytes at `offset` of the block at `height` (all of it
     /// when `None`).
     fn read_block_bytes(&self, height: Height, span: Option<(u32, u32)>) -> Result<Vec<u8>, Error> {
-        let pos = self
+        let &(pos, _) = self
             .blocks
             .get(height.as_usize())
             .ok_or_else(|| Error::persistent(format!("no block at height {height}")))?;
@@ -139,11 +92,13 @@ impl BlkFiles {
         if u64::from(offset) + u64::from(len) > u64::from(pos.len) {
             return Err(Error::persistent(format!("span beyond block {height}")));
         }
-        let path = &self.files[pos.file];
         let mut buf = vec![0u8; len as usize];
-        File::open(path)
-            .and_then(|f| f.read_exact_at(&mut buf, pos.offset + u64::from(offset)))
-            .map_err(|e| Error::persistent(format!("{}: {e}", path.display())))?;
+        self.dir.read_exact(
+            FileKind::Blk,
+            pos.file,
+            pos.offset + u64::from(offset),
+            &mut buf,
+        )?;
         Ok(buf)
     }
 
@@ -193,11 +148,11 @@ impl BlkFiles {
 
 impl ChainSource for BlkFiles {
     fn best_block(&self) -> Result<(Height, BlockHash), Error> {
-        let tip = self
+        let &(_, tip) = self
             .blocks
             .last()
             .expect("at least the genesis block, checked on open");
-        Ok((Height(self.blocks.len() as u32 - 1), tip.hash))
+        Ok((Height(self.blocks.len() as u32 - 1), tip))
     }
 
     fn block_hashes(&self, start: Height, count: u32) -> Result<Vec<BlockHash>, Error> {
@@ -206,7 +161,7 @@ impl ChainSource for BlkFiles {
             .iter()
             .skip(start.as_usize())
             .take(count as usize)
-            .map(|b| b.hash)
+            .map(|&(_, hash)| hash)
             .collect())
     }
 
@@ -297,4 +252,68 @@ fn no_node(what: &str) -> Error {
     Error::persistent(format!(
         "{what} needs a node; this server reads blk files only (osprey demo)"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bitcoin::consensus::serialize;
+
+    #[test]
+    fn a_broken_record_is_an_error_naming_file_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let genesis = serialize(&bitcoin::blockdata::constants::genesis_block(
+            bitcoin::Network::Regtest,
+        ));
+        let mut record = Network::Regtest.bitcoin().magic().to_bytes().to_vec();
+        record.extend_from_slice(&(genesis.len() as u32).to_le_bytes());
+        record.extend_from_slice(&genesis);
+        let path = dir.path().join("blk00000.dat");
+        let open_err = || {
+            BlkFiles::open(dir.path(), Network::Regtest)
+                .err()
+                .expect("an error")
+                .message()
+                .to_string()
+        };
+
+        std::fs::write(&path, &record).unwrap();
+        let files = BlkFiles::open(dir.path(), Network::Regtest).unwrap();
+        assert_eq!(files.best_block().unwrap().0, Height(0));
+
+        let mut data = record.clone();
+        data.extend_from_slice(&record[..record.len() - 1]);
+        std::fs::write(&path, &data).unwrap();
+        let m = open_err();
+        let second = record.len();
+        assert!(
+            m.contains(&format!(
+                "blk00000.dat at offset {second}: file ends inside a block record"
+            )),
+            "{m}"
+        );
+
+        let mut data = record.clone();
+        data.extend_from_slice(b"garbage, not a record");
+        std::fs::write(&path, &data).unwrap();
+        let m = open_err();
+        assert!(
+            m.contains(&format!("blk00000.dat at offset {second}: magic")),
+            "{m}"
+        );
+
+        let mut data = record.clone();
+        data.extend_from_slice(&record);
+        std::fs::write(&path, &data).unwrap();
+        let m = open_err();
+        assert!(
+            m.contains(&format!(
+                "blk00000.dat at offset {second}: the block does not extend"
+            )),
+            "{m}"
+        );
+
+        std::fs::write(&path, b"").unwrap();
+        assert!(open_err().contains("does not start with the regtest genesis block"));
+    }
 }

@@ -15,9 +15,12 @@
 //! - Since Core 28 both are XOR-obfuscated with the 8-byte key in
 //!   `blocks/xor.dat` (byte `i` of a file XOR `key[i % 8]`).
 //!
-//! Every length read from a file is bounded, so a damaged file is an error,
-//! never a panic or a huge allocation.
+//! The record format, the XOR key and the open files are
+//! [`crate::blkfile::BlocksDir`]'s; this module finds blocks and matches
+//! undo records to them. Every length read from a file is bounded, so a
+//! damaged file is an error, never a panic or a huge allocation.
 
+use crate::blkfile::{BlockPosition, BlocksDir, FileKind};
 use crate::Error;
 use bitcoin::block::Header;
 use bitcoin::consensus::{deserialize, Decodable};
@@ -25,24 +28,9 @@ use bitcoin::hashes::{sha256d, Hash, HashEngine};
 use bitcoin::{Amount, Block, BlockHash, ScriptBuf, TxOut};
 use osprey_core::Network;
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Mutex;
 
-/// Where a block's bytes are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BlockPosition {
-    pub file: u32,
-    /// Offset of the block's first byte (after the record head).
-    pub offset: u64,
-    pub len: u32,
-}
-
-/// Largest block record accepted (Core's limit is 4 MB of weight).
-const BLOCK_BYTES_MAX: u32 = 8 << 20;
-/// Open files kept for reuse (Core has thousands on mainnet).
-const OPEN_FILES_MAX: usize = 64;
 /// Largest script in undo data (consensus: 10,000 bytes).
 const SCRIPT_BYTES_MAX: u64 = 10_000;
 
@@ -81,12 +69,9 @@ struct RevFile {
 }
 
 pub struct CoreBlockFiles {
-    dir: PathBuf,
-    magic: [u8; 4],
-    xor: [u8; 8],
+    dir: BlocksDir,
     index: Mutex<BlockIndex>,
     revs: Mutex<HashMap<u32, RevFile>>,
-    open: Mutex<HashMap<(bool, u32), Arc<File>>>,
 }
 
 fn hash_key(hash: &BlockHash) -> u64 {
@@ -101,33 +86,19 @@ impl CoreBlockFiles {
     /// When the directory or its first block file cannot be read, or holds
     /// another network's blocks.
     pub fn open(blocks_dir: &Path, network: Network) -> Result<CoreBlockFiles, Error> {
-        let xor = match std::fs::read(blocks_dir.join("xor.dat")) {
-            Ok(key) => key.try_into().map_err(|_| {
-                Error::persistent(format!("{}: xor.dat is not 8 bytes", blocks_dir.display()))
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => [0; 8],
-            Err(e) => {
-                return Err(Error::persistent(format!(
-                    "{}: {e}",
-                    blocks_dir.join("xor.dat").display()
-                )))
-            }
-        };
+        let magic = network.bitcoin().magic().to_bytes();
         let files = CoreBlockFiles {
-            dir: blocks_dir.to_path_buf(),
-            magic: network.bitcoin().magic().to_bytes(),
-            xor,
+            dir: BlocksDir::open(blocks_dir, Some(magic))?,
             index: Mutex::new(BlockIndex::default()),
             revs: Mutex::new(HashMap::new()),
-            open: Mutex::new(HashMap::new()),
         };
         // The first record of blk00000.dat must be this network's genesis.
         let mut head = [0u8; 88];
-        files.read_exact(false, 0, 0, &mut head)?;
+        files.dir.read_exact(FileKind::Blk, 0, 0, &mut head)?;
         let genesis: Header = deserialize(&head[8..]).map_err(|e| {
             Error::persistent(format!("{}: bad first header: {e}", blocks_dir.display()))
         })?;
-        if head[..4] != files.magic || genesis.block_hash() != network.genesis_hash() {
+        if head[..4] != magic || genesis.block_hash() != network.genesis_hash() {
             return Err(Error::persistent(format!(
                 "{} does not hold {network}'s blocks",
                 blocks_dir.display()
@@ -137,142 +108,35 @@ impl CoreBlockFiles {
         Ok(files)
     }
 
-    fn path(&self, rev: bool, file: u32) -> PathBuf {
-        let name = if rev { "rev" } else { "blk" };
-        self.dir.join(format!("{name}{file:05}.dat"))
-    }
-
-    fn file(&self, rev: bool, file: u32) -> Result<Option<Arc<File>>, Error> {
-        let mut open = self.open.lock().expect("open files lock");
-        if let Some(f) = open.get(&(rev, file)) {
-            return Ok(Some(Arc::clone(f)));
-        }
-        let path = self.path(rev, file);
-        let f = match File::open(&path) {
-            Ok(f) => Arc::new(f),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::persistent(format!("{}: {e}", path.display()))),
-        };
-        if open.len() >= OPEN_FILES_MAX {
-            open.clear();
-        }
-        open.insert((rev, file), Arc::clone(&f));
-        Ok(Some(f))
-    }
-
-    /// Reads `buf.len()` bytes at `offset` of a blk (or rev) file, undoing
-    /// the XOR obfuscation. Fails when the file is shorter.
-    fn read_exact(&self, rev: bool, file: u32, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
-        self.read_stored(rev, file, offset, buf)?;
-        self.unobfuscate(offset, buf);
-        Ok(())
-    }
-
-    /// Undoes the XOR obfuscation of `buf`, read at `offset` of a file.
-    fn unobfuscate(&self, offset: u64, buf: &mut [u8]) {
-        if self.xor != [0; 8] {
-            for (i, byte) in buf.iter_mut().enumerate() {
-                *byte ^= self.xor[((offset + i as u64) % 8) as usize];
-            }
-        }
-    }
-
-    /// Reads bytes as stored: the space Core preallocated but has not
-    /// written yet is zeros there, not obfuscated zeros.
-    fn read_stored(&self, rev: bool, file: u32, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
-        let f = self.file(rev, file)?.ok_or_else(|| {
-            Error::persistent(format!("{} is missing", self.path(rev, file).display()))
-        })?;
-        f.read_exact_at(buf, offset).map_err(|e| {
-            Error::persistent(format!(
-                "{} at offset {offset}: {e}",
-                self.path(rev, file).display()
-            ))
-        })
-    }
-
-    fn file_len(&self, rev: bool, file: u32) -> Result<Option<u64>, Error> {
-        Ok(match self.file(rev, file)? {
-            Some(f) => Some(
-                f.metadata()
-                    .map_err(|e| {
-                        Error::persistent(format!("{}: {e}", self.path(rev, file).display()))
-                    })?
-                    .len(),
-            ),
-            None => None,
-        })
-    }
-
-    /// Walks records of a blk or rev file from `from`, calling `found` with
-    /// each complete record's (offset of its data, length); returns where
-    /// the walk stopped (a zero magic or a record not fully written yet).
-    fn walk(
-        &self,
-        rev: bool,
-        file: u32,
-        from: u64,
-        mut found: impl FnMut(u64, u32) -> Result<(), Error>,
-    ) -> Result<u64, Error> {
-        let Some(len) = self.file_len(rev, file)? else {
-            return Ok(from);
-        };
-        let trailer = if rev { 32 } else { 0 };
-        let mut pos = from;
-        while pos + 8 <= len {
-            let mut head = [0u8; 8];
-            self.read_stored(rev, file, pos, &mut head)?;
-            if head[..4] == [0; 4] {
-                break; // Core preallocates files with (plain) zeros.
-            }
-            self.unobfuscate(pos, &mut head);
-            if head[..4] != self.magic {
-                return Err(Error::persistent(format!(
-                    "{} at offset {pos}: bad magic",
-                    self.path(rev, file).display()
-                )));
-            }
-            let size = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
-            if size > BLOCK_BYTES_MAX {
-                return Err(Error::persistent(format!(
-                    "{} at offset {pos}: record of {size} bytes",
-                    self.path(rev, file).display()
-                )));
-            }
-            let end = pos + 8 + u64::from(size) + trailer;
-            if end > len {
-                break; // Still being written.
-            }
-            found(pos + 8, size)?;
-            pos = end;
-        }
-        Ok(pos)
-    }
-
     /// Indexes what was appended to the blk files since the last scan.
     fn rescan(&self) -> Result<(), Error> {
         let mut index = self.index.lock().expect("block index lock");
         let mut file = index.scanned.len().saturating_sub(1) as u32;
         loop {
-            if self.file_len(false, file)?.is_none() {
+            if self.dir.file_len(FileKind::Blk, file)?.is_none() {
                 return Ok(());
             }
             let from = index.scanned.get(file as usize).copied().unwrap_or(0);
             let mut found = Vec::new();
             let mut unwritten = None;
-            let end = self.walk(false, file, from, |offset, len| {
+            let end = self.dir.walk(FileKind::Blk, file, from, |offset, len| {
                 let mut header = [0u8; 80];
                 if unwritten.is_none() && len >= 80 {
-                    self.read_stored(false, file, offset, &mut header)?;
+                    self.dir
+                        .read_stored(FileKind::Blk, file, offset, &mut header)?;
                     if header == [0; 80] {
                         // Core wrote the record's head but its header is not
                         // on disk yet: scan it again next time.
                         unwritten = Some(offset - 8);
                         return Ok(());
                     }
-                    self.unobfuscate(offset, &mut header);
-                    let header: Header = deserialize(&header)
-                        .map_err(|e| Error::persistent(format!("block header at {offset}: {e}")))?;
+                    self.dir.unobfuscate(offset, &mut header);
+                    let header: Header = deserialize(&header).map_err(|e| {
+                        Error::persistent(format!(
+                            "{} at offset {offset}: bad block header: {e}",
+                            self.dir.path(FileKind::Blk, file).display()
+                        ))
+                    })?;
                     found.push((
                         hash_key(&header.block_hash()),
                         hash_key(&header.prev_blockhash),
@@ -327,11 +191,10 @@ impl CoreBlockFiles {
         let Some(pos) = self.block_position(hash)? else {
             return Ok(None);
         };
-        let mut bytes = vec![0u8; pos.len as usize];
-        if self.file(false, pos.file)?.is_none() {
+        if self.dir.file(FileKind::Blk, pos.file)?.is_none() {
             return Ok(None); // Pruned since it was scanned.
         }
-        self.read_exact(false, pos.file, pos.offset, &mut bytes)?;
+        let bytes = self.dir.read_block(pos)?;
         // Positions are keyed by 8 bytes of the hash, and a record can be
         // read while Core still writes it: a block that does not parse or
         // has another hash is "not here", and the caller asks the node.
@@ -358,7 +221,12 @@ impl CoreBlockFiles {
             )));
         }
         let mut bytes = vec![0u8; len as usize];
-        self.read_exact(false, pos.file, pos.offset + u64::from(offset), &mut bytes)?;
+        self.dir.read_exact(
+            FileKind::Blk,
+            pos.file,
+            pos.offset + u64::from(offset),
+            &mut bytes,
+        )?;
         Ok(bytes)
     }
 
@@ -396,7 +264,8 @@ impl CoreBlockFiles {
         let rev = revs.entry(pos.file).or_default();
         let matches = |offset: u64, len: u32| -> Result<Option<Vec<u8>>, Error> {
             let mut bytes = vec![0u8; len as usize + 32];
-            self.read_exact(true, pos.file, offset, &mut bytes)?;
+            self.dir
+                .read_exact(FileKind::Rev, pos.file, offset, &mut bytes)?;
             let (undo, checksum) = bytes.split_at(len as usize);
             let mut engine = sha256d::Hash::engine();
             engine.input(prev.as_byte_array());
@@ -410,10 +279,12 @@ impl CoreBlockFiles {
             if pass == 1 {
                 let from = rev.scanned;
                 let mut found = Vec::new();
-                rev.scanned = self.walk(true, pos.file, from, |offset, len| {
-                    found.push((offset, len));
-                    Ok(())
-                })?;
+                rev.scanned = self
+                    .dir
+                    .walk(FileKind::Rev, pos.file, from, |offset, len| {
+                        found.push((offset, len));
+                        Ok(())
+                    })?;
                 rev.records.extend(found);
             }
             let n = rev.records.len();
@@ -434,7 +305,7 @@ impl CoreBlockFiles {
                     return decode_block_undo(&undo, block).map(Some).map_err(|what| {
                         Error::persistent(format!(
                             "{} at offset {offset}: {what}",
-                            self.path(true, pos.file).display()
+                            self.dir.path(FileKind::Rev, pos.file).display()
                         ))
                     });
                 }
@@ -663,68 +534,5 @@ mod tests {
             read_script(&mut &[[4u8].as_slice(), &[0xff; 32]].concat()[..]).is_err(),
             "not a point"
         );
-    }
-
-    #[test]
-    fn xor_applies_by_file_offset() {
-        let dir = tempfile::tempdir().unwrap();
-        let key = [1u8, 2, 3, 4, 5, 6, 7, 8];
-        let plain: Vec<u8> = (0u8..40).collect();
-        let stored: Vec<u8> = plain
-            .iter()
-            .enumerate()
-            .map(|(i, b)| b ^ key[i % 8])
-            .collect();
-        std::fs::write(dir.path().join("blk00000.dat"), &stored).unwrap();
-        let files = CoreBlockFiles {
-            dir: dir.path().to_path_buf(),
-            magic: [0; 4],
-            xor: key,
-            index: Mutex::new(BlockIndex::default()),
-            revs: Mutex::new(HashMap::new()),
-            open: Mutex::new(HashMap::new()),
-        };
-        let mut buf = [0u8; 5];
-        files.read_exact(false, 0, 13, &mut buf).unwrap();
-        assert_eq!(buf, plain[13..18]);
-    }
-
-    #[test]
-    fn records_end_where_cores_preallocated_zeros_begin() {
-        let dir = tempfile::tempdir().unwrap();
-        let key = [0x9d, 0x71, 0x93, 0x32, 0x0c, 0x58, 0xfa, 0x99];
-        let magic = [0xfa, 0xbf, 0xb5, 0xda];
-        let mut plain = Vec::new();
-        for body in [&[7u8; 5][..], &[8u8; 3][..]] {
-            plain.extend_from_slice(&magic);
-            plain.extend_from_slice(&(body.len() as u32).to_le_bytes());
-            plain.extend_from_slice(body);
-        }
-        let written = plain.len();
-        let mut stored: Vec<u8> = plain
-            .iter()
-            .enumerate()
-            .map(|(i, b)| b ^ key[i % 8])
-            .collect();
-        // Preallocated space is plain zeros, which do not decode to zeros.
-        stored.resize(written + 64, 0);
-        std::fs::write(dir.path().join("blk00000.dat"), &stored).unwrap();
-        let files = CoreBlockFiles {
-            dir: dir.path().to_path_buf(),
-            magic,
-            xor: key,
-            index: Mutex::new(BlockIndex::default()),
-            revs: Mutex::new(HashMap::new()),
-            open: Mutex::new(HashMap::new()),
-        };
-        let mut records = Vec::new();
-        let end = files
-            .walk(false, 0, 0, |offset, len| {
-                records.push((offset, len));
-                Ok(())
-            })
-            .unwrap();
-        assert_eq!(records, vec![(8, 5), (21, 3)]);
-        assert_eq!(end, written as u64);
     }
 }

@@ -2,6 +2,7 @@
 //! RPC, or `blk*.dat` files) with the spent outputs each block needs. No
 //! other crate talks to bitcoind or btcd.
 
+mod blkfile;
 mod blkfiles;
 mod corefiles;
 mod daemon;
@@ -9,8 +10,9 @@ mod error;
 pub mod rpc;
 mod source;
 
+pub use blkfile::{BlockPosition, BlocksDir, FileKind, Records};
 pub use blkfiles::BlkFiles;
-pub use corefiles::{BlockPosition, CoreBlockFiles};
+pub use corefiles::CoreBlockFiles;
 pub use daemon::{BlockSource, BlockSourceChoice, Daemon, NodeKind};
 pub use error::{Error, ErrorKind};
 pub use source::{BlockWithPrevouts, ChainSource, MempoolFees, MempoolTx, TxLocation};

@@ -3,7 +3,8 @@
 //!
 //! - [`generate`] makes the blocks (valid for btcd 0.24.2 and Bitcoin Core
 //!   regtest) and the [`manifest::Manifest`] oracle;
-//! - [`blkfile`] writes and reads Bitcoin Core `blk*.dat` files;
+//! - [`blkfile`] writes Bitcoin Core `blk*.dat` files and reads them back
+//!   (through `osprey_chain::BlocksDir`, the one reader of the format);
 //! - [`sign`] holds the keys and signing code, shared with `osprey-testenv`;
 //! - [`submit`] feeds a generated chain to a running node;
 //! - [`cli`] is the `osprey chaingen` command.
