@@ -260,8 +260,6 @@ impl CoreBlockFiles {
         {
             return Ok(None);
         }
-        let mut revs = self.revs.lock().expect("rev files lock");
-        let rev = revs.entry(pos.file).or_default();
         let matches = |offset: u64, len: u32| -> Result<Option<Vec<u8>>, Error> {
             let mut bytes = vec![0u8; len as usize + 32];
             self.dir
@@ -274,44 +272,80 @@ impl CoreBlockFiles {
             bytes.truncate(len as usize);
             Ok(ok.then_some(bytes))
         };
-        // Most likely the record after the last match; then the rest.
-        for pass in 0..2 {
-            if pass == 1 {
-                let from = rev.scanned;
-                let mut found = Vec::new();
-                rev.scanned = self
-                    .dir
-                    .walk(FileKind::Rev, pos.file, from, |offset, len| {
-                        found.push((offset, len));
-                        Ok(())
-                    })?;
-                rev.records.extend(found);
+        let decode = |undo: Vec<u8>, offset: u64| {
+            decode_block_undo(&undo, block).map(Some).map_err(|what| {
+                Error::persistent(format!(
+                    "{} at offset {offset}: {what}",
+                    self.dir.path(FileKind::Rev, pos.file).display()
+                ))
+            })
+        };
+        // Reading, hashing and decoding a record run outside the lock: held
+        // through them, it made the fetch threads take turns (one core busy
+        // of two, chaingen `large` from Core's files). Under the lock only
+        // the likely records are picked: the one after the parent's, and
+        // the one after the last match (or the one after that, when
+        // another thread's block is being matched right now).
+        let likely: Vec<(usize, (u64, u32))> = {
+            let mut revs = self.revs.lock().expect("rev files lock");
+            let rev = revs.entry(pos.file).or_default();
+            let mut picks: Vec<usize> = Vec::with_capacity(3);
+            if let Some(&after) = rev.after.get(&hash_key(&prev)) {
+                picks.push(after);
             }
-            let n = rev.records.len();
-            let start = rev
-                .after
-                .get(&hash_key(&prev))
-                .copied()
-                .unwrap_or(rev.cursor);
-            for i in 0..n {
-                let at = (start + i) % n;
-                let (offset, len) = rev.records[at];
-                if let Some(undo) = matches(offset, len)? {
-                    rev.cursor = at + 1;
-                    if rev.after.len() >= RECENT_MATCHES_MAX {
-                        rev.after.clear();
-                    }
-                    rev.after.insert(hash_key(&block.block_hash()), at + 1);
-                    return decode_block_undo(&undo, block).map(Some).map_err(|what| {
-                        Error::persistent(format!(
-                            "{} at offset {offset}: {what}",
-                            self.dir.path(FileKind::Rev, pos.file).display()
-                        ))
-                    });
+            for at in [rev.cursor, rev.cursor + 1] {
+                if !picks.contains(&at) {
+                    picks.push(at);
                 }
+            }
+            picks
+                .into_iter()
+                .filter_map(|at| rev.records.get(at).map(|record| (at, *record)))
+                .collect()
+        };
+        for (at, (offset, len)) in likely {
+            if let Some(undo) = matches(offset, len)? {
+                self.remember_match(pos.file, at, block);
+                return decode(undo, offset);
+            }
+        }
+        // Not where expected: walk what Core appended since the last scan
+        // and try every record, under the lock (rare: a new file, a reorg).
+        let mut revs = self.revs.lock().expect("rev files lock");
+        let rev = revs.entry(pos.file).or_default();
+        let from = rev.scanned;
+        let mut found = Vec::new();
+        rev.scanned = self
+            .dir
+            .walk(FileKind::Rev, pos.file, from, |offset, len| {
+                found.push((offset, len));
+                Ok(())
+            })?;
+        rev.records.extend(found);
+        let n = rev.records.len();
+        let start = rev.cursor;
+        for i in 0..n {
+            let at = (start + i) % n;
+            let (offset, len) = rev.records[at];
+            if let Some(undo) = matches(offset, len)? {
+                drop(revs);
+                self.remember_match(pos.file, at, block);
+                return decode(undo, offset);
             }
         }
         Ok(None)
+    }
+
+    /// Notes that `block`'s undo record is record `at` of rev file `file`,
+    /// so that its child's is looked for right after it.
+    fn remember_match(&self, file: u32, at: usize, block: &Block) {
+        let mut revs = self.revs.lock().expect("rev files lock");
+        let rev = revs.entry(file).or_default();
+        rev.cursor = at + 1;
+        if rev.after.len() >= RECENT_MATCHES_MAX {
+            rev.after.clear();
+        }
+        rev.after.insert(hash_key(&block.block_hash()), at + 1);
     }
 }
 
