@@ -13,7 +13,7 @@
 //! | 1      | `BadRequest`, `HistoryTooLarge`, `NodeRejected` | valid request that cannot be served: not found, bad checkpoint, version already negotiated, node rejected the transaction (ElectrumX's `BAD_REQUEST`) |
 //! | 2      | `NodeUnavailable`               | the node could not be reached (ElectrumX's `DAEMON_ERROR`) |
 
-use crate::backend::BackendError;
+use osprey_query::Error;
 use serde_json::{json, Value};
 
 /// An error answered to a client instead of a result.
@@ -72,18 +72,18 @@ impl RpcError {
     }
 }
 
-impl From<BackendError> for RpcError {
-    fn from(e: BackendError) -> Self {
+/// Picks the variant, hence the code, for each query error; not-found and
+/// not-supported errors are sent with the query error's own message.
+impl From<Error> for RpcError {
+    fn from(e: Error) -> Self {
         match e {
-            BackendError::HistoryTooLarge { limit } => RpcError::HistoryTooLarge { limit },
-            BackendError::TxNotFound(_) | BackendError::BlockNotFound(_) => {
-                RpcError::BadRequest(e.to_string())
-            }
-            BackendError::NotSupported(_) => RpcError::BadRequest(e.to_string()),
-            BackendError::BadRequest(msg) => RpcError::BadRequest(msg),
-            BackendError::Node(msg) => RpcError::NodeRejected(msg),
-            BackendError::Unavailable(msg) => RpcError::NodeUnavailable(msg),
-            BackendError::Internal(msg) => RpcError::Internal(msg),
+            Error::HistoryTooLarge { limit } => RpcError::HistoryTooLarge { limit },
+            Error::TxNotFound(_) | Error::BlockNotFound(_) => RpcError::BadRequest(e.to_string()),
+            Error::NotSupported(_) => RpcError::BadRequest(e.to_string()),
+            Error::BadRequest(msg) => RpcError::BadRequest(msg),
+            Error::Node(msg) => RpcError::NodeRejected(msg),
+            Error::Unavailable(msg) => RpcError::NodeUnavailable(msg),
+            Error::Internal(msg) => RpcError::Internal(msg),
         }
     }
 }
@@ -106,21 +106,26 @@ mod tests {
     }
 
     #[test]
-    fn backend_errors_map_to_documented_codes() {
-        let e: RpcError = BackendError::HistoryTooLarge { limit: 10 }.into();
+    fn query_errors_map_to_documented_codes() {
+        let e: RpcError = Error::HistoryTooLarge { limit: 10 }.into();
         assert_eq!(e.code(), 1);
         assert!(e.to_string().contains("history too large"), "{e}");
-        let e: RpcError = BackendError::Node("bad-txns-inputs-missingorspent".into()).into();
+        let e: RpcError = Error::Node("bad-txns-inputs-missingorspent".into()).into();
         assert_eq!(e.code(), 1);
         assert!(e.to_string().contains("bad-txns-inputs-missingorspent"));
-        let e: RpcError = BackendError::Unavailable("connection refused".into()).into();
+        let e: RpcError = Error::Unavailable("connection refused".into()).into();
         assert_eq!(e.code(), 2);
-        let e: RpcError = BackendError::BlockNotFound(Height(7)).into();
+        let e: RpcError = Error::BlockNotFound(Height(7)).into();
         assert_eq!(
             (e.code(), e.to_string().as_str()),
             (1, "block at height 7 not found")
         );
-        let e: RpcError = BackendError::Internal("rocksdb".into()).into();
+        let e: RpcError = Error::NotSupported("no submitpackage".into()).into();
+        assert_eq!(
+            (e.code(), e.to_string().as_str()),
+            (1, "not supported: no submitpackage")
+        );
+        let e: RpcError = Error::Internal("rocksdb".into()).into();
         assert_eq!(e.code(), -32603);
     }
 }

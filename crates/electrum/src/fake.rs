@@ -1,11 +1,12 @@
 //! An in-memory `Backend` for tests of this crate and of `osprey-server`
-//! (feature `fake`): a chain of made-up headers and hand-written answers,
-//! no database and no node. Not for production.
+//! (feature `fake`): a chain of made-up headers and hand-written answers in
+//! `osprey_query`'s types, no database and no node. Not for production.
 
-use crate::backend::{Backend, BackendError, Balance, HistoryEntry, MempoolInfo, TxMerkle, Utxo};
+use crate::backend::Backend;
 use bitcoin::hashes::{sha256d, Hash};
 use bitcoin::{BlockHash, TxMerkleNode, Txid};
 use osprey_core::{Height, ScriptHash, StatusHash};
+use osprey_query::{Balance, Error, HistoryEntry, MempoolFees, TxMerkle, Utxo};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -75,11 +76,11 @@ impl FakeBackend {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn checked_history(&self, sh: &ScriptHash) -> Result<Vec<HistoryEntry>, BackendError> {
+    fn checked_history(&self, sh: &ScriptHash) -> Result<Vec<HistoryEntry>, Error> {
         let state = self.lock();
         let history = state.histories.get(sh).cloned().unwrap_or_default();
         if history.len() > state.history_entries_max {
-            return Err(BackendError::HistoryTooLarge {
+            return Err(Error::HistoryTooLarge {
                 limit: state.history_entries_max,
             });
         }
@@ -120,10 +121,10 @@ impl Backend for FakeBackend {
         &self,
         height: Height,
         cp_height: Height,
-    ) -> Result<(Vec<TxMerkleNode>, TxMerkleNode), BackendError> {
+    ) -> Result<(Vec<TxMerkleNode>, TxMerkleNode), Error> {
         let tip = self.tip().0;
         if height > cp_height || cp_height > tip {
-            return Err(BackendError::Internal(format!(
+            return Err(Error::Internal(format!(
                 "bad proof request {height} {cp_height}"
             )));
         }
@@ -135,11 +136,11 @@ impl Backend for FakeBackend {
         ))
     }
 
-    fn history(&self, sh: &ScriptHash) -> Result<Vec<HistoryEntry>, BackendError> {
+    fn history(&self, sh: &ScriptHash) -> Result<Vec<HistoryEntry>, Error> {
         self.checked_history(sh)
     }
 
-    fn mempool_history(&self, sh: &ScriptHash) -> Result<Vec<HistoryEntry>, BackendError> {
+    fn mempool_history(&self, sh: &ScriptHash) -> Result<Vec<HistoryEntry>, Error> {
         Ok(self
             .checked_history(sh)?
             .into_iter()
@@ -147,7 +148,7 @@ impl Backend for FakeBackend {
             .collect())
     }
 
-    fn status(&self, sh: &ScriptHash) -> Result<Option<StatusHash>, BackendError> {
+    fn status(&self, sh: &ScriptHash) -> Result<Option<StatusHash>, Error> {
         self.lock().status_calls += 1;
         let history = self.checked_history(sh)?;
         Ok(StatusHash::of_history(
@@ -165,80 +166,76 @@ impl Backend for FakeBackend {
         ))
     }
 
-    fn balance(&self, sh: &ScriptHash) -> Result<Balance, BackendError> {
+    fn balance(&self, sh: &ScriptHash) -> Result<Balance, Error> {
         Ok(self.lock().balances.get(sh).copied().unwrap_or(Balance {
             confirmed: 0,
             unconfirmed: 0,
         }))
     }
 
-    fn unspent(&self, sh: &ScriptHash) -> Result<Vec<Utxo>, BackendError> {
+    fn unspent(&self, sh: &ScriptHash) -> Result<Vec<Utxo>, Error> {
         Ok(self.lock().unspent.get(sh).cloned().unwrap_or_default())
     }
 
-    fn transaction(&self, txid: &Txid) -> Result<Vec<u8>, BackendError> {
+    fn transaction(&self, txid: &Txid) -> Result<Vec<u8>, Error> {
         self.lock()
             .transactions
             .get(txid)
             .cloned()
-            .ok_or(BackendError::TxNotFound(*txid))
+            .ok_or(Error::TxNotFound(*txid))
     }
 
-    fn transaction_verbose(&self, txid: &Txid) -> Result<serde_json::Value, BackendError> {
+    fn transaction_verbose(&self, txid: &Txid) -> Result<serde_json::Value, Error> {
         let raw = self.transaction(txid)?;
         Ok(serde_json::json!({ "txid": txid.to_string(), "hex": hex::encode(raw) }))
     }
 
-    fn merkle(&self, txid: &Txid, height: Option<Height>) -> Result<TxMerkle, BackendError> {
+    fn merkle(&self, txid: &Txid, height: Option<Height>) -> Result<TxMerkle, Error> {
         let merkle = self
             .lock()
             .merkles
             .get(txid)
             .cloned()
-            .ok_or(BackendError::TxNotFound(*txid))?;
+            .ok_or(Error::TxNotFound(*txid))?;
         match height {
-            Some(h) if h != merkle.block_height => Err(BackendError::TxNotFound(*txid)),
+            Some(h) if h != merkle.block_height => Err(Error::TxNotFound(*txid)),
             _ => Ok(merkle),
         }
     }
 
-    fn id_from_pos(
-        &self,
-        height: Height,
-        pos: u32,
-    ) -> Result<(Txid, Vec<TxMerkleNode>), BackendError> {
+    fn id_from_pos(&self, height: Height, pos: u32) -> Result<(Txid, Vec<TxMerkleNode>), Error> {
         let state = self.lock();
         let txids = state
             .blocks
             .get(&height.0)
-            .ok_or(BackendError::BlockNotFound(height))?;
+            .ok_or(Error::BlockNotFound(height))?;
         let txid = txids.get(pos as usize).ok_or_else(|| {
-            BackendError::NotSupported(format!(
+            Error::NotSupported(format!(
                 "no transaction at position {pos} in block {height}"
             ))
         })?;
         Ok((*txid, vec![TxMerkleNode::from_byte_array([pos as u8; 32])]))
     }
 
-    fn broadcast(&self, raw_hex: &str) -> Result<Txid, BackendError> {
+    fn broadcast(&self, raw_hex: &str) -> Result<Txid, Error> {
         if let Some(message) = self.lock().broadcast_error.clone() {
-            return Err(BackendError::Node(message));
+            return Err(Error::Node(message));
         }
-        let raw = hex::decode(raw_hex).map_err(|e| BackendError::Node(e.to_string()))?;
+        let raw = hex::decode(raw_hex).map_err(|e| Error::Node(e.to_string()))?;
         Ok(Txid::from_raw_hash(sha256d::Hash::hash(&raw)))
     }
 
-    fn broadcast_package(&self, _raw_hexes: &[String]) -> Result<serde_json::Value, BackendError> {
+    fn broadcast_package(&self, _raw_hexes: &[String]) -> Result<serde_json::Value, Error> {
         Ok(self.lock().package_answer.clone())
     }
 
-    fn estimate_fee(&self, blocks: u16, mode: Option<&str>) -> Result<Option<f64>, BackendError> {
+    fn estimate_fee(&self, blocks: u16, mode: Option<&str>) -> Result<Option<f64>, Error> {
         let mut state = self.lock();
         state.last_estimate_args = Some((blocks, mode.map(str::to_string)));
         Ok(state.estimate)
     }
 
-    fn relay_fee(&self) -> Result<f64, BackendError> {
+    fn relay_fee(&self) -> Result<f64, Error> {
         Ok(self.lock().relay_fee)
     }
 
@@ -246,9 +243,9 @@ impl Backend for FakeBackend {
         self.lock().histogram.clone()
     }
 
-    fn mempool_info(&self) -> Result<MempoolInfo, BackendError> {
+    fn mempool_fees(&self) -> Result<MempoolFees, Error> {
         let relay = self.lock().relay_fee;
-        Ok(MempoolInfo {
+        Ok(MempoolFees {
             mempoolminfee: relay,
             minrelaytxfee: relay,
             incrementalrelayfee: relay,

@@ -6,7 +6,9 @@
 //! Layout: `jsonrpc` (envelope) → `request` (the method table, typed
 //! `Request`) → `dispatch` (runs a line for a `session`) → the families
 //! `server`, `headers`, `scripthash`, `transaction`, `mempool`, `fee`, which
-//! ask a `Backend` (implemented by `osprey_query::Query`) and shape JSON.
+//! ask a `Backend` (implemented by `osprey_query::Query`, and by the
+//! in-memory fake for tests) and shape JSON. The answers' types and the
+//! error are `osprey_query`'s.
 //! Errors become JSON-RPC objects only in `error::RpcError::to_json`.
 //! Sockets, tasks and notifications across sessions belong to
 //! `osprey-server`.
@@ -28,10 +30,9 @@ pub mod version;
 
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
-#[cfg(feature = "query")]
 mod query_backend;
 
-pub use backend::{Backend, BackendError, Balance, HistoryEntry, MempoolInfo, TxMerkle, Utxo};
+pub use backend::Backend;
 pub use dispatch::{DispatchConfig, Dispatcher, Effect, Outcome};
 pub use error::RpcError;
 pub use request::{Request, ScriptForm, ScriptKey};

@@ -1,8 +1,9 @@
 //! The `mempool.*` family: `get_fee_histogram` and (1.6) `get_info`. The
 //! backend already buckets the histogram; this module only shapes JSON.
 
-use crate::backend::{Backend, MempoolInfo};
+use crate::backend::Backend;
 use crate::error::RpcError;
+use osprey_query::MempoolFees;
 use serde_json::{json, Value};
 
 /// Shapes the histogram as `[[fee_rate, vsize], ...]`, highest rate first.
@@ -14,7 +15,7 @@ pub fn fee_histogram_json(histogram: &[(f64, u64)]) -> Value {
 }
 
 /// Shapes `mempool.get_info`: the node's fee rates in BTC/kvB.
-pub fn info_json(info: &MempoolInfo) -> Value {
+pub fn info_json(info: &MempoolFees) -> Value {
     json!({
         "mempoolminfee": info.mempoolminfee,
         "minrelaytxfee": info.minrelaytxfee,
@@ -27,7 +28,7 @@ pub fn fee_histogram(backend: &dyn Backend) -> Value {
 }
 
 pub fn info(backend: &dyn Backend) -> Result<Value, RpcError> {
-    Ok(info_json(&backend.mempool_info()?))
+    Ok(info_json(&backend.mempool_fees()?))
 }
 
 #[cfg(test)]
@@ -41,7 +42,7 @@ mod tests {
             json!([[12.5, 1000], [1.0, 5]])
         );
         assert_eq!(fee_histogram_json(&[]), json!([]));
-        let info = MempoolInfo {
+        let info = MempoolFees {
             mempoolminfee: 0.00001,
             minrelaytxfee: 0.00001,
             incrementalrelayfee: 0.00002,

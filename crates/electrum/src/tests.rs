@@ -1,7 +1,6 @@
 //! Line-in, line-out tests of the whole protocol layer against the fake
 //! backend: framing, negotiation, every method's result shape and errors.
 
-use crate::backend::{Balance, HistoryEntry, TxMerkle, Utxo};
 use crate::dispatch::{DispatchConfig, Dispatcher, Effect, Outcome};
 use crate::fake::{fake_header, FakeBackend};
 use crate::server::ServerInfo;
@@ -9,6 +8,7 @@ use crate::session::SessionState;
 use bitcoin::hashes::Hash;
 use bitcoin::{BlockHash, TxMerkleNode, Txid};
 use osprey_core::{Height, ScriptHash, StatusHash};
+use osprey_query::{Balance, HistoryEntry, TxMerkle, Utxo};
 use serde_json::{json, Value};
 use std::sync::Arc;
 

@@ -1,4 +1,5 @@
-//! Errors a query can end in, in terms a client can be told.
+//! Errors a query can end in, in terms a client can be told (the not-found
+//! and not-supported messages reach Electrum clients word for word).
 
 use bitcoin::Txid;
 use osprey_core::Height;
@@ -9,7 +10,7 @@ pub enum Error {
     HistoryTooLarge { limit: usize },
     #[error("transaction {0} not found")]
     TxNotFound(Txid),
-    #[error("block {0} not found")]
+    #[error("block at height {0} not found")]
     BlockNotFound(Height),
     /// The node refused (a broadcast, a package): its own message.
     #[error("{0}")]
@@ -17,7 +18,8 @@ pub enum Error {
     /// The node cannot be reached right now.
     #[error("node unavailable: {0}")]
     Unavailable(String),
-    #[error("{0}")]
+    /// The node lacks a feature the request needs (package relay).
+    #[error("not supported: {0}")]
     NotSupported(String),
     /// A valid request about something that does not exist (a position
     /// past a block's end, a transaction not in the block named).

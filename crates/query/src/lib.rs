@@ -12,5 +12,7 @@ mod tracker;
 
 pub use error::Error;
 pub use merkle::MerkleTree;
+/// What `Query::mempool_fees` answers (owned by `osprey-chain`).
+pub use osprey_chain::MempoolFees;
 pub use query::{Balance, Change, HistoryEntry, Query, QueryConfig, TxMerkle, Utxo};
 pub use tracker::Tracker;

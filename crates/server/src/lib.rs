@@ -2,26 +2,29 @@
 //! limits, the notifier that pushes subscription updates, and graceful
 //! shutdown. Speaks the protocol through `osprey-electrum` (which owns every
 //! JSON shape and error code); asks the chain only through its `Backend`.
+//! The notifier consumes `osprey_query::Query::changes`, a
+//! `tokio::sync::broadcast` of `Arc<osprey_query::Change>` published
+//! whenever a block is connected or disconnected or the mempool changes
+//! (tests give `Server::bind_with` a channel of their own instead).
 //!
 //! Layout: `config` (ServerConfig, Limits), `framer` (newline framing with a
 //! length cap), `session` (one connection, generic over AsyncRead +
 //! AsyncWrite so TLS can plug in), `notifier` (the single owner of the
-//! subscription registry), `changes` (the feed it consumes).
+//! subscription registry).
 
 mod activity;
-mod changes;
 mod config;
 mod framer;
 mod notifier;
 mod session;
 
-pub use changes::{Change, ChangeSource, ChangeView};
 pub use config::{ConfigError, Limits, ServerConfig};
 
 use activity::Activity;
 use anyhow::Context;
 use notifier::Notifier;
 use osprey_electrum::{Backend, DispatchConfig, Dispatcher, RpcError, ServerInfo};
+use osprey_query::{Change, Query};
 use session::SessionContext;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -50,48 +53,43 @@ const SHED_WAIT: Duration = Duration::from_secs(2);
 ///
 /// # Errors
 /// Invalid limits, or the address cannot be bound.
-pub async fn serve<B>(
+pub async fn serve(
     config: ServerConfig,
-    backend: Arc<B>,
+    query: Arc<Query>,
     shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()>
-where
-    B: Backend + ChangeSource,
-{
-    Server::bind(config, backend).await?.run(shutdown).await
+) -> anyhow::Result<()> {
+    Server::bind(config, query).await?.run(shutdown).await
 }
 
 /// A bound server, not yet accepting (so tests can bind port 0 and learn
 /// the address first).
-pub struct Server<C> {
+pub struct Server {
     listener: TcpListener,
     config: ServerConfig,
     backend: Arc<dyn Backend>,
-    changes: broadcast::Receiver<Arc<C>>,
+    changes: broadcast::Receiver<Arc<Change>>,
 }
 
-impl<C: ChangeView> Server<C> {
-    /// Binds the listening socket and subscribes to the backend's changes
+impl Server {
+    /// Binds the listening socket and subscribes to the query's changes
     /// (before serving, so no change is missed).
     ///
     /// # Errors
     /// Invalid limits, or the address cannot be bound.
-    pub async fn bind<B>(config: ServerConfig, backend: Arc<B>) -> anyhow::Result<Self>
-    where
-        B: Backend + ChangeSource<Change = C>,
-    {
-        let changes = backend.changes();
-        Self::bind_with(config, backend, changes).await
+    pub async fn bind(config: ServerConfig, query: Arc<Query>) -> anyhow::Result<Self> {
+        let changes = query.changes();
+        Self::bind_with(config, query, changes).await
     }
 
-    /// As `bind`, with the backend and its change feed given apart.
+    /// As `bind`, with the backend and its change feed given apart (tests
+    /// pass the in-memory fake and a channel they publish on).
     ///
     /// # Errors
     /// Invalid limits, or the address cannot be bound.
     pub async fn bind_with(
         config: ServerConfig,
         backend: Arc<dyn Backend>,
-        changes: broadcast::Receiver<Arc<C>>,
+        changes: broadcast::Receiver<Arc<Change>>,
     ) -> anyhow::Result<Self> {
         config.limits.validate().context("invalid server limits")?;
         let listener = TcpListener::bind(config.electrum_rpc_addr)

@@ -15,10 +15,10 @@
 //! registration the notifier recomputes the status if a change it already
 //! processed after `seen` touched that script, so no update falls between.
 
-use crate::changes::ChangeView;
 use osprey_core::{Height, ScriptHash, StatusHash};
 use osprey_electrum::request::{ScriptForm, ScriptKey};
 use osprey_electrum::{headers, scripthash, Backend};
+use osprey_query::Change;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -131,9 +131,9 @@ impl Recent {
 }
 
 /// The notifier task's state.
-pub(crate) struct Notifier<C> {
+pub(crate) struct Notifier {
     backend: Arc<dyn Backend>,
-    changes: broadcast::Receiver<Arc<C>>,
+    changes: broadcast::Receiver<Arc<Change>>,
     control: mpsc::Receiver<Control>,
     /// The last change processed, read by sessions before computing.
     processed: Arc<AtomicU64>,
@@ -158,10 +158,10 @@ fn push(handle: &SessionHandle, line: &Arc<str>) -> bool {
     }
 }
 
-impl<C: ChangeView> Notifier<C> {
+impl Notifier {
     pub(crate) fn new(
         backend: Arc<dyn Backend>,
-        changes: broadcast::Receiver<Arc<C>>,
+        changes: broadcast::Receiver<Arc<Change>>,
         control: mpsc::Receiver<Control>,
         processed: Arc<AtomicU64>,
     ) -> Self {
@@ -190,7 +190,7 @@ impl<C: ChangeView> Notifier<C> {
                     None => break,
                 },
                 change = self.changes.recv(), if feed_open => match change {
-                    Ok(change) => self.handle_change(&*change).await,
+                    Ok(change) => self.handle_change(&change).await,
                     Err(RecvError::Lagged(skipped)) => {
                         tracing::warn!(skipped, "change feed lagged: recomputing every subscribed status");
                         self.resync().await;
@@ -204,22 +204,22 @@ impl<C: ChangeView> Notifier<C> {
         }
     }
 
-    async fn handle_change(&mut self, change: &C) {
+    async fn handle_change(&mut self, change: &Change) {
         self.seq += 1;
         let seq = self.seq;
-        let all = change.all_scripthashes();
+        let all = change.all_scripthashes;
         if all {
             self.recent.everything_changed(seq);
         } else {
-            self.recent.record(seq, change.scripthashes());
+            self.recent.record(seq, &change.scripthashes);
         }
-        if let Some(tip) = change.new_tip() {
+        if let Some(tip) = change.new_tip {
             self.tip = Some(tip);
             self.recent.tip_at = seq;
         }
         // Published only after `recent` knows the change (see module docs).
         self.processed.store(seq, Ordering::Release);
-        if let Some((height, header)) = change.new_tip() {
+        if let Some((height, header)) = change.new_tip {
             self.notify_headers(height, &header);
         }
         let targets: Vec<ScriptHash> = if all {
@@ -231,7 +231,7 @@ impl<C: ChangeView> Notifier<C> {
         } else {
             let mut seen = HashSet::new();
             change
-                .scripthashes()
+                .scripthashes
                 .iter()
                 .filter(|sh| self.by_script.contains_key(*sh) && seen.insert(**sh))
                 .copied()
@@ -450,12 +450,11 @@ impl<C: ChangeView> Notifier<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::changes::Change;
     use bitcoin::hashes::Hash;
     use osprey_electrum::fake::FakeBackend;
-    use osprey_electrum::HistoryEntry;
+    use osprey_query::HistoryEntry;
 
-    fn notifier(backend: &Arc<FakeBackend>) -> (Notifier<Change>, Arc<AtomicU64>) {
+    fn notifier(backend: &Arc<FakeBackend>) -> (Notifier, Arc<AtomicU64>) {
         let (_feed_tx, feed_rx) = broadcast::channel(8);
         let (_control_tx, control_rx) = mpsc::channel(8);
         let processed = Arc::new(AtomicU64::new(0));
@@ -467,7 +466,7 @@ mod tests {
     }
 
     async fn register(
-        n: &mut Notifier<Change>,
+        n: &mut Notifier,
         id: SessionId,
         queue: usize,
     ) -> (mpsc::Receiver<Arc<str>>, Arc<Notify>) {

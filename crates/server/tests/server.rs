@@ -6,8 +6,9 @@ use bitcoin::hashes::Hash;
 use bitcoin::Txid;
 use osprey_core::{Height, Network, ScriptHash, StatusHash};
 use osprey_electrum::fake::{fake_header, FakeBackend};
-use osprey_electrum::{Backend, HistoryEntry};
-use osprey_server::{Change, Limits, Server, ServerConfig};
+use osprey_electrum::Backend;
+use osprey_query::{Change, HistoryEntry};
+use osprey_server::{Limits, Server, ServerConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -495,7 +496,7 @@ async fn bdk_electrum_client_understands_every_answer() {
         );
         s.unspent.insert(
             sh,
-            vec![osprey_electrum::Utxo {
+            vec![osprey_query::Utxo {
                 txid: confirmed,
                 vout: 0,
                 height: 50,
@@ -504,14 +505,14 @@ async fn bdk_electrum_client_understands_every_answer() {
         );
         s.balances.insert(
             sh,
-            osprey_electrum::Balance {
+            osprey_query::Balance {
                 confirmed: 1234,
                 unconfirmed: -34,
             },
         );
         s.merkles.insert(
             confirmed,
-            osprey_electrum::TxMerkle {
+            osprey_query::TxMerkle {
                 block_height: Height(50),
                 block_hash: bitcoin::BlockHash::from_byte_array([5; 32]),
                 pos: 1,
