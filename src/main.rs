@@ -8,7 +8,7 @@ mod demo;
 mod serve;
 mod tools;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -69,8 +69,24 @@ fn init_logging(filter: &str) {
         .init();
 }
 
+/// `osprey --version`: the release and the index format it reads and
+/// writes (a different format needs `--reindex`).
+fn version() -> &'static str {
+    let line = format!(
+        "{} (index format {})",
+        env!("CARGO_PKG_VERSION"),
+        osprey_store::SCHEMA_VERSION
+    );
+    // Once per process, for clap's 'static strings.
+    Box::leak(line.into_boxed_str())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().version(version()).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Serve(args) => args.resolve().and_then(|config| {
             init_logging(&config.log_filter);

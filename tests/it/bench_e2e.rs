@@ -137,4 +137,14 @@ fn bench_index_measures_a_full_index_build() {
     let md = std::fs::read_to_string(out.join("index.md")).expect("index.md written");
     assert!(md.contains("Transactions/s"), "{md}");
     assert!(out.join("index.svg").exists());
+    // The indexer measured is named with the index format it writes (its
+    // `--version`), so that reports of different formats are not compared
+    // unawares.
+    let format = format!("(index format {})", osprey_store::SCHEMA_VERSION);
+    assert!(
+        record["indexer"]["version"]
+            .as_str()
+            .is_some_and(|v| v.ends_with(&format)),
+        "{record}"
+    );
 }

@@ -249,7 +249,7 @@ impl ChainSource for BlkFiles {
 const DEMO_RELAY_FEE: f64 = 0.00001;
 
 fn no_node(what: &str) -> Error {
-    Error::persistent(format!(
+    Error::unsupported(format!(
         "{what} needs a node; this server reads blk files only (osprey demo)"
     ))
 }

@@ -11,6 +11,10 @@ pub enum ErrorKind {
     Persistent,
     /// The node answered with a JSON-RPC error.
     Rpc,
+    /// The source cannot do this at all (the blk-file source has no node
+    /// to broadcast to or ask for fees): the request was fine, the
+    /// server's setup cannot serve it.
+    Unsupported,
 }
 
 /// An error from the node or on the way to it.
@@ -37,6 +41,14 @@ impl Error {
     pub fn persistent(message: String) -> Error {
         Error {
             kind: ErrorKind::Persistent,
+            code: 0,
+            message,
+        }
+    }
+
+    pub fn unsupported(message: String) -> Error {
+        Error {
+            kind: ErrorKind::Unsupported,
             code: 0,
             message,
         }
