@@ -8,8 +8,6 @@ use crate::{serve, tools};
 use anyhow::Context;
 use clap::Args;
 use osprey_core::Network;
-use osprey_indexer::{Indexer, IndexerConfig};
-use osprey_query::{Query, QueryConfig, Tracker};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -114,16 +112,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     .over(ConfigArgs::default())
     .context("demo settings")?;
     let stop = Arc::new(AtomicBool::new(false));
-    let store = serve::open_store(&config)?;
-    let source = serve::connect_source(&config, &stop)?;
-    let indexer = Indexer::new(
-        Arc::clone(&store),
-        Arc::clone(&source),
-        IndexerConfig::default(),
-    )
-    .with_stop(Arc::clone(&stop));
-    let query = Arc::new(Query::new(store, source, QueryConfig::default()));
-    let tracker = Tracker::new(indexer, Arc::clone(&query));
+    let (tracker, query) = serve::build(&config, &stop)?;
 
     let addr = config.electrum_rpc_addr;
     let message = [

@@ -12,7 +12,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// Opens the index (wiping it first with `--reindex`).
-pub fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
+fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
     if config.reindex && config.db_path.exists() {
         tracing::warn!(path = %config.db_path.display(), "--reindex: deleting the index");
         std::fs::remove_dir_all(&config.db_path)
@@ -29,7 +29,7 @@ pub fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
 
 /// Connects to the chain source, waiting (with one log line per attempt)
 /// while the node is down or still starting.
-pub fn connect_source(config: &Config, stop: &AtomicBool) -> anyhow::Result<Arc<dyn ChainSource>> {
+fn connect_source(config: &Config, stop: &AtomicBool) -> anyhow::Result<Arc<dyn ChainSource>> {
     match &config.chain {
         ChainConfig::BlkFiles { dir } => Ok(Arc::new(
             BlkFiles::open(dir, config.network)
@@ -143,7 +143,8 @@ impl ProgressLog {
     }
 }
 
-fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<(Tracker, Arc<Query>)> {
+/// The index, the chain source and what serves from them, as `config` says.
+pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<(Tracker, Arc<Query>)> {
     let store = open_store(config)?;
     let source = connect_source(config, stop)?;
     let indexer = Indexer::new(
