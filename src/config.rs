@@ -91,6 +91,12 @@ pub struct ConfigArgs {
     /// Text of server.banner [default: "Welcome to Osprey"]
     #[arg(long, env = "OSPREY_BANNER")]
     pub banner: Option<String>,
+    /// Bytes all clients together may make the server hold (incomplete
+    /// requests, unread responses and notifications, subscriptions at 256
+    /// bytes each); past it, requests get a "server busy" error
+    /// [default: 536870912]
+    #[arg(long, env = "OSPREY_CLIENT_MEMORY_BYTES_MAX")]
+    pub client_memory_bytes_max: Option<usize>,
 }
 
 /// Where the chain comes from.
@@ -127,6 +133,7 @@ pub struct Config {
     pub reorg_depth_max: u32,
     pub poll_interval_ms: u64,
     pub banner: String,
+    pub client_memory_bytes_max: usize,
 }
 
 impl ConfigArgs {
@@ -299,6 +306,10 @@ impl ConfigArgs {
                 .clone()
                 .or(file.banner)
                 .unwrap_or_else(|| "Welcome to Osprey".into()),
+            client_memory_bytes_max: self
+                .client_memory_bytes_max
+                .or(file.client_memory_bytes_max)
+                .unwrap_or(limits.client_memory_bytes_max),
         })
     }
 }
@@ -379,6 +390,7 @@ mod tests {
             "reorg_depth_max" => config.reorg_depth_max.to_string(),
             "poll_interval_ms" => config.poll_interval_ms.to_string(),
             "banner" => config.banner.clone(),
+            "client_memory_bytes_max" => config.client_memory_bytes_max.to_string(),
             "block_source" => match &config.chain {
                 ChainConfig::Node {
                     block_source: osprey_chain::BlockSourceChoice::Auto,

@@ -34,6 +34,11 @@ enum Command {
         /// Print one JSON line per committed batch on stdout (for `osprey bench index`)
         #[arg(long)]
         progress_json: bool,
+        /// When done, print the index's tip and digest (every row, header
+        /// and txid; two indexes of one chain print the same) as a JSON
+        /// line on stdout
+        #[arg(long)]
+        digest: bool,
     },
     /// Generate a regtest chain, index it and serve it: no node needed
     Demo(demo::DemoArgs),
@@ -95,9 +100,10 @@ fn main() -> ExitCode {
         Command::Index {
             config,
             progress_json,
+            digest,
         } => config.resolve().and_then(|config| {
             init_logging(&config.log_filter);
-            serve::index_only(config, progress_json)
+            serve::index_only(config, progress_json, digest)
         }),
         Command::Demo(args) => {
             init_logging(&args.log_filter);

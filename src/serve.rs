@@ -186,7 +186,7 @@ fn update_until_ok(
 }
 
 /// `osprey index`: sync to the tip and exit.
-pub fn index_only(config: Config, progress_json: bool) -> anyhow::Result<()> {
+pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let (mut tracker, query) = build(&config, &stop)?;
     let mut progress = ProgressLog::new(progress_json);
@@ -201,6 +201,18 @@ pub fn index_only(config: Config, progress_json: bool) -> anyhow::Result<()> {
     );
     let (height, hash) = query.tip();
     tracing::info!(height = height.0, %hash, "index is at the tip");
+    if digest {
+        let digest = query.store().digest().context("reading the index")?;
+        let line = serde_json::json!({
+            "height": height.0,
+            "hash": hash.to_string(),
+            "digest": osprey_core::to_hex(&digest),
+        });
+        #[allow(clippy::print_stdout)]
+        {
+            println!("{line}");
+        }
+    }
     Ok(())
 }
 
@@ -235,6 +247,7 @@ pub fn run_server(
         batch_requests_max: config.batch_requests_max,
         subscriptions_per_session_max: config.subscriptions_per_session_max,
         sessions_max: config.sessions_max,
+        client_memory_bytes_max: config.client_memory_bytes_max,
         ..osprey_server::Limits::default()
     };
     limits.validate().context("invalid server limits")?;

@@ -246,3 +246,169 @@ fn sigkill_during_initial_sync_leaves_a_consistent_index() {
         "headers of the killed and the fresh index"
     );
 }
+
+/// Kills of the soak run by default; `OSPREY_SOAK_KILLS=100` for the long
+/// soak (a few seconds a kill).
+const SOAK_KILLS_DEFAULT: u64 = 6;
+
+/// Where a soak kill lands.
+#[derive(Clone, Copy, Debug)]
+enum SoakMoment {
+    /// During an initial sync from nothing (the index is deleted first).
+    InitialSync,
+    /// While it catches up on this many blocks mined while it was down.
+    CatchUp(u32),
+    /// While it connects blocks mined as it follows the tip.
+    NewBlocks(u32),
+    /// While it follows a reorg of this depth to a longer branch.
+    Reorg(u32),
+}
+
+/// `osprey index --digest` on `db`: catches up to the node's tip and
+/// returns `(height, tip hash, digest)`.
+fn index_digest(node: &osprey_testenv::BtcdNode, dir: &Path, db: &Path) -> (u64, String, String) {
+    let (user, pass) = osprey_testenv::Node::auth(node);
+    let rpc = osprey_testenv::Node::rpc_addr(node).to_string();
+    let auth = format!("{user}:{pass}");
+    let db = db.display().to_string();
+    let out = crate::common::command::run_osprey(
+        dir,
+        &[
+            "index",
+            "--network",
+            "regtest",
+            "--daemon-rpc-addr",
+            &rpc,
+            "--auth",
+            &auth,
+            "--db-dir",
+            &db,
+            "--log-filter",
+            "warn",
+            "--digest",
+        ],
+        SYNC_TIMEOUT,
+        true,
+    );
+    let line: Value = serde_json::from_str(out.stdout.trim())
+        .unwrap_or_else(|e| panic!("osprey index --digest printed {:?}: {e}", out.stdout));
+    (
+        line["height"].as_u64().expect("height"),
+        line["hash"].as_str().expect("hash").to_string(),
+        line["digest"].as_str().expect("digest").to_string(),
+    )
+}
+
+/// The kill -9 soak: SIGKILL `osprey serve` again and again on one index,
+/// at seeded moments of an initial sync, of catching up on blocks mined
+/// while it was down, of following new blocks, and of following reorgs (1
+/// to 3 blocks deep, to a longer branch). After every kill, `osprey index --digest` restarts it on the
+/// same directory up to the node's tip: its digest must equal that of a
+/// fresh index of the same chain, built from nothing. The seed is printed
+/// (replay with OSPREY_IT_SEED); `OSPREY_SOAK_KILLS` sets the number of
+/// kills.
+#[test]
+fn kill9_soak_every_restart_equals_a_fresh_index() {
+    use crate::common::blocks::submit_block_on;
+    use osprey_testenv::Node as _;
+    let seed = seed("kill9_soak");
+    let mut rng = Rng::new(seed);
+    let kills: u64 = std::env::var("OSPREY_SOAK_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SOAK_KILLS_DEFAULT);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chain_seed = (seed % 1000).to_string();
+    let blocks = CHAIN_BLOCKS.to_string();
+    let (chain, _manifest) = generate_chain(
+        dir.path(),
+        &[
+            "--preset",
+            "tiny",
+            "--seed",
+            &chain_seed,
+            "--blocks",
+            &blocks,
+        ],
+    );
+    let node = start_btcd();
+    submit_chain(dir.path(), &chain, &node);
+    let db = dir.path().join("db-soak");
+    let mut fresh_digests: std::collections::HashMap<String, String> = Default::default();
+    let mut moments = Vec::new();
+    for kill in 0..kills {
+        let moment = match (kill, rng.below(4)) {
+            (0, _) | (_, 0) => SoakMoment::InitialSync,
+            (_, 1) => SoakMoment::CatchUp(10 + rng.below(50) as u32),
+            (_, 2) => SoakMoment::NewBlocks(1 + rng.below(3) as u32),
+            _ => SoakMoment::Reorg(1 + rng.below(3) as u32),
+        };
+        let delay = Duration::from_millis(match moment {
+            SoakMoment::InitialSync => rng.below(1500),
+            _ => rng.below(400),
+        });
+        match moment {
+            SoakMoment::InitialSync => {
+                let _ = std::fs::remove_dir_all(&db);
+            }
+            SoakMoment::CatchUp(n) => {
+                node.generate(n).expect("mining");
+            }
+            _ => {}
+        }
+        let mut osprey = Osprey::spawn(&node, &db, OspreyConfig::default());
+        match moment {
+            SoakMoment::InitialSync | SoakMoment::CatchUp(_) => {}
+            SoakMoment::NewBlocks(n) => {
+                osprey.wait_ready(&node);
+                node.generate(n).expect("mining");
+            }
+            SoakMoment::Reorg(depth) => {
+                osprey.wait_ready(&node);
+                // btcd answers nothing about blocks off its best chain, so
+                // the old branch is invalidated first, then the new one
+                // (longer by one) is built: a block of our own, so that it
+                // differs from the old one, then mined blocks.
+                let (tip, _) = node.tip().expect("tip");
+                let first_stale = node.block_hash(tip - depth + 1).expect("fork point");
+                node.invalidate_block(&first_stale)
+                    .expect("invalidateblock");
+                let (fork, parent) = node.tip().expect("tip");
+                assert_eq!(fork, tip - depth);
+                submit_block_on(&node, parent, vec![], kill as u32);
+                node.generate(depth).expect("mining the new branch");
+                assert_eq!(
+                    node.tip().expect("tip").0,
+                    tip + 1,
+                    "the new branch is longer"
+                );
+            }
+        }
+        if let Some(status) = osprey.run_for(delay) {
+            panic!("osprey exited with {status}; log:\n{}", osprey.log_tail(80));
+        }
+        osprey.kill9();
+        let (height, hash, digest) = index_digest(&node, dir.path(), &db);
+        let fresh = fresh_digests.entry(hash.clone()).or_insert_with(|| {
+            let fresh_db = dir.path().join(format!("db-fresh-{kill}"));
+            let (fresh_height, fresh_hash, digest) = index_digest(&node, dir.path(), &fresh_db);
+            assert_eq!(
+                (fresh_height, &fresh_hash),
+                (height, &hash),
+                "the node moved"
+            );
+            let _ = std::fs::remove_dir_all(&fresh_db);
+            digest
+        });
+        eprintln!(
+            "kill {kill}: {moment:?} after {delay:?}; restarted at {height}: digest {digest}"
+        );
+        assert_eq!(
+            &digest, fresh,
+            "kill {kill} ({moment:?} after {delay:?}, seed {seed}): the restarted index at \
+             {height} {hash} differs from a fresh one; earlier kills: {moments:?}"
+        );
+        moments.push((moment, delay));
+    }
+    eprintln!("{kills} kills, 0 mismatches");
+}

@@ -2,9 +2,11 @@
 //! status hashes and network parameters. No I/O, no async, no storage: every
 //! other crate speaks in these types.
 
+mod budget;
 mod network;
 mod types;
 
+pub use budget::{ByteBudget, Charge};
 pub use network::Network;
 pub use types::{Height, ScriptHash, StatusHash, TxNum};
 

@@ -10,7 +10,7 @@ use crate::error::RpcError;
 use crate::jsonrpc::{self, Incoming, Message};
 use crate::request::{Request, ScriptKey, ScriptMethod};
 use crate::server::ServerInfo;
-use crate::session::SessionState;
+use crate::session::{SessionState, SubscriptionBudget};
 use crate::version::ProtocolVersion;
 use crate::{fee, headers, mempool, scripthash, server, transaction};
 use osprey_core::StatusHash;
@@ -33,6 +33,9 @@ pub struct DispatchConfig {
     /// answers, so that no session holds more than this for a client that
     /// does not read.
     pub reply_bytes_max: usize,
+    /// The server-wide budget subscriptions are charged to (see
+    /// [`crate::session::SUBSCRIPTION_BYTES`]); `None`: not counted.
+    pub subscription_budget: Option<SubscriptionBudget>,
 }
 
 /// A change to the session's subscriptions, for the server's notifier.
@@ -190,12 +193,16 @@ impl Dispatcher {
             line.len()
         ));
         tracing::debug!(bytes = line.len(), max, "response over the limit refused");
-        let refuse = |answer: &Value| jsonrpc::response(answer["id"].clone(), Err(error.clone()));
-        match &response {
-            Value::Array(answers) => Value::Array(answers.iter().map(refuse).collect()),
-            answer => refuse(answer),
+        jsonrpc::refusal(&response, &error).to_string()
+    }
+
+    /// A session whose subscriptions are charged to the server's client
+    /// memory budget.
+    pub fn new_session(&self) -> SessionState {
+        match &self.config.subscription_budget {
+            Some(budget) => SessionState::with_budget(budget),
+            None => SessionState::new(),
         }
-        .to_string()
     }
 
     /// Answers a batch, replies in request order. What changes the session

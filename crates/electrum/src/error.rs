@@ -9,7 +9,7 @@
 //! | -32602 | `InvalidParams`                 | wrong type, bad hex, wrong length, negative height, unknown name... |
 //! | -32603 | `Internal`                      | a bug or a database error on our side |
 //! | -101   | `LimitExceeded`                 | line, batch or subscription limit (aiorpcx's "excessive resource usage") |
-//! | -102   | `ServerBusy`                    | too many sessions; the connection is then closed |
+//! | -102   | `ServerBusy`                    | too many sessions (the connection is then closed), or the server's client memory budget is spent |
 //! | 1      | `BadRequest`, `HistoryTooLarge`, `NodeRejected` | valid request that cannot be served: not found, bad checkpoint, version already negotiated, node rejected the transaction (ElectrumX's `BAD_REQUEST`) |
 //! | 2      | `NodeUnavailable`               | the node could not be reached (ElectrumX's `DAEMON_ERROR`) |
 

@@ -8,7 +8,7 @@ use bitcoin::{BlockHash, TxMerkleNode, Txid};
 use osprey_core::{Height, ScriptHash, StatusHash};
 use osprey_query::{Balance, Error, HistoryEntry, MempoolFees, TxMerkle, Utxo};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Everything the fake answers from; tests edit it through `FakeBackend::update`.
 #[derive(Debug, Clone, Default)]
@@ -36,6 +36,37 @@ pub struct FakeState {
     pub status_calls: usize,
     /// Script hashes whose status `cached_status` gives (as a cache would).
     pub cached: std::collections::HashSet<ScriptHash>,
+    /// `status` of this script hash waits until the gate opens: a test can
+    /// hold whoever computes it (the notifier) in the middle of its work.
+    pub status_gate: Option<(ScriptHash, Arc<Gate>)>,
+}
+
+/// A gate threads wait at until a test opens it.
+#[derive(Debug, Default)]
+pub struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+    /// Whether someone has waited at it.
+    reached: Mutex<bool>,
+}
+
+impl Gate {
+    pub fn open(&self) {
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.opened.notify_all();
+    }
+
+    pub fn reached(&self) -> bool {
+        *self.reached.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait(&self) {
+        *self.reached.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        while !*open {
+            open = self.opened.wait(open).unwrap_or_else(|e| e.into_inner());
+        }
+    }
 }
 
 /// A thread-safe in-memory backend.
@@ -149,7 +180,18 @@ impl Backend for FakeBackend {
     }
 
     fn status(&self, sh: &ScriptHash) -> Result<Option<StatusHash>, Error> {
-        self.lock().status_calls += 1;
+        let gate = {
+            let mut state = self.lock();
+            state.status_calls += 1;
+            state
+                .status_gate
+                .as_ref()
+                .filter(|(gated, _)| gated == sh)
+                .map(|(_, gate)| Arc::clone(gate))
+        };
+        if let Some(gate) = gate {
+            gate.wait();
+        }
         let history = self.checked_history(sh)?;
         Ok(StatusHash::of_history(
             history.iter().map(|e| (&e.txid, e.height)),

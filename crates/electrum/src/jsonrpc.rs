@@ -144,6 +144,17 @@ pub fn response(id: Value, outcome: Result<Value, RpcError>) -> Value {
     }
 }
 
+/// The same answer with every result replaced by `error`, each under its
+/// request's id (an array for a batch): how a response that cannot be sent
+/// is refused.
+pub fn refusal(answer: &Value, error: &RpcError) -> Value {
+    let refuse = |answer: &Value| response(answer["id"].clone(), Err(error.clone()));
+    match answer {
+        Value::Array(answers) => Value::Array(answers.iter().map(refuse).collect()),
+        answer => refuse(answer),
+    }
+}
+
 /// Returns a notification object (a server push: no id).
 pub fn notification(method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "method": method, "params": params})

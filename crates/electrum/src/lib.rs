@@ -37,7 +37,7 @@ pub use dispatch::{DispatchConfig, Dispatcher, Effect, Outcome};
 pub use error::RpcError;
 pub use request::{Request, ScriptForm, ScriptKey};
 pub use server::ServerInfo;
-pub use session::SessionState;
+pub use session::{SessionState, SubscriptionBudget};
 pub use version::ProtocolVersion;
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ fn config() -> DispatchConfig {
         headers_per_call_max: 2016,
         batch_requests_max: 5,
         reply_bytes_max: 1 << 20,
+        subscription_budget: None,
         subscriptions_per_session_max: 2,
         pong_len_max: 64,
     }

@@ -66,6 +66,16 @@ pub struct Limits {
     /// Notifications queued for one session before it is judged too slow
     /// and disconnected, rather than buffered without bound. Default 10,000.
     pub outgoing_queue_max: usize,
+    /// Bytes all sessions together may make the server hold: incomplete
+    /// request lines, responses and notifications not yet taken by their
+    /// client, and script subscriptions (256 bytes each). What would pass
+    /// it is refused with a -102 "server busy" error (an incomplete line
+    /// or a notification: the session is closed), so greedy or stalled
+    /// clients cannot take the server's memory.
+    /// Subscriptions leave `line_bytes_max + reply_bytes_max` of it free,
+    /// so that requests can always be read and answered. Default 512 MiB;
+    /// at least twice `line_bytes_max + reply_bytes_max`.
+    pub client_memory_bytes_max: usize,
 }
 
 impl Default for Limits {
@@ -81,6 +91,7 @@ impl Default for Limits {
             idle_timeout_secs: 600,
             write_timeout_secs: 60,
             outgoing_queue_max: 10_000,
+            client_memory_bytes_max: 512 << 20,
         }
     }
 }
@@ -102,7 +113,7 @@ impl Limits {
     /// # Errors
     /// `TooSmall` naming the first limit below its minimum.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(&'static str, u64, u64); 10] = [
+        let checks: [(&'static str, u64, u64); 11] = [
             ("line_bytes_max", 1024, self.line_bytes_max as u64),
             // Room for the largest answer of all: 2,016 headers as hex.
             ("reply_bytes_max", 1 << 20, self.reply_bytes_max as u64),
@@ -122,6 +133,11 @@ impl Limits {
             ("idle_timeout_secs", 1, self.idle_timeout_secs),
             ("write_timeout_secs", 1, self.write_timeout_secs),
             ("outgoing_queue_max", 1, self.outgoing_queue_max as u64),
+            (
+                "client_memory_bytes_max",
+                2 * (self.line_bytes_max as u64 + self.reply_bytes_max as u64),
+                self.client_memory_bytes_max as u64,
+            ),
         ];
         for (name, min, value) in checks {
             if value < min {

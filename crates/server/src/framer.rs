@@ -36,10 +36,14 @@ impl LineFramer {
         self.buf.extend_from_slice(bytes);
     }
 
-    /// Bytes held, for tests of the memory bound.
-    #[cfg(test)]
+    /// Bytes held (an incomplete line, or complete ones not yet taken).
     pub fn buffered(&self) -> usize {
         self.buf.len()
+    }
+
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.buf.capacity()
     }
 
     /// Returns the next frame, or `None` until more bytes arrive.
@@ -49,7 +53,14 @@ impl LineFramer {
             match newline {
                 Some(offset) => {
                     let end = self.scanned + offset;
-                    let mut line: Vec<u8> = self.buf.drain(..=end).collect();
+                    // A buffer that is exactly one line becomes that line,
+                    // taking its capacity along: a session that once sent a
+                    // megabyte does not keep a megabyte.
+                    let mut line = if end + 1 == self.buf.len() {
+                        std::mem::take(&mut self.buf)
+                    } else {
+                        self.buf.drain(..=end).collect()
+                    };
                     line.pop();
                     self.scanned = 0;
                     if self.discarding {
@@ -64,12 +75,12 @@ impl LineFramer {
                 }
                 None => {
                     if self.discarding {
-                        self.buf.clear();
+                        self.buf = Vec::new();
                         self.scanned = 0;
                         return None;
                     }
                     if self.buf.len() > self.line_bytes_max {
-                        self.buf.clear();
+                        self.buf = Vec::new();
                         self.scanned = 0;
                         self.discarding = true;
                         return Some(Frame::TooLong);
@@ -124,5 +135,20 @@ mod tests {
         // Exactly at the limit is fine.
         f.push(b"0123456789\n");
         assert_eq!(frames(&mut f), vec![Frame::Line(b"0123456789".to_vec())]);
+    }
+
+    #[test]
+    fn a_large_line_takes_its_memory_along() {
+        let mut f = LineFramer::new(1 << 20);
+        for _ in 0..50 {
+            f.push(&[b'x'; 10_000]);
+            assert_eq!(f.next_frame(), None);
+        }
+        f.push(b"\n");
+        assert!(matches!(f.next_frame(), Some(Frame::Line(line)) if line.len() == 500_000));
+        assert_eq!(f.capacity(), 0, "an idle session keeps no buffer");
+        f.push(&[b'y'; 2_000_000]);
+        assert_eq!(f.next_frame(), Some(Frame::TooLong));
+        assert_eq!(f.capacity(), 0, "nor after an oversized line");
     }
 }

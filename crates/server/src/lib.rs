@@ -23,7 +23,10 @@ pub use config::{ConfigError, Limits, ServerConfig};
 use activity::Activity;
 use anyhow::Context;
 use notifier::Notifier;
-use osprey_electrum::{Backend, DispatchConfig, Dispatcher, RpcError, ServerInfo};
+use osprey_core::ByteBudget;
+use osprey_electrum::{
+    Backend, DispatchConfig, Dispatcher, RpcError, ServerInfo, SubscriptionBudget,
+};
 use osprey_query::{Change, Query};
 use session::SessionContext;
 use std::future::Future;
@@ -124,6 +127,7 @@ impl Server {
             changes,
         } = self;
         let limits = config.limits.clone();
+        let client_memory = ByteBudget::new(limits.client_memory_bytes_max);
         let dispatcher = Arc::new(Dispatcher::new(
             Arc::clone(&backend),
             DispatchConfig {
@@ -138,6 +142,10 @@ impl Server {
                 reply_bytes_max: limits.reply_bytes_max,
                 subscriptions_per_session_max: limits.subscriptions_per_session_max,
                 pong_len_max: PONG_LEN_MAX,
+                subscription_budget: Some(SubscriptionBudget {
+                    budget: Arc::clone(&client_memory),
+                    keep_free: limits.line_bytes_max + limits.reply_bytes_max,
+                }),
             },
         ));
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -155,6 +163,7 @@ impl Server {
             control: control_tx,
             processed,
             activity: Activity::new(),
+            client_memory,
         });
         let permits = Arc::new(Semaphore::new(limits.sessions_max));
         let mut sessions = JoinSet::new();

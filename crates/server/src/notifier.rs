@@ -15,7 +15,7 @@
 //! registration the notifier recomputes the status if a change it already
 //! processed after `seen` touched that script, so no update falls between.
 
-use osprey_core::{Height, ScriptHash, StatusHash};
+use osprey_core::{ByteBudget, Charge, Height, ScriptHash, StatusHash};
 use osprey_electrum::request::{ScriptForm, ScriptKey};
 use osprey_electrum::{headers, scripthash, Backend};
 use osprey_query::Change;
@@ -37,9 +37,19 @@ const RECENT_SCRIPTHASHES_MAX: usize = 200_000;
 #[derive(Debug, Clone)]
 pub(crate) struct SessionHandle {
     /// Serialized notification lines (without newline).
-    pub tx: mpsc::Sender<Arc<str>>,
+    pub tx: mpsc::Sender<Queued>,
     /// Woken when the session must close because its queue is full.
     pub kick: Arc<Notify>,
+    /// Queued lines are charged to this (the server's client memory).
+    pub client_memory: Arc<ByteBudget>,
+}
+
+/// A notification line waiting for its session to write it, charged to
+/// the client memory budget until then.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub line: Arc<str>,
+    _charge: Charge,
 }
 
 /// Messages from sessions to the notifier.
@@ -146,9 +156,20 @@ pub(crate) struct Notifier {
 }
 
 /// Queues a line for a session; false if the session is gone or too slow
-/// (then it is kicked: it closes rather than buffering without bound).
+/// (then it is kicked: it closes rather than buffering without bound). A
+/// line shared by many sessions (a new header) is charged to each: the
+/// budget errs on the safe side.
 fn push(handle: &SessionHandle, line: &Arc<str>) -> bool {
-    match handle.tx.try_send(Arc::clone(line)) {
+    let mut charge = Charge::new(&handle.client_memory);
+    if !charge.resize(line.len()) {
+        handle.kick.notify_one();
+        return false;
+    }
+    let queued = Queued {
+        line: Arc::clone(line),
+        _charge: charge,
+    };
+    match handle.tx.try_send(queued) {
         Ok(()) => true,
         Err(mpsc::error::TrySendError::Full(_)) => {
             handle.kick.notify_one();
@@ -469,7 +490,7 @@ mod tests {
         n: &mut Notifier,
         id: SessionId,
         queue: usize,
-    ) -> (mpsc::Receiver<Arc<str>>, Arc<Notify>) {
+    ) -> (mpsc::Receiver<Queued>, Arc<Notify>) {
         let (tx, rx) = mpsc::channel(queue);
         let kick = Arc::new(Notify::new());
         n.handle_control(Control::Register {
@@ -477,6 +498,7 @@ mod tests {
             handle: SessionHandle {
                 tx,
                 kick: Arc::clone(&kick),
+                client_memory: ByteBudget::new(usize::MAX),
             },
         })
         .await;
@@ -525,7 +547,7 @@ mod tests {
             seen,
         })
         .await;
-        let line = rx.try_recv().expect("the missed update is sent");
+        let line = rx.try_recv().expect("the missed update is sent").line;
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["params"][0], sh.to_string());
         assert!(v["params"][1].is_string());
@@ -595,7 +617,7 @@ mod tests {
             ..Change::default()
         })
         .await;
-        let v: serde_json::Value = serde_json::from_str(&rx.try_recv().unwrap()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&rx.try_recv().unwrap().line).unwrap();
         assert_eq!(v["params"][0], b.to_string());
         assert!(rx.try_recv().is_err(), "a's status did not change");
     }

@@ -5,12 +5,16 @@
 //! Generic over `AsyncRead + AsyncWrite`, so a TLS stream plugs in as is.
 //!
 //! Lines of one session run one at a time, in order; the next line is not
-//! read while one runs, which bounds a session's memory and CPU.
+//! read while one runs, which bounds a session's memory and CPU. What all
+//! sessions hold together (incomplete lines, replies and notifications
+//! their client has not taken yet, subscriptions) is charged to one byte
+//! budget, `Limits::client_memory_bytes_max`.
 
 use crate::activity::{Activity, SessionActivity};
 use crate::config::Limits;
 use crate::framer::{Frame, LineFramer};
-use crate::notifier::{Control, SessionHandle, SessionId};
+use crate::notifier::{Control, Queued, SessionHandle, SessionId};
+use osprey_core::{ByteBudget, Charge};
 use osprey_electrum::{jsonrpc, Dispatcher, Effect, RpcError, SessionState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,6 +30,9 @@ pub(crate) struct SessionContext {
     pub control: mpsc::Sender<Control>,
     pub processed: Arc<AtomicU64>,
     pub activity: Activity,
+    /// What sessions' incomplete lines, unread replies and subscriptions
+    /// may hold in total (`Limits::client_memory_bytes_max`).
+    pub client_memory: Arc<ByteBudget>,
 }
 
 /// Why a session ended, for the log.
@@ -41,6 +48,8 @@ enum End {
     Io(std::io::Error),
     WriteTimeout,
     HandlerPanicked,
+    /// An incomplete line could not grow: the client memory budget is spent.
+    OverBudget,
 }
 
 /// Bytes read from the socket at a time.
@@ -50,6 +59,9 @@ const READ_CHUNK_BYTES: usize = 16 * 1024;
 const INLINE_LINE_BYTES_MAX: usize = 64 * 1024;
 /// Queued notifications written before the next flush.
 const NOTIFICATIONS_PER_FLUSH: usize = 256;
+/// Incomplete lines are charged to the memory budget in steps of this
+/// much, so that a line arriving in 16 KiB reads costs few budget updates.
+const LINE_CHARGE_STEP: usize = 64 * 1024;
 
 struct Writer<W> {
     inner: BufWriter<W>,
@@ -93,6 +105,7 @@ pub(crate) async fn run<S>(
     let handle = SessionHandle {
         tx,
         kick: Arc::clone(&kick),
+        client_memory: Arc::clone(&ctx.client_memory),
     };
     if ctx
         .control
@@ -122,7 +135,7 @@ async fn serve<S>(
     stream: S,
     id: SessionId,
     ctx: &SessionContext,
-    mut notifications: mpsc::Receiver<Arc<str>>,
+    mut notifications: mpsc::Receiver<Queued>,
     kick: Arc<Notify>,
     activity: &SessionActivity,
     mut shutdown: watch::Receiver<bool>,
@@ -137,17 +150,21 @@ where
         timeout: Duration::from_secs(limits.write_timeout_secs),
     };
     let mut framer = LineFramer::new(limits.line_bytes_max);
+    // What the framer holds, charged to the server-wide budget.
+    let mut line_charge = Charge::new(&ctx.client_memory);
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     let idle = Duration::from_secs(limits.idle_timeout_secs);
     let mut idle_deadline = Instant::now() + idle;
-    let mut state = Some(SessionState::new());
+    let mut state = Some(ctx.dispatcher.new_session());
     let mut running: Option<
         tokio::task::JoinHandle<(SessionState, osprey_electrum::Outcome, u64)>,
     > = None;
     let mut eof = false;
     loop {
         if running.is_none() {
-            match framer.next_frame() {
+            let frame = framer.next_frame();
+            line_charge.resize(charge_for(framer.buffered()));
+            match frame {
                 Some(Frame::Line(line)) => {
                     idle_deadline = Instant::now() + idle;
                     activity.touch();
@@ -218,14 +235,14 @@ where
                     return end;
                 }
             }
-            Some(line) = notifications.recv() => {
-                if let Err(end) = writer.line(&line).await {
+            Some(queued) = notifications.recv() => {
+                if let Err(end) = writer.line(&queued.line).await {
                     return end;
                 }
                 // Drain what is already queued, then flush once.
                 for _ in 0..NOTIFICATIONS_PER_FLUSH {
-                    let Ok(line) = notifications.try_recv() else { break };
-                    if let Err(end) = writer.line(&line).await {
+                    let Ok(queued) = notifications.try_recv() else { break };
+                    if let Err(end) = writer.line(&queued.line).await {
                         return end;
                     }
                 }
@@ -235,7 +252,19 @@ where
             }
             read = reader.read(&mut buf), if running.is_none() && !eof => match read {
                 Ok(0) => eof = true,
-                Ok(n) => framer.push(&buf[..n]),
+                Ok(n) => {
+                    if !line_charge.resize(charge_for(framer.buffered() + n)) {
+                        let error = RpcError::ServerBusy(
+                            "the server's memory for incomplete requests is spent; try again later"
+                                .into(),
+                        );
+                        let line = jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
+                        // Best effort: the session ends either way.
+                        let _ = write_and_flush(&mut writer, &line).await;
+                        return End::OverBudget;
+                    }
+                    framer.push(&buf[..n]);
+                }
                 Err(e) => return End::Io(e),
             },
             _ = sleep_until(idle_deadline), if running.is_none() => return End::Idle,
@@ -285,7 +314,21 @@ async fn deliver<W: AsyncWrite + Unpin>(
     // subscription can only be queued once the notifier has it, so it
     // still follows the reply, and `seen` covers changes in between.
     if let Some(response) = outcome.response {
-        write_and_flush(writer, &response).await?;
+        // Held until the client has taken it (or the write times out).
+        let mut reply_charge = Charge::new(&ctx.client_memory);
+        if reply_charge.resize(response.len()) {
+            write_and_flush(writer, &response).await?;
+        } else {
+            let error = RpcError::ServerBusy(format!(
+                "a response of {} bytes does not fit in the server's memory for unread \
+                 responses now; try again later",
+                response.len()
+            ));
+            drop(reply_charge);
+            // Subscriptions this line made stay registered (the session
+            // state has them): subscribing again answers at once.
+            write_and_flush(writer, &refusal_of(&response, &error)).await?;
+        }
     }
     for control in controls {
         if ctx.control.send(control).await.is_err() {
@@ -296,6 +339,20 @@ async fn deliver<W: AsyncWrite + Unpin>(
         return Err(End::NoCommonVersion);
     }
     Ok(())
+}
+
+/// The budget charge for `bytes` of incomplete lines: whole steps, none
+/// for none.
+fn charge_for(bytes: usize) -> usize {
+    bytes.div_ceil(LINE_CHARGE_STEP) * LINE_CHARGE_STEP
+}
+
+/// `response` (a line this server built) with every answer refused.
+fn refusal_of(response: &str, error: &RpcError) -> String {
+    match serde_json::from_str(response) {
+        Ok(answer) => jsonrpc::refusal(&answer, error).to_string(),
+        Err(_) => jsonrpc::response(serde_json::Value::Null, Err(error.clone())).to_string(),
+    }
 }
 
 async fn write_and_flush<W: AsyncWrite + Unpin>(

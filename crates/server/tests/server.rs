@@ -603,3 +603,304 @@ async fn bdk_electrum_client_understands_every_answer() {
     .unwrap();
     server.stop().await;
 }
+
+/// `{"id":ID,"method":"server.ping","pad":"xxx…` of `bytes` bytes: a valid
+/// request once `"}\n` completes it.
+fn padded_ping_start(id: u64, bytes: usize) -> Vec<u8> {
+    let mut line = format!(r#"{{"id":{id},"method":"server.ping","pad":""#).into_bytes();
+    line.resize(bytes, b'x');
+    line
+}
+
+/// Incomplete lines of every session draw on one byte budget: past it a
+/// session is told and closed, the others go on, and the bytes come back
+/// when sessions end.
+#[tokio::test]
+async fn incomplete_lines_share_one_memory_budget() {
+    let limits = Limits {
+        line_bytes_max: 200_000,
+        reply_bytes_max: 1 << 20,
+        // The least allowed: twice one session's line and reply.
+        client_memory_bytes_max: 2 * (200_000 + (1 << 20)),
+        ..Limits::default()
+    };
+    let server = TestServer::start(limits, 16).await;
+    // Each holds 190,000 bytes, charged as 196,608 (whole 64 KiB steps):
+    // twelve fit in 2,497,152 bytes, the thirteenth does not.
+    let mut holders = Vec::new();
+    for id in 0..12u64 {
+        let mut c = server.client().await;
+        c.send_raw(&padded_ping_start(id, 190_000)).await;
+        // Time for the server to read them before the next session sends.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        holders.push(c);
+    }
+    let mut over = server.client().await;
+    over.send_raw(&padded_ping_start(99, 190_000)).await;
+    let refused = over.read().await.expect("an error line");
+    assert_eq!(refused["error"]["code"], -102, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("memory"),
+        "{refused}"
+    );
+    assert!(over.read().await.is_none(), "then closed");
+    // The sessions within the budget finish their lines and are answered.
+    for (id, c) in holders.iter_mut().enumerate() {
+        c.send_raw(b"\"}\n").await;
+        let r = c.read().await.expect("the padded ping's answer");
+        assert_eq!(r["id"], id, "{r}");
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    drop(holders);
+    // Every byte came back: thirteen sessions' lines fit one after another.
+    for id in 0..13u64 {
+        let mut c = server.client().await;
+        c.send_raw(&padded_ping_start(id, 190_000)).await;
+        c.send_raw(b"\"}\n").await;
+        let r = c.read().await.expect("an answer");
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    server.stop().await;
+}
+
+/// Subscriptions are charged to the same budget: past it, a subscribe gets
+/// -102 and the subscriptions already held keep working; a session's
+/// subscriptions are given back when it ends.
+#[tokio::test]
+async fn subscriptions_share_the_memory_budget() {
+    let limits = Limits {
+        line_bytes_max: 64 * 1024,
+        reply_bytes_max: 1 << 20,
+        // Subscriptions leave one line and reply free: 1,114,112 bytes for
+        // them, 4,352 subscriptions of 256 bytes, less what requests and
+        // replies briefly hold.
+        client_memory_bytes_max: 2 * ((64 * 1024) + (1 << 20)),
+        ..Limits::default()
+    };
+    let server = TestServer::start(limits, 16).await;
+    let mut first = server.client().await;
+    for batch in 0..20 {
+        assert_eq!(
+            subscribe_batch(&mut first, batch * 200).await,
+            0,
+            "batch {batch}"
+        );
+    }
+    let mut second = server.client().await;
+    let mut refused = 0;
+    for batch in 20..25 {
+        refused += subscribe_batch(&mut second, batch * 200).await;
+    }
+    assert!(
+        (1..=1000).contains(&refused),
+        "4,000 held: some of the next 1,000 must be refused, got {refused}"
+    );
+    // Requests are still read and answered: subscriptions left room.
+    assert!(second
+        .call("server.ping", json!([]))
+        .await
+        .get("result")
+        .is_some());
+    drop(first);
+    // The first session's 4,000 come back once it has ended.
+    let mut refused_after = usize::MAX;
+    for attempt in 0..50 {
+        refused_after = subscribe_batch(&mut second, 100_000 + attempt * 200).await;
+        if refused_after == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        refused_after, 0,
+        "the ended session's subscriptions came back"
+    );
+    server.stop().await;
+}
+
+/// A response is held in memory until its client reads it. Responses
+/// waiting on clients that do not read draw on the budget: past it,
+/// another client's large response is refused with -102 (not queued), and
+/// it is served again once the reader-less client is gone.
+#[tokio::test]
+async fn unread_responses_share_one_memory_budget() {
+    let limits = Limits {
+        line_bytes_max: 64 * 1024,
+        reply_bytes_max: 1 << 20,
+        client_memory_bytes_max: 2 * ((64 * 1024) + (1 << 20)),
+        ..Limits::default()
+    };
+    let server = TestServer::start(limits, 16).await;
+    let sh: ScriptHash = SH.parse().unwrap();
+    // ~9,000 entries: a history answer of about 800 kB.
+    let entries: Vec<(u8, i64)> = (0..9_000).map(|i| ((i % 250) as u8, 1 + i / 250)).collect();
+    server.backend.update(history(sh, &entries));
+    server.backend.update(|s| s.history_entries_max = 100_000);
+    let get_history = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "blockchain.scripthash.get_history",
+               "params": [SH]})
+        .to_string()
+            + "\n"
+    };
+    // Clients that ask and never read, with a small receive window, so
+    // the server's writes to them soon block: two blocked answers and a
+    // third pass the 2,228,224 bytes.
+    for _ in 0..3 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut greedy = socket.connect(server.addr).await.unwrap();
+        let asks: String = (0..40).map(get_history).collect();
+        tokio::spawn(async move {
+            let _ = greedy.write_all(asks.as_bytes()).await;
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(greedy);
+        });
+    }
+    let mut good = server.client().await;
+    let mut refusal = None;
+    for id in 0..200 {
+        let r = good
+            .call("blockchain.scripthash.get_history", json!([SH]))
+            .await;
+        assert_eq!(r["id"], id + 1);
+        if r.get("error").is_some() {
+            refusal = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refusal = refusal.expect("once the reader-less session holds a blocked response");
+    assert_eq!(refusal["error"]["code"], -102, "{refusal}");
+    assert!(
+        refusal["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not fit"),
+        "{refusal}"
+    );
+    // Small answers still fit.
+    assert!(good
+        .call("server.ping", json!([]))
+        .await
+        .get("result")
+        .is_some());
+    server.stop().await;
+}
+
+/// Replies never wait on notification work: while the notifier is stuck
+/// computing a status after a change, the same session's requests
+/// (subscriptions included) are answered; the notification follows once
+/// the notifier is free.
+#[tokio::test]
+async fn replies_do_not_wait_for_the_notifier() {
+    let server = TestServer::start(Limits::default(), 16).await;
+    let sh: ScriptHash = SH.parse().unwrap();
+    let other = ScriptHash([7; 32]);
+    server.backend.update(history(sh, &[(1, 50)]));
+    server.backend.update(history(other, &[(3, 60)]));
+    let mut client = server.client().await;
+    client
+        .call("blockchain.scripthash.subscribe", json!([SH]))
+        .await;
+    let gate = Arc::new(osprey_electrum::fake::Gate::default());
+    server.backend.update(|s| {
+        s.histories.insert(
+            sh,
+            vec![
+                HistoryEntry {
+                    txid: Txid::from_byte_array([1; 32]),
+                    height: 50,
+                    fee: None,
+                },
+                HistoryEntry {
+                    txid: Txid::from_byte_array([2; 32]),
+                    height: 0,
+                    fee: Some(1),
+                },
+            ],
+        );
+        s.status_gate = Some((sh, Arc::clone(&gate)));
+    });
+    server.publish(Change {
+        scripthashes: vec![sh],
+        ..Change::default()
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !gate.reached() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the notifier never computed the status"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The notifier is now held inside its work.
+    for _ in 0..3 {
+        assert!(client
+            .call("server.ping", json!([]))
+            .await
+            .get("result")
+            .is_some());
+        let r = client
+            .call(
+                "blockchain.scripthash.get_history",
+                json!([other.to_string()]),
+            )
+            .await;
+        assert_eq!(r["result"][0]["height"], 60, "{r}");
+        let r = client
+            .call(
+                "blockchain.scripthash.subscribe",
+                json!([other.to_string()]),
+            )
+            .await;
+        assert_eq!(r["result"], status_of(&[(3, 60)]), "{r}");
+    }
+    assert!(
+        !client_has_line(&mut client).await,
+        "no notification while the notifier is held"
+    );
+    gate.open();
+    let n = client
+        .read()
+        .await
+        .expect("the notification, once the notifier is free");
+    assert_eq!(n["method"], "blockchain.scripthash.subscribe", "{n}");
+    assert_eq!(n["params"][1], status_of(&[(1, 50), (2, 0)]), "{n}");
+    server.stop().await;
+}
+
+/// Whether a line arrives within 200 ms.
+async fn client_has_line(client: &mut Client) -> bool {
+    let mut line = String::new();
+    tokio::time::timeout(
+        Duration::from_millis(200),
+        client.reader.read_line(&mut line),
+    )
+    .await
+    .is_ok()
+}
+
+/// Subscribes script hashes `first..first + 200` in one batch; returns how
+/// many were refused with -102.
+async fn subscribe_batch(client: &mut Client, first: u32) -> usize {
+    let calls: Vec<Value> = (first..first + 200)
+        .map(|i| {
+            let mut sh = [0u8; 32];
+            sh[..4].copy_from_slice(&i.to_be_bytes());
+            json!({"jsonrpc": "2.0", "id": i, "method": "blockchain.scripthash.subscribe",
+                   "params": [hex::encode(sh)]})
+        })
+        .collect();
+    let line = Value::Array(calls).to_string() + "\n";
+    client.send_raw(line.as_bytes()).await;
+    let answers = client.read().await.expect("the batch's answers");
+    answers
+        .as_array()
+        .unwrap_or_else(|| panic!("not a batch answer: {answers}"))
+        .iter()
+        .filter(|a| a["error"]["code"] == -102)
+        .count()
+}
