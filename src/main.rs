@@ -6,6 +6,7 @@
 mod config;
 mod demo;
 mod serve;
+mod snapshot;
 mod tools;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -35,6 +36,9 @@ enum Command {
         #[arg(long)]
         progress_json: bool,
     },
+    /// Write the index to one file, or check one and make it the index
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
     /// Generate a regtest chain, index it and serve it: no node needed
     Demo(demo::DemoArgs),
     /// Generate a deterministic regtest chain (or feed one to a node); runs osprey-tools
@@ -98,6 +102,10 @@ fn main() -> ExitCode {
         } => config.resolve().and_then(|config| {
             init_logging(&config.log_filter);
             serve::index_only(config, progress_json)
+        }),
+        Command::Snapshot(command) => command.config().resolve().and_then(|config| {
+            init_logging(&config.log_filter);
+            command.run(config)
         }),
         Command::Demo(args) => {
             init_logging(&args.log_filter);

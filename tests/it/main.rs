@@ -12,6 +12,7 @@
 //! | `bad_input`   | malformed or oversized input and exhausted limits give clear errors; the server lives on |
 //! | `reorg`       | after a reorg, answers equal the node's view and a fresh index's |
 //! | `restart`     | a SIGTERM + restart on the same index equals a fresh index |
+//! | `snapshot`    | an exported and imported index equals the original; bad snapshots are refused |
 //! | `kill9`       | SIGKILL during the initial sync never corrupts the index |
 //! | `core`        | on Bitcoin Core: files, REST and JSON-RPC give one index; kills, a reorg, a restart |
 //! | `bench_e2e`   | `osprey chaingen`, `chaingen submit` and `bench` work end to end |
@@ -37,3 +38,4 @@ mod packaging;
 mod protocol;
 mod reorg;
 mod restart;
+mod snapshot;
