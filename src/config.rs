@@ -404,16 +404,16 @@ mod tests {
         })
     }
 
-    #[test]
-    fn settings_agree_with_the_readme() {
-        use clap::Args as _;
+    /// The rows of the README's config table, each cell without its
+    /// backticks.
+    fn readme_rows() -> Vec<Vec<String>> {
         let readme = include_str!("../README.md");
         let section = readme
             .split("\n## Configuration\n")
             .nth(1)
             .and_then(|rest| rest.split("\n## ").next())
             .expect("README has a Configuration section");
-        let rows: Vec<Vec<String>> = section
+        section
             .lines()
             .filter(|line| line.starts_with("| `--"))
             .map(|line| {
@@ -422,7 +422,13 @@ mod tests {
                     .map(|cell| cell.trim().trim_matches('`').to_string())
                     .collect()
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn settings_agree_with_the_readme() {
+        use clap::Args as _;
+        let rows = readme_rows();
         let command = ConfigArgs::augment_args(clap::Command::new("osprey"));
         let flags: Vec<&clap::Arg> = command
             .get_arguments()
@@ -490,6 +496,76 @@ mod tests {
         let limits = osprey_server::Limits::default();
         assert_eq!(defaults.line_bytes_max, limits.line_bytes_max);
         assert_eq!(defaults.batch_requests_max, limits.batch_requests_max);
+    }
+
+    /// `contrib/osprey.toml.example` names every config key of the README
+    /// table, each one parses (an unknown key is refused), and each whose
+    /// default does not depend on the machine shows exactly that default.
+    #[test]
+    fn example_config_has_every_key_with_its_default() {
+        let example = include_str!("../contrib/osprey.toml.example");
+        // Settings are commented out as `#key = value`; prose is `# text`.
+        let settings: Vec<&str> = example
+            .lines()
+            .filter_map(|line| line.strip_prefix('#'))
+            .filter(|rest| rest.starts_with(|c: char| c.is_ascii_lowercase()))
+            .collect();
+        let uncommented = settings.join("\n");
+        toml::from_str::<ConfigArgs>(&uncommented)
+            .unwrap_or_else(|e| panic!("the example's settings: {e}"));
+        let keys: Vec<&str> = settings
+            .iter()
+            .map(|line| line.split(" = ").next().unwrap_or(line))
+            .collect();
+        let mut documented: Vec<String> = readme_rows()
+            .into_iter()
+            .map(|row| row[1].clone())
+            .filter(|key| key != "—")
+            .collect();
+        let mut listed: Vec<String> = keys.iter().map(ToString::to_string).collect();
+        documented.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(
+            listed, documented,
+            "example keys vs the README's config keys"
+        );
+
+        let defaults = ConfigArgs::default().over(ConfigArgs::default()).unwrap();
+        for (line, key) in settings.iter().zip(&keys) {
+            let alone: ConfigArgs = toml::from_str(line).unwrap();
+            let config = ConfigArgs::default()
+                .over(alone)
+                .unwrap_or_else(|e| panic!("example line {line:?}: {e:#}"));
+            if let Some(default) = resolved_default(&defaults, key) {
+                assert_eq!(
+                    resolved_default(&config, key),
+                    Some(default),
+                    "example line {line:?} does not show the default"
+                );
+            }
+        }
+        // The addresses' defaults depend on the network: the example shows
+        // mainnet's, the default network.
+        for key in ["daemon_rpc_addr", "electrum_rpc_addr", "db_dir"] {
+            let line = settings
+                .iter()
+                .find(|line| line.starts_with(&format!("{key} = ")))
+                .unwrap();
+            let config = ConfigArgs::default()
+                .over(toml::from_str(line).unwrap())
+                .unwrap();
+            assert_eq!(
+                format!(
+                    "{:?} {:?} {:?}",
+                    config.electrum_rpc_addr, config.db_path, config.chain
+                ),
+                format!(
+                    "{:?} {:?} {:?}",
+                    defaults.electrum_rpc_addr, defaults.db_path, defaults.chain
+                ),
+                "example line {line:?} does not show the default"
+            );
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod config;
 mod demo;
 mod serve;
+mod snapshot;
 mod tools;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -40,6 +41,9 @@ enum Command {
         #[arg(long)]
         digest: bool,
     },
+    /// Write the index to one file, or check one and make it the index
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
     /// Generate a regtest chain, index it and serve it: no node needed
     Demo(demo::DemoArgs),
     /// Generate a deterministic regtest chain (or feed one to a node); runs osprey-tools
@@ -104,6 +108,10 @@ fn main() -> ExitCode {
         } => config.resolve().and_then(|config| {
             init_logging(&config.log_filter);
             serve::index_only(config, progress_json, digest)
+        }),
+        Command::Snapshot(command) => command.config().resolve().and_then(|config| {
+            init_logging(&config.log_filter);
+            command.run(config)
         }),
         Command::Demo(args) => {
             init_logging(&args.log_filter);

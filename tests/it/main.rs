@@ -12,9 +12,11 @@
 //! | `bad_input`   | malformed or oversized input and exhausted limits give clear errors; the server lives on |
 //! | `reorg`       | after a reorg, answers equal the node's view and a fresh index's |
 //! | `restart`     | a SIGTERM + restart on the same index equals a fresh index |
+//! | `snapshot`    | an exported and imported index equals the original; bad snapshots are refused |
 //! | `kill9`       | SIGKILL during the initial sync never corrupts the index |
 //! | `core`        | on Bitcoin Core: files, REST and JSON-RPC give one index; kills, a reorg, a restart |
 //! | `bench_e2e`   | `osprey chaingen`, `chaingen submit` and `bench` work end to end |
+//! | `packaging`   | the systemd unit passes `systemd-analyze verify`; its limits fit the defaults |
 //!
 //! btcd is found through `$OSPREY_BTCD`, the PATH or `~/go/bin/btcd`; a test
 //! that cannot find it fails with the command that installs it. bitcoind is
@@ -32,6 +34,8 @@ mod bench_e2e;
 mod core;
 mod kill9;
 mod mempool;
+mod packaging;
 mod protocol;
 mod reorg;
 mod restart;
+mod snapshot;

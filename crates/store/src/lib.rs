@@ -12,9 +12,12 @@
 //! - column family `undo`: the history keys each recent block wrote;
 //! - column family `meta`: schema version and the committed tip, which is the
 //!   only truth: flat files are cut back to it on open.
+//!
+//! [`snapshot`] packs all of it into one file and back.
 
 pub mod codec;
 mod flat;
+pub mod snapshot;
 
 use bitcoin::block::Header;
 use bitcoin::consensus::{deserialize, serialize};
@@ -79,6 +82,8 @@ pub enum Error {
         found: String,
         expected: String,
     },
+    #[error("snapshot refused: {0}")]
+    Snapshot(String),
     #[error("index is inconsistent: {0}")]
     Corrupt(String),
     #[error("cannot undo block {height}: its undo data was pruned (reorg deeper than --reorg-depth-max); rebuild with --reindex")]
