@@ -91,6 +91,20 @@ pub struct ConfigArgs {
     /// Text of server.banner [default: "Welcome to Osprey"]
     #[arg(long, env = "OSPREY_BANNER")]
     pub banner: Option<String>,
+    /// Where the public reaches this server, comma-separated
+    /// HOST:tPORT:sPORT (either port may be left out), e.g.
+    /// electrum.example.com:t50001:s50002; reported in server.features and
+    /// announced to --peers. Unset: a private server
+    #[arg(long, env = "OSPREY_PUBLIC_HOSTS")]
+    pub public_hosts: Option<String>,
+    /// Servers to list in server.peers.subscribe once checked (and to
+    /// announce --public-hosts to), comma-separated HOST:tPORT[:sPORT]
+    #[arg(long, env = "OSPREY_PEERS")]
+    pub peers: Option<String>,
+    /// Concurrent sessions from one IP address; 127.0.0.1 and ::1 (Tor, a
+    /// local proxy) are exempt [default: 12]
+    #[arg(long, env = "OSPREY_SESSIONS_PER_IP_MAX")]
+    pub sessions_per_ip_max: Option<usize>,
 }
 
 /// Where the chain comes from.
@@ -127,6 +141,9 @@ pub struct Config {
     pub reorg_depth_max: u32,
     pub poll_interval_ms: u64,
     pub banner: String,
+    pub public_hosts: Vec<osprey_server::PublicHost>,
+    pub peers: Vec<osprey_server::PublicHost>,
+    pub sessions_per_ip_max: usize,
 }
 
 impl ConfigArgs {
@@ -299,8 +316,45 @@ impl ConfigArgs {
                 .clone()
                 .or(file.banner)
                 .unwrap_or_else(|| "Welcome to Osprey".into()),
+            public_hosts: host_list(
+                "public_hosts",
+                self.public_hosts.clone().or(file.public_hosts),
+            )?,
+            peers: peer_list(self.peers.clone().or(file.peers))?,
+            sessions_per_ip_max: positive(
+                "sessions_per_ip_max",
+                self.sessions_per_ip_max
+                    .or(file.sessions_per_ip_max)
+                    .unwrap_or(limits.sessions_per_ip_max),
+            )?,
         })
     }
+}
+
+/// Parses a comma-separated list of `HOST[:tPORT][:sPORT]`.
+fn host_list(name: &str, list: Option<String>) -> anyhow::Result<Vec<osprey_server::PublicHost>> {
+    let Some(list) = list else {
+        return Ok(Vec::new());
+    };
+    list.split(',')
+        .filter(|item| !item.trim().is_empty())
+        .map(|item| {
+            item.parse()
+                .map_err(|e: String| anyhow::anyhow!("{name}: {e}"))
+        })
+        .collect()
+}
+
+/// Parses `peers`: each needs a TCP port, as peers are checked over TCP.
+fn peer_list(list: Option<String>) -> anyhow::Result<Vec<osprey_server::PublicHost>> {
+    let peers = host_list("peers", list)?;
+    if let Some(peer) = peers.iter().find(|p| p.tcp_port.is_none() || p.is_onion()) {
+        bail!(
+            "peers: {} needs a TCP port and a clearnet host (Osprey checks peers over TCP)",
+            peer.host
+        );
+    }
+    Ok(peers)
 }
 
 fn read_file(path: &Path) -> anyhow::Result<ConfigArgs> {
@@ -379,6 +433,7 @@ mod tests {
             "reorg_depth_max" => config.reorg_depth_max.to_string(),
             "poll_interval_ms" => config.poll_interval_ms.to_string(),
             "banner" => config.banner.clone(),
+            "sessions_per_ip_max" => config.sessions_per_ip_max.to_string(),
             "block_source" => match &config.chain {
                 ChainConfig::Node {
                     block_source: osprey_chain::BlockSourceChoice::Auto,
@@ -387,7 +442,9 @@ mod tests {
                 other => format!("{other:?}"),
             },
             "conf" | "db_dir" | "daemon_dir" | "daemon_rpc_addr" | "cookie_file" | "auth"
-            | "blocks_dir" | "electrum_rpc_addr" | "reindex" => return None,
+            | "blocks_dir" | "electrum_rpc_addr" | "reindex" | "public_hosts" | "peers" => {
+                return None
+            }
             other => panic!("setting {other} is new: say here what its default resolves to"),
         })
     }
@@ -478,6 +535,7 @@ mod tests {
         let limits = osprey_server::Limits::default();
         assert_eq!(defaults.line_bytes_max, limits.line_bytes_max);
         assert_eq!(defaults.batch_requests_max, limits.batch_requests_max);
+        assert_eq!(defaults.sessions_per_ip_max, limits.sessions_per_ip_max);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::request::{ScriptForm, ScriptKey};
 use crate::version::{self, ProtocolVersion};
 use osprey_core::ScriptHash;
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 /// The protocol state of one client connection.
 #[derive(Debug, Default)]
@@ -22,11 +23,26 @@ pub struct SessionState {
     subscriptions: HashMap<ScriptHash, Vec<ScriptForm>>,
     subscription_count: usize,
     headers_subscribed: bool,
+    /// The client's address, for `server.add_peer` (a peer must announce
+    /// a host at the address it calls from).
+    source: Option<IpAddr>,
 }
 
 impl SessionState {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The state of a connection from `source`.
+    pub fn from_source(source: IpAddr) -> Self {
+        SessionState {
+            source: Some(source),
+            ..Self::default()
+        }
+    }
+
+    pub fn source(&self) -> Option<IpAddr> {
+        self.source
     }
 
     /// The version this session speaks: the negotiated one, else 1.4.
