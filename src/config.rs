@@ -539,6 +539,53 @@ mod tests {
     }
 
     #[test]
+    fn public_hosts_and_peers_are_lists_of_hosts_and_ports() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("osprey.toml");
+        std::fs::write(
+            &path,
+            "auth = \"u:p\"\npublic_hosts = \"Electrum.Example.com:t50001:s50002, [2001:db8::1]:s50002\"\npeers = \"a.example.org:t50001,b.example.org:t50001:s50002\"\n",
+        )
+        .unwrap();
+        let c = args(Some(&path)).resolve().unwrap();
+        let names: Vec<(&str, Option<u16>, Option<u16>)> = c
+            .public_hosts
+            .iter()
+            .map(|h| (h.host.as_str(), h.tcp_port, h.ssl_port))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("electrum.example.com", Some(50001), Some(50002)),
+                ("2001:db8::1", None, Some(50002))
+            ]
+        );
+        assert_eq!(c.peers.len(), 2);
+        assert_eq!(c.sessions_per_ip_max, 12);
+        let mut a = args(Some(&path));
+        a.peers = Some("tls-only.example.org:s50002".into());
+        let err = format!("{:#}", a.resolve().unwrap_err());
+        assert!(
+            err.contains("peers: tls-only.example.org needs a TCP port"),
+            "{err}"
+        );
+        let mut a = args(Some(&path));
+        a.public_hosts = Some("example.com".into());
+        let err = format!("{:#}", a.resolve().unwrap_err());
+        assert!(
+            err.starts_with("public_hosts: \"example.com\": give at least one port"),
+            "{err}"
+        );
+        let mut a = args(Some(&path));
+        a.sessions_per_ip_max = Some(0);
+        let err = format!("{:#}", a.resolve().unwrap_err());
+        assert!(
+            err.contains("sessions_per_ip_max must be at least 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn cookie_defaults_to_the_networks_daemon_dir() {
         let mut a = args(None);
         a.network = Some("testnet4".into());
