@@ -769,15 +769,21 @@ async fn a_server_announces_itself_and_is_listed_once_checked() {
 
 /// A peer of another chain is refused: add_peer with its features gets
 /// false at once, and as a configured peer it fails its check and is not
-/// listed (checked before an honest peer, which is listed).
+/// listed; so is a private server, whose hosts do not list the address we
+/// reach it at. Both are checked before an honest peer, which is listed.
 #[tokio::test]
-async fn a_peer_of_another_chain_is_refused() {
+async fn peers_of_another_chain_or_not_listing_themselves_are_refused() {
     let other_chain = TestServer::start_with(public_config(Network::Testnet, &[]), 16).await;
+    let private = TestServer::start(Limits::default(), 16).await;
     let honest = TestServer::start_with(public_config(Network::Regtest, &[]), 16).await;
     let server = TestServer::start_with(
         public_config(
             Network::Regtest,
-            &[other_chain.addr.port(), honest.addr.port()],
+            &[
+                other_chain.addr.port(),
+                private.addr.port(),
+                honest.addr.port(),
+            ],
         ),
         16,
     )
@@ -790,7 +796,7 @@ async fn a_peer_of_another_chain_is_refused() {
             "127.0.0.1",
             ["v1.7", format!("t{}", honest.addr.port())]
         ]]),
-        "only the peer of our chain"
+        "only the peer of our chain that lists itself"
     );
     let features = other_chain
         .client()
@@ -801,7 +807,7 @@ async fn a_peer_of_another_chain_is_refused() {
     let mut client = server.client().await;
     let r = client.call("server.add_peer", json!([features])).await;
     assert_eq!(r["result"], false, "{r}");
-    for s in [server, honest, other_chain] {
+    for s in [server, honest, private, other_chain] {
         s.stop().await;
     }
 }
