@@ -97,6 +97,20 @@ pub struct ConfigArgs {
     /// [default: 536870912]
     #[arg(long, env = "OSPREY_CLIENT_MEMORY_BYTES_MAX")]
     pub client_memory_bytes_max: Option<usize>,
+    /// Where the public reaches this server, comma-separated
+    /// HOST:tPORT:sPORT (either port may be left out), e.g.
+    /// electrum.example.com:t50001:s50002; reported in server.features and
+    /// announced to --peers. Unset: a private server
+    #[arg(long, env = "OSPREY_PUBLIC_HOSTS")]
+    pub public_hosts: Option<String>,
+    /// Servers to list in server.peers.subscribe once checked (and to
+    /// announce --public-hosts to), comma-separated HOST:tPORT[:sPORT]
+    #[arg(long, env = "OSPREY_PEERS")]
+    pub peers: Option<String>,
+    /// Concurrent sessions from one IP address; 127.0.0.1 and ::1 (Tor, a
+    /// local proxy) are exempt [default: 12]
+    #[arg(long, env = "OSPREY_SESSIONS_PER_IP_MAX")]
+    pub sessions_per_ip_max: Option<usize>,
 }
 
 /// Where the chain comes from.
@@ -134,6 +148,9 @@ pub struct Config {
     pub poll_interval_ms: u64,
     pub banner: String,
     pub client_memory_bytes_max: usize,
+    pub public_hosts: Vec<osprey_server::PublicHost>,
+    pub peers: Vec<osprey_server::PublicHost>,
+    pub sessions_per_ip_max: usize,
 }
 
 impl ConfigArgs {
@@ -310,8 +327,45 @@ impl ConfigArgs {
                 .client_memory_bytes_max
                 .or(file.client_memory_bytes_max)
                 .unwrap_or(limits.client_memory_bytes_max),
+            public_hosts: host_list(
+                "public_hosts",
+                self.public_hosts.clone().or(file.public_hosts),
+            )?,
+            peers: peer_list(self.peers.clone().or(file.peers))?,
+            sessions_per_ip_max: positive(
+                "sessions_per_ip_max",
+                self.sessions_per_ip_max
+                    .or(file.sessions_per_ip_max)
+                    .unwrap_or(limits.sessions_per_ip_max),
+            )?,
         })
     }
+}
+
+/// Parses a comma-separated list of `HOST[:tPORT][:sPORT]`.
+fn host_list(name: &str, list: Option<String>) -> anyhow::Result<Vec<osprey_server::PublicHost>> {
+    let Some(list) = list else {
+        return Ok(Vec::new());
+    };
+    list.split(',')
+        .filter(|item| !item.trim().is_empty())
+        .map(|item| {
+            item.parse()
+                .map_err(|e: String| anyhow::anyhow!("{name}: {e}"))
+        })
+        .collect()
+}
+
+/// Parses `peers`: each needs a TCP port, as peers are checked over TCP.
+fn peer_list(list: Option<String>) -> anyhow::Result<Vec<osprey_server::PublicHost>> {
+    let peers = host_list("peers", list)?;
+    if let Some(peer) = peers.iter().find(|p| p.tcp_port.is_none() || p.is_onion()) {
+        bail!(
+            "peers: {} needs a TCP port and a clearnet host (Osprey checks peers over TCP)",
+            peer.host
+        );
+    }
+    Ok(peers)
 }
 
 fn read_file(path: &Path) -> anyhow::Result<ConfigArgs> {
@@ -391,6 +445,7 @@ mod tests {
             "poll_interval_ms" => config.poll_interval_ms.to_string(),
             "banner" => config.banner.clone(),
             "client_memory_bytes_max" => config.client_memory_bytes_max.to_string(),
+            "sessions_per_ip_max" => config.sessions_per_ip_max.to_string(),
             "block_source" => match &config.chain {
                 ChainConfig::Node {
                     block_source: osprey_chain::BlockSourceChoice::Auto,
@@ -399,7 +454,9 @@ mod tests {
                 other => format!("{other:?}"),
             },
             "conf" | "db_dir" | "daemon_dir" | "daemon_rpc_addr" | "cookie_file" | "auth"
-            | "blocks_dir" | "electrum_rpc_addr" | "reindex" => return None,
+            | "blocks_dir" | "electrum_rpc_addr" | "reindex" | "public_hosts" | "peers" => {
+                return None
+            }
             other => panic!("setting {other} is new: say here what its default resolves to"),
         })
     }
@@ -496,6 +553,54 @@ mod tests {
         let limits = osprey_server::Limits::default();
         assert_eq!(defaults.line_bytes_max, limits.line_bytes_max);
         assert_eq!(defaults.batch_requests_max, limits.batch_requests_max);
+        assert_eq!(defaults.sessions_per_ip_max, limits.sessions_per_ip_max);
+    }
+
+    #[test]
+    fn public_hosts_and_peers_are_lists_of_hosts_and_ports() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("osprey.toml");
+        std::fs::write(
+            &path,
+            "auth = \"u:p\"\npublic_hosts = \"Electrum.Example.com:t50001:s50002, [2001:db8::1]:s50002\"\npeers = \"a.example.org:t50001,b.example.org:t50001:s50002\"\n",
+        )
+        .unwrap();
+        let c = args(Some(&path)).resolve().unwrap();
+        let names: Vec<(&str, Option<u16>, Option<u16>)> = c
+            .public_hosts
+            .iter()
+            .map(|h| (h.host.as_str(), h.tcp_port, h.ssl_port))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("electrum.example.com", Some(50001), Some(50002)),
+                ("2001:db8::1", None, Some(50002))
+            ]
+        );
+        assert_eq!(c.peers.len(), 2);
+        assert_eq!(c.sessions_per_ip_max, 12);
+        let mut a = args(Some(&path));
+        a.peers = Some("tls-only.example.org:s50002".into());
+        let err = format!("{:#}", a.resolve().unwrap_err());
+        assert!(
+            err.contains("peers: tls-only.example.org needs a TCP port"),
+            "{err}"
+        );
+        let mut a = args(Some(&path));
+        a.public_hosts = Some("example.com".into());
+        let err = format!("{:#}", a.resolve().unwrap_err());
+        assert!(
+            err.starts_with("public_hosts: \"example.com\": give at least one port"),
+            "{err}"
+        );
+        let mut a = args(Some(&path));
+        a.sessions_per_ip_max = Some(0);
+        let err = format!("{:#}", a.resolve().unwrap_err());
+        assert!(
+            err.contains("sessions_per_ip_max must be at least 1"),
+            "{err}"
+        );
     }
 
     /// `contrib/osprey.toml.example` names every config key of the README

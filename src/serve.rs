@@ -248,6 +248,7 @@ pub fn run_server(
         subscriptions_per_session_max: config.subscriptions_per_session_max,
         sessions_max: config.sessions_max,
         client_memory_bytes_max: config.client_memory_bytes_max,
+        sessions_per_ip_max: config.sessions_per_ip_max,
         ..osprey_server::Limits::default()
     };
     limits.validate().context("invalid server limits")?;
@@ -284,6 +285,11 @@ pub fn run_server(
         donation_address: String::new(),
         server_version: format!("Osprey {}", env!("CARGO_PKG_VERSION")),
         limits,
+        peering: osprey_server::PeerConfig {
+            public_hosts: config.public_hosts.clone(),
+            peers: config.peers.clone(),
+            private_peers_allowed: false,
+        },
     };
     let server = {
         let stop = Arc::clone(&stop);

@@ -9,12 +9,13 @@ use crate::backend::Backend;
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Incoming, Message};
 use crate::request::{Request, ScriptKey, ScriptMethod};
-use crate::server::ServerInfo;
+use crate::server::{PeerFeatures, Peers, ServerInfo};
 use crate::session::{SessionState, SubscriptionBudget};
 use crate::version::ProtocolVersion;
 use crate::{fee, headers, mempool, scripthash, server, transaction};
 use osprey_core::StatusHash;
 use serde_json::Value;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -80,6 +81,9 @@ pub struct Dispatcher {
     /// the pool too would only add context switches.
     handling: AtomicUsize,
     cores: usize,
+    /// The peer list; `None` for a server that takes no part in peer
+    /// discovery (no peers, `server.add_peer` answers false).
+    peers: Option<Arc<dyn Peers>>,
 }
 
 /// A request of a batch, between the in-order phase and the parallel one.
@@ -111,6 +115,35 @@ impl Dispatcher {
             batch_pool,
             handling: AtomicUsize::new(0),
             cores: std::thread::available_parallelism().map_or(1, usize::from),
+            peers: None,
+        }
+    }
+
+    /// Answers `server.peers.subscribe` and `server.add_peer` from `peers`.
+    pub fn with_peers(mut self, peers: Arc<dyn Peers>) -> Self {
+        self.peers = Some(peers);
+        self
+    }
+
+    /// `server.add_peer`: whether the announced server was tentatively
+    /// accepted. Features this server cannot use (another chain, no
+    /// reachable host) are a `false`, as the spec's result is a boolean.
+    fn add_peer(&self, source: Option<IpAddr>, features: &Value) -> bool {
+        let (Some(peers), Some(source)) = (&self.peers, source) else {
+            return false;
+        };
+        match PeerFeatures::parse(features) {
+            Ok(features) if features.genesis_hash == self.config.info.genesis_hash.to_string() => {
+                peers.add(features, source)
+            }
+            Ok(_) => {
+                tracing::debug!(%source, "add_peer refused: another chain's genesis hash");
+                false
+            }
+            Err(e) => {
+                tracing::debug!(%source, "add_peer refused: {e}");
+                false
+            }
         }
     }
 
@@ -196,12 +229,13 @@ impl Dispatcher {
         jsonrpc::refusal(&response, &error).to_string()
     }
 
-    /// A session whose subscriptions are charged to the server's client
-    /// memory budget.
-    pub fn new_session(&self) -> SessionState {
+    /// The state of a new session from `source`, its subscriptions charged
+    /// to the server's client memory budget.
+    pub fn new_session(&self, source: IpAddr) -> SessionState {
+        let state = SessionState::from_source(source);
         match &self.config.subscription_budget {
-            Some(budget) => SessionState::with_budget(budget),
-            None => SessionState::new(),
+            Some(budget) => state.charged_to(budget),
+            None => state,
         }
     }
 
@@ -258,6 +292,11 @@ impl Dispatcher {
                                 Ok(new) => Pending::Subscribe { id, key, new },
                                 Err(e) => Pending::Done(Some(jsonrpc::response(id, Err(e)))),
                             }
+                        }
+                        Ok(Request::ServerAddPeer { features }) => {
+                            state.note_other_message();
+                            let added = self.add_peer(state.source(), &features);
+                            Pending::Done(Some(jsonrpc::response(id, Ok(Value::Bool(added)))))
                         }
                         Ok(request) => {
                             state.note_other_message();
@@ -430,6 +469,9 @@ impl Dispatcher {
                 }
                 Ok(Value::Bool(removed))
             }
+            Request::ServerAddPeer { features } => {
+                Ok(Value::Bool(self.add_peer(state.source(), &features)))
+            }
             query => self.execute_query(state.protocol(), query),
         }
     }
@@ -449,7 +491,9 @@ impl Dispatcher {
                 Ok(Value::String(config.info.donation_address.clone()))
             }
             Request::ServerFeatures => Ok(server::features(&config.info, protocol)),
-            Request::ServerPeersSubscribe => Ok(server::peers()),
+            Request::ServerPeersSubscribe => Ok(server::peers(
+                &self.peers.as_ref().map(|p| p.known()).unwrap_or_default(),
+            )),
             Request::ServerPing { pong_len } => {
                 server::ping(protocol, pong_len, config.pong_len_max)
             }
@@ -491,7 +535,9 @@ impl Dispatcher {
             } => transaction::id_from_pos(backend, height, tx_pos, merkle),
             Request::MempoolFeeHistogram => Ok(mempool::fee_histogram(backend)),
             Request::MempoolGetInfo => mempool::info(backend),
-            Request::ServerVersion { .. } | Request::HeadersSubscribe => Err(RpcError::Internal(
+            Request::ServerVersion { .. }
+            | Request::HeadersSubscribe
+            | Request::ServerAddPeer { .. } => Err(RpcError::Internal(
                 "a request that changes the session was run as a query".into(),
             )),
         }

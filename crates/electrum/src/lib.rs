@@ -36,7 +36,7 @@ pub use backend::Backend;
 pub use dispatch::{DispatchConfig, Dispatcher, Effect, Outcome};
 pub use error::RpcError;
 pub use request::{Request, ScriptForm, ScriptKey};
-pub use server::ServerInfo;
+pub use server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};
 pub use session::{SessionState, SubscriptionBudget};
 pub use version::ProtocolVersion;
 

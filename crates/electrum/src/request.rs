@@ -72,6 +72,11 @@ pub enum Request {
     ServerDonationAddress,
     ServerFeatures,
     ServerPeersSubscribe,
+    /// Another server asks to be listed; `features` is an object (what its
+    /// `server.features` returns), read by `server::PeerFeatures`.
+    ServerAddPeer {
+        features: Value,
+    },
     /// Below 1.7 both are ignored and the answer is `null`; the 1.7 draft
     /// answers with `pong_len` characters of padding.
     ServerPing {
@@ -184,6 +189,16 @@ impl Request {
             "server.donation_address" => none(R::ServerDonationAddress),
             "server.features" => none(R::ServerFeatures),
             "server.peers.subscribe" => none(R::ServerPeersSubscribe),
+            "server.add_peer" => {
+                let p = reader(&["features"])?;
+                match p.opt_value(0) {
+                    Some(features @ Value::Object(_)) => Ok(R::ServerAddPeer {
+                        features: features.clone(),
+                    }),
+                    Some(_) => Err(RpcError::param("features", "must be an object")),
+                    None => Err(RpcError::param("features", "missing required parameter")),
+                }
+            }
             "server.ping" => {
                 let p = reader(&["pong_len", "data"])?;
                 let pong_len = p.opt_u32(0)?.unwrap_or(0);

@@ -1,11 +1,15 @@
-//! The `server.*` family: version, banner, features, ping, donation address
-//! and peers. Pure result shaping from the server's configuration; version
-//! negotiation itself lives in `session` and `version`.
+//! The `server.*` family: version, banner, features, ping, donation address,
+//! peers and add_peer. Pure result shaping from the server's configuration,
+//! and the reading of another server's features for peer discovery; version
+//! negotiation itself lives in `session` and `version`, the peer list and
+//! the connections that verify peers in `osprey-server`.
 
 use crate::error::RpcError;
 use crate::version::ProtocolVersion;
 use bitcoin::BlockHash;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
+use std::net::IpAddr;
+use std::str::FromStr;
 
 /// What the server says about itself (from `osprey_server::ServerConfig`).
 #[derive(Debug, Clone)]
@@ -15,6 +19,221 @@ pub struct ServerInfo {
     pub banner: String,
     pub donation_address: String,
     pub genesis_hash: BlockHash,
+    /// Where the public can reach this server (`server.features` `hosts`);
+    /// empty for a private server.
+    pub hosts: Vec<PublicHost>,
+}
+
+/// A host name (or IP address) at which a server can be reached, with its
+/// ports: one entry of `server.features`' `hosts`, and the operator's way to
+/// name a public host or a peer, `HOST[:tPORT][:sPORT]` (the letters of
+/// `server.peers.subscribe`; an IPv6 address in brackets).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicHost {
+    pub host: String,
+    pub tcp_port: Option<u16>,
+    pub ssl_port: Option<u16>,
+}
+
+/// Longest host name (DNS allows 253 characters).
+const HOST_LEN_MAX: usize = 255;
+
+impl FromStr for PublicHost {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<PublicHost, String> {
+        let s = s.trim();
+        let (host, ports) = match s.strip_prefix('[') {
+            Some(rest) => {
+                let (ip, ports) = rest
+                    .split_once(']')
+                    .ok_or_else(|| format!("{s:?}: an IPv6 address needs its closing ]"))?;
+                ip.parse::<std::net::Ipv6Addr>()
+                    .map_err(|_| format!("{s:?}: {ip:?} is not an IPv6 address"))?;
+                (ip, ports)
+            }
+            None => match s.find(':') {
+                Some(at) => (&s[..at], &s[at..]),
+                None => (s, ""),
+            },
+        };
+        check_host(host).map_err(|e| format!("{s:?}: {e}"))?;
+        let mut public = PublicHost {
+            host: host.to_ascii_lowercase(),
+            tcp_port: None,
+            ssl_port: None,
+        };
+        for part in ports.split(':').skip(1) {
+            let (slot, letter) = match part.chars().next() {
+                Some('t') => (&mut public.tcp_port, 't'),
+                Some('s') => (&mut public.ssl_port, 's'),
+                _ => return Err(format!("{s:?}: expected tPORT or sPORT, got {part:?}")),
+            };
+            let port: u16 = part[1..]
+                .parse()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| format!("{s:?}: {part:?} is not {letter} and a port"))?;
+            if slot.replace(port).is_some() {
+                return Err(format!("{s:?}: two {letter} ports"));
+            }
+        }
+        if public.tcp_port.is_none() && public.ssl_port.is_none() {
+            return Err(format!(
+                "{s:?}: give at least one port, e.g. {host}:t50001:s50002"
+            ));
+        }
+        Ok(public)
+    }
+}
+
+/// Checks a host name or IP address as announced by a peer or configured.
+fn check_host(host: &str) -> Result<(), String> {
+    if host.is_empty() {
+        return Err("empty host".into());
+    }
+    if host.len() > HOST_LEN_MAX {
+        return Err(format!("host longer than {HOST_LEN_MAX} characters"));
+    }
+    if host.parse::<IpAddr>().is_ok() {
+        return Ok(());
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if !host.split('.').all(label_ok) {
+        return Err(format!("{host:?} is not a host name or IP address"));
+    }
+    Ok(())
+}
+
+impl PublicHost {
+    /// The `hosts` value of this host: its ports, an absent one omitted
+    /// (the spec allows omitting or null).
+    fn ports_json(&self) -> Value {
+        let mut ports = Map::new();
+        if let Some(port) = self.tcp_port {
+            ports.insert("tcp_port".into(), port.into());
+        }
+        if let Some(port) = self.ssl_port {
+            ports.insert("ssl_port".into(), port.into());
+        }
+        Value::Object(ports)
+    }
+
+    /// Whether the host is a Tor onion address (which we do not reach).
+    pub fn is_onion(&self) -> bool {
+        self.host.ends_with(".onion")
+    }
+}
+
+/// One verified peer, as `server.peers.subscribe` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// The address we verified it at.
+    pub ip: IpAddr,
+    pub host: String,
+    /// Its `protocol_max`.
+    pub protocol_max: String,
+    /// Its pruning limit; `None` when it does not prune.
+    pub pruning: Option<u64>,
+    pub tcp_port: Option<u16>,
+    pub ssl_port: Option<u16>,
+}
+
+/// What a server says about itself in `server.features` (and sends with
+/// `server.add_peer`), as far as peer discovery needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerFeatures {
+    pub genesis_hash: String,
+    /// Its hosts, by name (serde_json keeps objects sorted); malformed
+    /// entries are left out.
+    pub hosts: Vec<PublicHost>,
+    pub protocol_max: String,
+    pub pruning: Option<u64>,
+}
+
+/// Host entries of a peer's features looked at (a server normally has one
+/// or two: clearnet and Tor).
+const PEER_HOSTS_MAX: usize = 8;
+
+impl PeerFeatures {
+    /// Reads a `server.features` result.
+    ///
+    /// # Errors
+    /// A message naming what is missing or malformed.
+    pub fn parse(features: &Value) -> Result<PeerFeatures, String> {
+        let object = features.as_object().ok_or("features are not an object")?;
+        let genesis_hash = object
+            .get("genesis_hash")
+            .and_then(Value::as_str)
+            .filter(|g| g.len() == 64 && g.bytes().all(|b| b.is_ascii_hexdigit()))
+            .ok_or("no genesis_hash")?
+            .to_ascii_lowercase();
+        let hosts = object
+            .get("hosts")
+            .and_then(Value::as_object)
+            .ok_or("no hosts object")?
+            .iter()
+            .take(PEER_HOSTS_MAX)
+            .filter_map(|(host, ports)| {
+                let port = |key: &str| {
+                    ports
+                        .get(key)
+                        .and_then(Value::as_u64)
+                        .and_then(|p| u16::try_from(p).ok())
+                        .filter(|p| *p != 0)
+                };
+                check_host(host).ok()?;
+                Some(PublicHost {
+                    host: host.to_ascii_lowercase(),
+                    tcp_port: port("tcp_port"),
+                    ssl_port: port("ssl_port"),
+                })
+            })
+            .collect();
+        let protocol_max = object
+            .get("protocol_max")
+            .and_then(Value::as_str)
+            .filter(|v| {
+                !v.is_empty() && v.len() <= 16 && v.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+            })
+            .ok_or("no protocol_max")?
+            .to_string();
+        let pruning = object
+            .get("pruning")
+            .and_then(Value::as_u64)
+            .filter(|p| *p > 0);
+        Ok(PeerFeatures {
+            genesis_hash,
+            hosts,
+            protocol_max,
+            pruning,
+        })
+    }
+
+    /// The entry of `hosts` named `host` (case-insensitive).
+    pub fn host(&self, host: &str) -> Option<&PublicHost> {
+        self.hosts
+            .iter()
+            .find(|h| h.host.eq_ignore_ascii_case(host))
+    }
+}
+
+/// The peer list and the verification of announced peers, kept by the
+/// server (`osprey-server`), asked by `server.peers.subscribe` and
+/// `server.add_peer`. Must not block: `add` only queues a verification.
+pub trait Peers: Send + Sync {
+    /// The verified peers.
+    fn known(&self) -> Vec<PeerInfo>;
+    /// `server.add_peer` from a client at `source`: whether the peer was
+    /// tentatively accepted (queued for verification, or known already).
+    fn add(&self, features: PeerFeatures, source: IpAddr) -> bool;
 }
 
 /// Returns `server.version`'s result: `[server_software_version, protocol_version]`.
@@ -22,14 +241,22 @@ pub fn version(info: &ServerInfo, negotiated: ProtocolVersion) -> Value {
     json!([info.server_version, negotiated.to_string()])
 }
 
-/// Returns `server.features`. `hosts` is empty because we do not take part
-/// in peer discovery. The 1.7 draft adds `method_flavours`, empty because
-/// every optional feature (cp_height, verbose transactions, get_merkle
-/// without a height) is supported.
+/// Returns `server.features`. `hosts` lists the public hosts; a private
+/// server (none configured) sends `{}`: the key is mandatory, and an empty
+/// dictionary claims no route, so no peer will list us (as ElectrumX does
+/// without REPORT_SERVICES; guessing a local address, as Fulcrum does,
+/// would advertise one that is wrong behind NAT). The 1.7 draft adds
+/// `method_flavours`, empty because every optional feature (cp_height,
+/// verbose transactions, get_merkle without a height) is supported.
 pub fn features(info: &ServerInfo, protocol: ProtocolVersion) -> Value {
+    let hosts: Map<String, Value> = info
+        .hosts
+        .iter()
+        .map(|h| (h.host.clone(), h.ports_json()))
+        .collect();
     let mut features = json!({
         "genesis_hash": info.genesis_hash.to_string(),
-        "hosts": {},
+        "hosts": hosts,
         "protocol_max": ProtocolVersion::MAX.to_string(),
         "protocol_min": ProtocolVersion::MIN.to_string(),
         "pruning": null,
@@ -65,9 +292,21 @@ pub fn ping(
     Ok(json!({ "data": "0".repeat(len) }))
 }
 
-/// Returns `server.peers.subscribe`'s result: we know of no peers.
-pub fn peers() -> Value {
-    json!([])
+/// Returns `server.peers.subscribe`'s result: `[ip, host, features]` per
+/// peer, the features being `v` and the maximum protocol version, `p` and
+/// the pruning limit when it prunes, `t` and `s` with their ports (always
+/// written out: a bare letter would mean the network's default port).
+pub fn peers(peers: &[PeerInfo]) -> Value {
+    peers
+        .iter()
+        .map(|peer| {
+            let mut features = vec![format!("v{}", peer.protocol_max)];
+            features.extend(peer.pruning.map(|p| format!("p{p}")));
+            features.extend(peer.tcp_port.map(|p| format!("t{p}")));
+            features.extend(peer.ssl_port.map(|p| format!("s{p}")));
+            json!([peer.ip.to_string(), peer.host, features])
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -81,6 +320,7 @@ mod tests {
             banner: "hi".into(),
             donation_address: String::new(),
             genesis_hash: BlockHash::all_zeros(),
+            hosts: Vec::new(),
         }
     }
 
@@ -106,6 +346,91 @@ mod tests {
         assert_eq!(f["hash_function"], "sha256");
         assert!(f["pruning"].is_null());
         assert_eq!(f["hosts"], json!({}));
+    }
+
+    #[test]
+    fn public_hosts_parse_from_the_peer_list_letters() {
+        let host = |s: &str| s.parse::<PublicHost>();
+        assert_eq!(
+            host("Electrum.Example.com:t50001:s50002"),
+            Ok(PublicHost {
+                host: "electrum.example.com".into(),
+                tcp_port: Some(50001),
+                ssl_port: Some(50002)
+            })
+        );
+        assert_eq!(
+            host(" 203.0.113.7:s995 "),
+            Ok(PublicHost {
+                host: "203.0.113.7".into(),
+                tcp_port: None,
+                ssl_port: Some(995)
+            })
+        );
+        assert_eq!(
+            host("[2001:db8::1]:t50001"),
+            Ok(PublicHost {
+                host: "2001:db8::1".into(),
+                tcp_port: Some(50001),
+                ssl_port: None
+            })
+        );
+        for (bad, why) in [
+            ("example.com", "give at least one port"),
+            ("example.com:50001", "expected tPORT or sPORT"),
+            ("example.com:t", "is not t and a port"),
+            ("example.com:t0", "is not t and a port"),
+            ("example.com:t70000", "is not t and a port"),
+            ("example.com:t1:t2", "two t ports"),
+            (":t50001", "empty host"),
+            ("exa mple.com:t1", "not a host name"),
+            ("[2001:db8::1:t1", "closing ]"),
+            ("[example.com]:t1", "not an IPv6 address"),
+        ] {
+            let e = host(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn peer_features_keep_what_peering_needs() {
+        let f = PeerFeatures::parse(&json!({
+            "genesis_hash": "0F9188F13CB7B2C71F2A335E3A4FC328BF5BEB436012AFCA590B1A11466E2206",
+            "hosts": {
+                "a.example": {"tcp_port": 50001, "ssl_port": 50002},
+                "b.example": {"tcp_port": "50001", "ssl_port": 0},
+                "not a host": {"tcp_port": 1},
+            },
+            "protocol_max": "1.4.2",
+            "pruning": 0,
+        }))
+        .unwrap();
+        assert_eq!(
+            f.genesis_hash,
+            "0f9188f13cb7b2c71f2a335e3a4fc328bf5beb436012afca590b1a11466e2206"
+        );
+        assert_eq!(f.hosts.len(), 2);
+        assert_eq!(f.host("A.example").unwrap().ssl_port, Some(50002));
+        let b = f.host("b.example").unwrap();
+        assert_eq!((b.tcp_port, b.ssl_port), (None, None));
+        assert_eq!(f.protocol_max, "1.4.2");
+        assert_eq!(f.pruning, None);
+        for (bad, why) in [
+            (json!([]), "not an object"),
+            (json!({"hosts": {}, "protocol_max": "1.4"}), "genesis_hash"),
+            (json!({"genesis_hash": "ab", "hosts": {}}), "genesis_hash"),
+            (
+                json!({"genesis_hash": "00".repeat(32), "protocol_max": "1.4"}),
+                "hosts",
+            ),
+            (
+                json!({"genesis_hash": "00".repeat(32), "hosts": {}, "protocol_max": "x"}),
+                "protocol_max",
+            ),
+        ] {
+            let e = PeerFeatures::parse(&bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 
     #[test]

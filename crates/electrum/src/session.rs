@@ -10,6 +10,7 @@ use crate::request::{ScriptForm, ScriptKey};
 use crate::version::{self, ProtocolVersion};
 use osprey_core::{ByteBudget, Charge, ScriptHash};
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// The protocol state of one client connection.
@@ -28,6 +29,9 @@ pub struct SessionState {
     /// budget), and what they must leave free of it.
     subscription_charge: Option<(Charge, usize)>,
     headers_subscribed: bool,
+    /// The client's address, for `server.add_peer` (a peer must announce
+    /// a host at the address it calls from).
+    source: Option<IpAddr>,
 }
 
 /// What one script subscription costs the server: this session's map entry
@@ -50,11 +54,23 @@ impl SessionState {
         Self::default()
     }
 
-    /// A session whose subscriptions are charged to `budget`.
-    pub fn with_budget(budget: &SubscriptionBudget) -> Self {
+    /// The state of a connection from `source`.
+    pub fn from_source(source: IpAddr) -> Self {
+        SessionState {
+            source: Some(source),
+            ..Self::default()
+        }
+    }
+
+    pub fn source(&self) -> Option<IpAddr> {
+        self.source
+    }
+
+    /// This session, with its subscriptions charged to `budget`.
+    pub fn charged_to(self, budget: &SubscriptionBudget) -> Self {
         SessionState {
             subscription_charge: Some((Charge::new(&budget.budget), budget.keep_free)),
-            ..Self::default()
+            ..self
         }
     }
 

@@ -3,14 +3,15 @@
 
 use crate::dispatch::{DispatchConfig, Dispatcher, Effect, Outcome};
 use crate::fake::{fake_header, FakeBackend};
-use crate::server::ServerInfo;
+use crate::server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};
 use crate::session::SessionState;
 use bitcoin::hashes::Hash;
 use bitcoin::{BlockHash, TxMerkleNode, Txid};
 use osprey_core::{Height, ScriptHash, StatusHash};
 use osprey_query::{Balance, HistoryEntry, TxMerkle, Utxo};
 use serde_json::{json, Value};
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 
 const SH: &str = "8b01df4e368ea28f8dc0423bcf7a4923e3a12d307c875e47a0cfbf90b5c39161";
 const P2PKH: &str = "76a91462e907b15cbf27d5425399ebf6f0fb50ebb88f1888ac";
@@ -28,6 +29,7 @@ fn config() -> DispatchConfig {
             banner: "Welcome".into(),
             donation_address: "bc1qdonate".into(),
             genesis_hash: BlockHash::all_zeros(),
+            hosts: Vec::new(),
         },
         headers_per_call_max: 2016,
         batch_requests_max: 5,
@@ -838,4 +840,177 @@ fn responses_over_the_reply_limit_are_refused() {
         );
     }
     assert_eq!(h.ok("server.banner", json!([])), "Welcome");
+}
+
+/// A peer list that answers `accept` to add_peer and records each call.
+struct RecordingPeers {
+    listed: Vec<PeerInfo>,
+    accept: bool,
+    added: Mutex<Vec<(PeerFeatures, IpAddr)>>,
+}
+
+impl Peers for RecordingPeers {
+    fn known(&self) -> Vec<PeerInfo> {
+        self.listed.clone()
+    }
+
+    fn add(&self, features: PeerFeatures, source: IpAddr) -> bool {
+        self.added.lock().unwrap().push((features, source));
+        self.accept
+    }
+}
+
+fn with_peers(peers: Arc<RecordingPeers>, source: Option<&str>) -> Harness {
+    let mut config = config();
+    config.info.hosts = vec![
+        "electrum.example.com:t50001:s50002".parse().unwrap(),
+        "abcdefghij234567.onion:t50001".parse().unwrap(),
+    ];
+    let backend = Arc::new(FakeBackend::with_tip(3000));
+    Harness {
+        dispatcher: Dispatcher::new(backend.clone(), config).with_peers(peers),
+        backend,
+        state: match source {
+            Some(ip) => SessionState::from_source(ip.parse().unwrap()),
+            None => SessionState::new(),
+        },
+    }
+}
+
+/// `hosts` in the spec's shape, a host without TLS omitting `ssl_port`;
+/// the peer list as `[ip, host, ["v…", "p…", "t…", "s…"]]`.
+#[test]
+fn public_hosts_and_peers_have_the_specs_shape() {
+    let peers = Arc::new(RecordingPeers {
+        listed: vec![
+            PeerInfo {
+                ip: "203.0.113.7".parse().unwrap(),
+                host: "peer.example.org".into(),
+                protocol_max: "1.6".into(),
+                pruning: None,
+                tcp_port: Some(50001),
+                ssl_port: Some(50002),
+            },
+            PeerInfo {
+                ip: "2001:db8::7".parse().unwrap(),
+                host: "2001:db8::7".into(),
+                protocol_max: "1.4".into(),
+                pruning: Some(10000),
+                tcp_port: None,
+                ssl_port: Some(995),
+            },
+        ],
+        accept: true,
+        added: Mutex::new(Vec::new()),
+    });
+    let mut h = with_peers(peers, None);
+    let f = h.ok("server.features", json!([]));
+    assert_eq!(
+        f["hosts"],
+        json!({
+            "electrum.example.com": {"tcp_port": 50001, "ssl_port": 50002},
+            "abcdefghij234567.onion": {"tcp_port": 50001},
+        })
+    );
+    assert_eq!(
+        h.ok("server.peers.subscribe", json!([])),
+        json!([
+            [
+                "203.0.113.7",
+                "peer.example.org",
+                ["v1.6", "t50001", "s50002"]
+            ],
+            ["2001:db8::7", "2001:db8::7", ["v1.4", "p10000", "s995"]],
+        ])
+    );
+    // What a server without public hosts reports: the mandatory key, empty.
+    let mut h = Harness::at("1.4");
+    assert_eq!(h.ok("server.features", json!([]))["hosts"], json!({}));
+}
+
+/// add_peer hands the peer list the announced features and the caller's
+/// address and answers its verdict; another chain's features never reach
+/// it; a server without a peer list, or a caller without an address,
+/// gets false.
+#[test]
+fn add_peer_reaches_the_peer_list_with_the_callers_address() {
+    let features = |genesis: String| {
+        json!({
+            "genesis_hash": genesis,
+            "hosts": {"Peer.Example.org": {"tcp_port": 50001, "ssl_port": null}},
+            "protocol_max": "1.6",
+            "protocol_min": "1.4",
+            "pruning": null,
+            "server_version": "ElectrumX 1.18",
+            "hash_function": "sha256",
+        })
+    };
+    let ours = BlockHash::all_zeros().to_string();
+    for accept in [true, false] {
+        let peers = Arc::new(RecordingPeers {
+            listed: Vec::new(),
+            accept,
+            added: Mutex::new(Vec::new()),
+        });
+        let mut h = with_peers(Arc::clone(&peers), Some("198.51.100.9"));
+        assert_eq!(
+            h.ok("server.add_peer", json!([features(ours.clone())])),
+            accept
+        );
+        let added = peers.added.lock().unwrap().clone();
+        assert_eq!(added.len(), 1);
+        let (announced, source) = &added[0];
+        assert_eq!(*source, "198.51.100.9".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            announced.hosts,
+            vec![PublicHost {
+                host: "peer.example.org".into(),
+                tcp_port: Some(50001),
+                ssl_port: None
+            }]
+        );
+        assert_eq!(announced.protocol_max, "1.6");
+    }
+    let peers = Arc::new(RecordingPeers {
+        listed: Vec::new(),
+        accept: true,
+        added: Mutex::new(Vec::new()),
+    });
+    let mut h = with_peers(Arc::clone(&peers), Some("198.51.100.9"));
+    let other_chain = "00".repeat(31) + "01";
+    assert_eq!(
+        h.ok(
+            "server.add_peer",
+            json!({"features": features(other_chain)})
+        ),
+        false
+    );
+    assert_eq!(
+        h.ok("server.add_peer", json!([{"hosts": {}}])),
+        false,
+        "no genesis hash"
+    );
+    assert!(peers.added.lock().unwrap().is_empty());
+    let (code, msg) = h.err("server.add_peer", json!(["peer.example.org"]));
+    assert_eq!(
+        (code, msg.as_str()),
+        (-32602, "invalid params: features: must be an object")
+    );
+    // Batched, it is answered too.
+    let call = json!({"id": 3, "method": "server.add_peer", "params": [features(ours.clone())]});
+    let out = h.line(&json!([call, {"id": 4, "method": "server.banner"}]).to_string());
+    let answers: Value = serde_json::from_str(&out.response.unwrap()).unwrap();
+    assert_eq!(
+        answers[0],
+        json!({"jsonrpc": "2.0", "id": 3, "result": true})
+    );
+    assert_eq!(peers.added.lock().unwrap().len(), 1);
+    // No peer list, or no caller address: false.
+    let mut h = Harness::at("1.4");
+    assert_eq!(
+        h.ok("server.add_peer", json!([features(ours.clone())])),
+        false
+    );
+    let mut h = with_peers(peers, None);
+    assert_eq!(h.ok("server.add_peer", json!([features(ours)])), false);
 }

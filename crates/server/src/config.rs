@@ -4,6 +4,7 @@
 //! takes the defaults from here.
 
 use osprey_core::Network;
+use osprey_electrum::PublicHost;
 use std::net::SocketAddr;
 
 /// Everything `serve` needs besides the backend.
@@ -18,6 +19,26 @@ pub struct ServerConfig {
     /// First element of `server.version`'s answer, e.g. "Osprey 0.1.0".
     pub server_version: String,
     pub limits: Limits,
+    pub peering: PeerConfig,
+}
+
+/// Peer discovery, for public servers. All empty (the default): a private
+/// server, which reports no hosts, lists no peers and refuses add_peer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerConfig {
+    /// Where the public reaches this server: `server.features` `hosts`, and
+    /// what is announced to `peers` (their add_peer checks the first of
+    /// these, by name, with a TCP port). Empty: a private server.
+    pub public_hosts: Vec<PublicHost>,
+    /// Peers the operator names: checked at start and every hour, listed
+    /// in `server.peers.subscribe` while they pass, and announced to when
+    /// `public_hosts` is set. Each needs a TCP port (checks use TCP).
+    pub peers: Vec<PublicHost>,
+    /// Whether `server.add_peer` may add a server at a loopback or private
+    /// address. Off for real servers: such a peer helps no wallet, and it
+    /// would let a host on the LAN have us probe the LAN. Tests on
+    /// 127.0.0.1 turn it on.
+    pub private_peers_allowed: bool,
 }
 
 /// Per-connection and global limits. Exceeding one gets a JSON-RPC error
@@ -76,6 +97,12 @@ pub struct Limits {
     /// so that requests can always be read and answered. Default 512 MiB;
     /// at least twice `line_bytes_max + reply_bytes_max`.
     pub client_memory_bytes_max: usize,
+    /// Most concurrent sessions from one IP address. Default 12 (Fulcrum's
+    /// `max_clients_per_ip`: a wallet opens one, a NAT shares a few); an
+    /// extra connection gets a -102 error line and is closed. 127.0.0.1
+    /// and ::1 are exempt: a local Tor daemon or reverse proxy connects
+    /// from there on behalf of every client (see `per_ip`).
+    pub sessions_per_ip_max: usize,
 }
 
 impl Default for Limits {
@@ -92,6 +119,7 @@ impl Default for Limits {
             write_timeout_secs: 60,
             outgoing_queue_max: 10_000,
             client_memory_bytes_max: 512 << 20,
+            sessions_per_ip_max: 12,
         }
     }
 }
@@ -113,7 +141,7 @@ impl Limits {
     /// # Errors
     /// `TooSmall` naming the first limit below its minimum.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(&'static str, u64, u64); 11] = [
+        let checks: [(&'static str, u64, u64); 12] = [
             ("line_bytes_max", 1024, self.line_bytes_max as u64),
             // Room for the largest answer of all: 2,016 headers as hex.
             ("reply_bytes_max", 1 << 20, self.reply_bytes_max as u64),
@@ -138,6 +166,7 @@ impl Limits {
                 2 * (self.line_bytes_max as u64 + self.reply_bytes_max as u64),
                 self.client_memory_bytes_max as u64,
             ),
+            ("sessions_per_ip_max", 1, self.sessions_per_ip_max as u64),
         ];
         for (name, min, value) in checks {
             if value < min {

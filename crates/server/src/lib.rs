@@ -7,18 +7,23 @@
 //! whenever a block is connected or disconnected or the mempool changes
 //! (tests give `Server::bind_with` a channel of their own instead).
 //!
-//! Layout: `config` (ServerConfig, Limits), `framer` (newline framing with a
-//! length cap), `session` (one connection, generic over AsyncRead +
-//! AsyncWrite so TLS can plug in), `notifier` (the single owner of the
-//! subscription registry).
+//! Layout: `config` (ServerConfig, Limits, PeerConfig), `framer` (newline
+//! framing with a length cap), `session` (one connection, generic over
+//! AsyncRead + AsyncWrite so TLS can plug in), `notifier` (the single owner
+//! of the subscription registry), `per_ip` (sessions per client address),
+//! `peers` (peer discovery: the peer list, its checks, our announcement).
 
 mod activity;
 mod config;
 mod framer;
 mod notifier;
+mod peers;
+mod per_ip;
 mod session;
 
-pub use config::{ConfigError, Limits, ServerConfig};
+pub use config::{ConfigError, Limits, PeerConfig, ServerConfig};
+/// How `PeerConfig` names a host; the binary parses settings into it.
+pub use osprey_electrum::PublicHost;
 
 use activity::Activity;
 use anyhow::Context;
@@ -28,6 +33,8 @@ use osprey_electrum::{
     Backend, DispatchConfig, Dispatcher, RpcError, ServerInfo, SubscriptionBudget,
 };
 use osprey_query::{Change, Query};
+use peers::PeerList;
+use per_ip::PerIp;
 use session::SessionContext;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -128,27 +135,38 @@ impl Server {
         } = self;
         let limits = config.limits.clone();
         let client_memory = ByteBudget::new(limits.client_memory_bytes_max);
-        let dispatcher = Arc::new(Dispatcher::new(
-            Arc::clone(&backend),
-            DispatchConfig {
-                info: ServerInfo {
-                    server_version: config.server_version.clone(),
-                    banner: config.banner.clone(),
-                    donation_address: config.donation_address.clone(),
-                    genesis_hash: config.network.genesis_hash(),
+        let info = ServerInfo {
+            server_version: config.server_version.clone(),
+            banner: config.banner.clone(),
+            donation_address: config.donation_address.clone(),
+            genesis_hash: config.network.genesis_hash(),
+            hosts: config.peering.public_hosts.clone(),
+        };
+        let peer_list = PeerList::new(&config.peering, &info);
+        let dispatcher = Arc::new(
+            Dispatcher::new(
+                Arc::clone(&backend),
+                DispatchConfig {
+                    info,
+                    headers_per_call_max: limits.headers_per_call_max,
+                    batch_requests_max: limits.batch_requests_max,
+                    reply_bytes_max: limits.reply_bytes_max,
+                    subscriptions_per_session_max: limits.subscriptions_per_session_max,
+                    pong_len_max: PONG_LEN_MAX,
+                    subscription_budget: Some(SubscriptionBudget {
+                        budget: Arc::clone(&client_memory),
+                        keep_free: limits.line_bytes_max + limits.reply_bytes_max,
+                    }),
                 },
-                headers_per_call_max: limits.headers_per_call_max,
-                batch_requests_max: limits.batch_requests_max,
-                reply_bytes_max: limits.reply_bytes_max,
-                subscriptions_per_session_max: limits.subscriptions_per_session_max,
-                pong_len_max: PONG_LEN_MAX,
-                subscription_budget: Some(SubscriptionBudget {
-                    budget: Arc::clone(&client_memory),
-                    keep_free: limits.line_bytes_max + limits.reply_bytes_max,
-                }),
-            },
-        ));
+            )
+            .with_peers(Arc::new(peer_list.clone())),
+        );
         let (stop_tx, stop_rx) = watch::channel(false);
+        let peer_checks = tokio::spawn(
+            peer_list
+                .run(stop_rx.clone())
+                .instrument(tracing::info_span!("peers")),
+        );
         let (control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE_MAX);
         let processed = Arc::new(AtomicU64::new(0));
         let notifier = Notifier::new(backend, changes, control_rx, Arc::clone(&processed));
@@ -166,6 +184,7 @@ impl Server {
             client_memory,
         });
         let permits = Arc::new(Semaphore::new(limits.sessions_max));
+        let per_ip = PerIp::new(limits.sessions_per_ip_max);
         let mut sessions = JoinSet::new();
         let mut next_id: u64 = 0;
         tracing::info!(addr = %listener.local_addr()?, "Electrum server listening");
@@ -186,6 +205,16 @@ impl Server {
                     };
                     // Responses are small and latency matters more than packets.
                     let _ = stream.set_nodelay(true);
+                    let ip_slot = match per_ip.admit(peer.ip()) {
+                        Ok(slot) => slot,
+                        Err(max) => {
+                            tracing::warn!(%peer, sessions_per_ip_max = max, "refusing connection: too many sessions from its address");
+                            tokio::spawn(refuse_with(stream, RpcError::ServerBusy(format!(
+                                "{max} sessions from your address already, the most allowed"
+                            ))));
+                            continue;
+                        }
+                    };
                     let permit = match Arc::clone(&permits).try_acquire_owned() {
                         Ok(permit) => Some(permit),
                         // Full: the session idle the longest makes room.
@@ -215,8 +244,8 @@ impl Server {
                                     _ => return refuse(stream, sessions_max).await,
                                 },
                             };
-                            session::run(stream, id, ctx, stop).await;
-                            drop(permit);
+                            session::run(stream, peer.ip(), id, ctx, stop).await;
+                            drop((permit, ip_slot));
                         }
                         .instrument(span),
                     );
@@ -242,15 +271,21 @@ impl Server {
             sessions.abort_all();
         }
         let _ = notifier.await;
+        let _ = peer_checks.await;
         Ok(())
     }
 }
 
 /// Tells a connection over `sessions_max` why it is closed.
-async fn refuse(mut stream: TcpStream, sessions_max: usize) {
+async fn refuse(stream: TcpStream, sessions_max: usize) {
     let error = RpcError::ServerBusy(format!(
         "{sessions_max} sessions connected, try again later"
     ));
+    refuse_with(stream, error).await;
+}
+
+/// Sends a refused connection `error` as its only line, then closes it.
+async fn refuse_with(mut stream: TcpStream, error: RpcError) {
     let mut line =
         osprey_electrum::jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
     line.push('\n');

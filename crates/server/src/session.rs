@@ -16,6 +16,7 @@ use crate::framer::{Frame, LineFramer};
 use crate::notifier::{Control, Queued, SessionHandle, SessionId};
 use osprey_core::{ByteBudget, Charge};
 use osprey_electrum::{jsonrpc, Dispatcher, Effect, RpcError, SessionState};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,9 +92,11 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
     }
 }
 
-/// Serves one connection until it closes, idles out, or the server stops.
+/// Serves one connection from `source` until it closes, idles out, or the
+/// server stops.
 pub(crate) async fn run<S>(
     stream: S,
+    source: IpAddr,
     id: SessionId,
     ctx: Arc<SessionContext>,
     shutdown: watch::Receiver<bool>,
@@ -120,7 +123,8 @@ pub(crate) async fn run<S>(
     }
     tracing::debug!("session started");
     let activity = ctx.activity.register(id);
-    let end = serve(stream, id, &ctx, rx, kick, &activity, shutdown).await;
+    let state = ctx.dispatcher.new_session(source);
+    let end = serve(stream, state, id, &ctx, rx, kick, &activity, shutdown).await;
     ctx.activity.unregister(id);
     match &end {
         End::ClientClosed | End::Shutdown => tracing::debug!(?end, "session ended"),
@@ -131,8 +135,10 @@ pub(crate) async fn run<S>(
     let _ = ctx.control.send(Control::Unregister { session: id }).await;
 }
 
+#[allow(clippy::too_many_arguments)] // one session's parts, each used once
 async fn serve<S>(
     stream: S,
+    state: SessionState,
     id: SessionId,
     ctx: &SessionContext,
     mut notifications: mpsc::Receiver<Queued>,
@@ -155,7 +161,7 @@ where
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     let idle = Duration::from_secs(limits.idle_timeout_secs);
     let mut idle_deadline = Instant::now() + idle;
-    let mut state = Some(ctx.dispatcher.new_session());
+    let mut state = Some(state);
     let mut running: Option<
         tokio::task::JoinHandle<(SessionState, osprey_electrum::Outcome, u64)>,
     > = None;

@@ -1,6 +1,7 @@
 //! The server over real TCP sockets against the in-memory fake backend:
-//! framing and limits on the wire, sessions_max, idle timeout, shutdown,
-//! and notifications driven by published changes (including a lagged feed).
+//! framing and limits on the wire, sessions_max and sessions per address,
+//! idle timeout, shutdown, notifications driven by published changes
+//! (including a lagged feed), and peer discovery between two servers.
 
 use bitcoin::hashes::Hash;
 use bitcoin::Txid;
@@ -8,7 +9,7 @@ use osprey_core::{Height, Network, ScriptHash, StatusHash};
 use osprey_electrum::fake::{fake_header, FakeBackend};
 use osprey_electrum::Backend;
 use osprey_query::{Change, HistoryEntry};
-use osprey_server::{Limits, Server, ServerConfig};
+use osprey_server::{Limits, PeerConfig, Server, ServerConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,16 +32,12 @@ struct TestServer {
 
 impl TestServer {
     async fn start(limits: Limits, feed_capacity: usize) -> TestServer {
+        TestServer::start_with(config(limits), feed_capacity).await
+    }
+
+    async fn start_with(config: ServerConfig, feed_capacity: usize) -> TestServer {
         let backend = Arc::new(FakeBackend::with_tip(100));
         let (changes, feed) = broadcast::channel(feed_capacity);
-        let config = ServerConfig {
-            electrum_rpc_addr: "127.0.0.1:0".parse().unwrap(),
-            network: Network::Regtest,
-            banner: "test banner".into(),
-            donation_address: String::new(),
-            server_version: "Osprey 0.1.0".into(),
-            limits,
-        };
         let dyn_backend: Arc<dyn Backend> = backend.clone();
         let server = Server::bind_with(config, dyn_backend, feed).await.unwrap();
         let addr = server.local_addr().unwrap();
@@ -58,13 +55,14 @@ impl TestServer {
     }
 
     async fn client(&self) -> Client {
-        let stream = TcpStream::connect(self.addr).await.unwrap();
-        let (r, w) = stream.into_split();
-        Client {
-            reader: BufReader::new(r),
-            writer: w,
-            next_id: 0,
-        }
+        Client::new(TcpStream::connect(self.addr).await.unwrap())
+    }
+
+    /// A client connecting from `ip` (any address of 127.0.0.0/8 on Linux).
+    async fn client_from(&self, ip: &str) -> Client {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{ip}:0").parse().unwrap()).unwrap();
+        Client::new(socket.connect(self.addr).await.unwrap())
     }
 
     fn publish(&self, change: Change) {
@@ -81,6 +79,19 @@ impl TestServer {
     }
 }
 
+/// A regtest server on 127.0.0.1, any port, private.
+fn config(limits: Limits) -> ServerConfig {
+    ServerConfig {
+        electrum_rpc_addr: "127.0.0.1:0".parse().unwrap(),
+        network: Network::Regtest,
+        banner: "test banner".into(),
+        donation_address: String::new(),
+        server_version: "Osprey 0.1.0".into(),
+        limits,
+        peering: PeerConfig::default(),
+    }
+}
+
 struct Client {
     reader: BufReader<OwnedReadHalf>,
     writer: OwnedWriteHalf,
@@ -88,6 +99,15 @@ struct Client {
 }
 
 impl Client {
+    fn new(stream: TcpStream) -> Client {
+        let (r, w) = stream.into_split();
+        Client {
+            reader: BufReader::new(r),
+            writer: w,
+            next_id: 0,
+        }
+    }
+
     async fn send_raw(&mut self, bytes: &[u8]) {
         self.writer.write_all(bytes).await.unwrap();
     }
@@ -903,4 +923,192 @@ async fn subscribe_batch(client: &mut Client, first: u32) -> usize {
         .iter()
         .filter(|a| a["error"]["code"] == -102)
         .count()
+}
+
+/// Past `sessions_per_ip_max`, a connection gets a -102 line and is closed;
+/// the cap counts 127.0.0.2 but not 127.0.0.1 (where Tor and local proxies
+/// connect from), and a slot comes back when its session ends.
+#[tokio::test]
+async fn sessions_per_address_are_capped_but_localhost_is_exempt() {
+    let server = TestServer::start(
+        Limits {
+            sessions_per_ip_max: 2,
+            ..Limits::default()
+        },
+        16,
+    )
+    .await;
+    let mut local = Vec::new();
+    for _ in 0..4 {
+        let mut c = server.client().await;
+        assert_eq!(
+            c.call("server.banner", json!([])).await["result"],
+            "test banner"
+        );
+        local.push(c);
+    }
+    let mut first = server.client_from("127.0.0.2").await;
+    let mut second = server.client_from("127.0.0.2").await;
+    for c in [&mut first, &mut second] {
+        assert_eq!(
+            c.call("server.banner", json!([])).await["result"],
+            "test banner"
+        );
+    }
+    let mut third = server.client_from("127.0.0.2").await;
+    let r = third.read().await.expect("an error line");
+    assert_eq!(r["error"]["code"], -102, "{r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("2 sessions from your address"),
+        "{message}"
+    );
+    assert!(third.read().await.is_none(), "then closed");
+    assert_eq!(
+        second.call("server.banner", json!([])).await["result"],
+        "test banner",
+        "the sessions under the cap go on"
+    );
+    drop(first);
+    let mut admitted = None;
+    for _ in 0..50 {
+        let mut c = server.client_from("127.0.0.2").await;
+        c.send_raw(b"{\"id\":1,\"method\":\"server.ping\"}\n").await;
+        if c.read().await.unwrap().get("result").is_some() {
+            admitted = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        admitted.is_some(),
+        "the slot of a closed session is given back"
+    );
+    server.stop().await;
+}
+
+/// A port free on 127.0.0.1 now (a server must know its public port
+/// before it binds).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A public server on 127.0.0.1 of `network`, announcing 127.0.0.1:tPORT.
+fn public_config(network: Network, peers: &[u16]) -> ServerConfig {
+    let port = free_port();
+    ServerConfig {
+        electrum_rpc_addr: format!("127.0.0.1:{port}").parse().unwrap(),
+        network,
+        peering: PeerConfig {
+            public_hosts: vec![format!("127.0.0.1:t{port}").parse().unwrap()],
+            peers: peers
+                .iter()
+                .map(|p| format!("127.0.0.1:t{p}").parse().unwrap())
+                .collect(),
+            private_peers_allowed: true,
+        },
+        ..config(Limits::default())
+    }
+}
+
+/// Asks `server` for its peers until `done` holds of them (peers are
+/// checked in the background).
+async fn peers_until(server: &TestServer, done: impl Fn(&Value) -> bool) -> Value {
+    let mut client = server.client().await;
+    for _ in 0..300 {
+        let peers = client.call("server.peers.subscribe", json!([])).await["result"].clone();
+        if done(&peers) {
+            return peers;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("peers never became as expected");
+}
+
+/// Two servers on 127.0.0.1: A names B as a peer. A checks B (same chain,
+/// B lists itself at the port A connected to) and lists it; A announces
+/// itself to B with add_peer; B connects back, checks A and lists it.
+/// `hosts` reports the public host; a second add_peer from the same address
+/// is refused (rate limit).
+#[tokio::test]
+async fn a_server_announces_itself_and_is_listed_once_checked() {
+    let b = TestServer::start_with(public_config(Network::Regtest, &[]), 16).await;
+    let b_port = b.addr.port();
+    let a = TestServer::start_with(public_config(Network::Regtest, &[b_port]), 16).await;
+    let a_port = a.addr.port();
+    let mut client = b.client().await;
+    let features = client.call("server.features", json!([])).await["result"].clone();
+    assert_eq!(
+        features["hosts"],
+        json!({"127.0.0.1": {"tcp_port": b_port}})
+    );
+
+    let on_b = peers_until(&b, |p| p.as_array().is_some_and(|p| !p.is_empty())).await;
+    assert_eq!(
+        on_b,
+        json!([["127.0.0.1", "127.0.0.1", ["v1.7", format!("t{a_port}")]]])
+    );
+    let on_a = peers_until(&a, |p| p.as_array().is_some_and(|p| !p.is_empty())).await;
+    assert_eq!(
+        on_a,
+        json!([["127.0.0.1", "127.0.0.1", ["v1.7", format!("t{b_port}")]]])
+    );
+
+    let a_features = a.client().await.call("server.features", json!([])).await["result"].clone();
+    let again = client.call("server.add_peer", json!([a_features])).await;
+    assert_eq!(
+        again["result"], false,
+        "one add_peer per address per ten minutes: {again}"
+    );
+    a.stop().await;
+    b.stop().await;
+}
+
+/// A peer of another chain is refused: add_peer with its features gets
+/// false at once, and as a configured peer it fails its check and is not
+/// listed; so is a private server, whose hosts do not list the address we
+/// reach it at. Both are checked before an honest peer, which is listed.
+#[tokio::test]
+async fn peers_of_another_chain_or_not_listing_themselves_are_refused() {
+    let other_chain = TestServer::start_with(public_config(Network::Testnet, &[]), 16).await;
+    let private = TestServer::start(Limits::default(), 16).await;
+    let honest = TestServer::start_with(public_config(Network::Regtest, &[]), 16).await;
+    let server = TestServer::start_with(
+        public_config(
+            Network::Regtest,
+            &[
+                other_chain.addr.port(),
+                private.addr.port(),
+                honest.addr.port(),
+            ],
+        ),
+        16,
+    )
+    .await;
+    let listed = peers_until(&server, |p| p.as_array().is_some_and(|p| !p.is_empty())).await;
+    assert_eq!(
+        listed,
+        json!([[
+            "127.0.0.1",
+            "127.0.0.1",
+            ["v1.7", format!("t{}", honest.addr.port())]
+        ]]),
+        "only the peer of our chain that lists itself"
+    );
+    let features = other_chain
+        .client()
+        .await
+        .call("server.features", json!([]))
+        .await["result"]
+        .clone();
+    let mut client = server.client().await;
+    let r = client.call("server.add_peer", json!([features])).await;
+    assert_eq!(r["result"], false, "{r}");
+    for s in [server, honest, private, other_chain] {
+        s.stop().await;
+    }
 }
