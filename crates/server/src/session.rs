@@ -2,20 +2,21 @@
 //! on a blocking thread (queries may hit RocksDB or the node) unless it only
 //! asks for cached statuses, writes the response, and interleaves the
 //! notifications the notifier queued for it.
-//! Generic over `AsyncRead + AsyncWrite`, so a TLS stream plugs in as is.
+//! One implementation for every listener: the [`Transport`] frames
+//! requests (lines, or WebSocket messages) and the session never sees how.
 //!
 //! Lines of one session run one at a time, in order; the next line is not
 //! read while one runs, which bounds a session's memory and CPU.
 
 use crate::activity::{Activity, SessionActivity};
 use crate::config::Limits;
-use crate::framer::{Frame, LineFramer};
+use crate::framer::Frame;
 use crate::notifier::{Control, SessionHandle, SessionId};
+use crate::transport::Transport;
 use osprey_electrum::{jsonrpc, Dispatcher, Effect, RpcError, SessionState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::{sleep_until, timeout, Instant};
 
@@ -43,27 +44,25 @@ enum End {
     HandlerPanicked,
 }
 
-/// Bytes read from the socket at a time.
-const READ_CHUNK_BYTES: usize = 16 * 1024;
 /// Lines up to this size are parsed on the session's own task, to see
 /// whether they can be answered there (see [`Dispatcher::answers_from_cache`]).
 const INLINE_LINE_BYTES_MAX: usize = 64 * 1024;
 /// Queued notifications written before the next flush.
 const NOTIFICATIONS_PER_FLUSH: usize = 256;
+/// How long the polite end of a connection (TLS close_notify, WebSocket
+/// close frame) may take.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
-struct Writer<W> {
-    inner: BufWriter<W>,
+/// The transport with the write timeout applied.
+struct Writer<'a> {
+    transport: &'a mut Transport,
     timeout: Duration,
 }
 
-impl<W: AsyncWrite + Unpin> Writer<W> {
+impl Writer<'_> {
     /// Writes one line; fails on I/O errors and on a client that stopped reading.
     async fn line(&mut self, line: &str) -> Result<(), End> {
-        let write = async {
-            self.inner.write_all(line.as_bytes()).await?;
-            self.inner.write_all(b"\n").await
-        };
-        match timeout(self.timeout, write).await {
+        match timeout(self.timeout, self.transport.write_line(line)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(End::Io(e)),
             Err(_) => Err(End::WriteTimeout),
@@ -71,7 +70,7 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
     }
 
     async fn flush(&mut self) -> Result<(), End> {
-        match timeout(self.timeout, self.inner.flush()).await {
+        match timeout(self.timeout, self.transport.flush()).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(End::Io(e)),
             Err(_) => Err(End::WriteTimeout),
@@ -80,14 +79,12 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
 }
 
 /// Serves one connection until it closes, idles out, or the server stops.
-pub(crate) async fn run<S>(
-    stream: S,
+pub(crate) async fn run(
+    mut transport: Transport,
     id: SessionId,
     ctx: Arc<SessionContext>,
     shutdown: watch::Receiver<bool>,
-) where
-    S: AsyncRead + AsyncWrite + Send + 'static,
-{
+) {
     let (tx, rx) = mpsc::channel(ctx.limits.outgoing_queue_max);
     let kick = Arc::new(Notify::new());
     let handle = SessionHandle {
@@ -107,8 +104,9 @@ pub(crate) async fn run<S>(
     }
     tracing::debug!("session started");
     let activity = ctx.activity.register(id);
-    let end = serve(stream, id, &ctx, rx, kick, &activity, shutdown).await;
+    let end = serve(&mut transport, id, &ctx, rx, kick, &activity, shutdown).await;
     ctx.activity.unregister(id);
+    let _ = timeout(CLOSE_TIMEOUT, transport.close()).await;
     match &end {
         End::ClientClosed | End::Shutdown => tracing::debug!(?end, "session ended"),
         End::Io(error) => tracing::info!(%error, "session ended: i/o error"),
@@ -118,26 +116,20 @@ pub(crate) async fn run<S>(
     let _ = ctx.control.send(Control::Unregister { session: id }).await;
 }
 
-async fn serve<S>(
-    stream: S,
+async fn serve(
+    transport: &mut Transport,
     id: SessionId,
     ctx: &SessionContext,
     mut notifications: mpsc::Receiver<Arc<str>>,
     kick: Arc<Notify>,
     activity: &SessionActivity,
     mut shutdown: watch::Receiver<bool>,
-) -> End
-where
-    S: AsyncRead + AsyncWrite + Send + 'static,
-{
+) -> End {
     let limits = &ctx.limits;
-    let (mut reader, writer) = tokio::io::split(stream);
     let mut writer = Writer {
-        inner: BufWriter::new(writer),
+        transport,
         timeout: Duration::from_secs(limits.write_timeout_secs),
     };
-    let mut framer = LineFramer::new(limits.line_bytes_max);
-    let mut buf = vec![0u8; READ_CHUNK_BYTES];
     let idle = Duration::from_secs(limits.idle_timeout_secs);
     let mut idle_deadline = Instant::now() + idle;
     let mut state = Some(SessionState::new());
@@ -147,7 +139,7 @@ where
     let mut eof = false;
     loop {
         if running.is_none() {
-            match framer.next_frame() {
+            match writer.transport.next_frame() {
                 Some(Frame::Line(line)) => {
                     idle_deadline = Instant::now() + idle;
                     activity.touch();
@@ -190,7 +182,7 @@ where
                     idle_deadline = Instant::now() + idle;
                     activity.touch();
                     let error = RpcError::LimitExceeded(format!(
-                        "request line exceeds {} bytes",
+                        "request exceeds {} bytes",
                         limits.line_bytes_max
                     ));
                     let line = jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
@@ -233,9 +225,8 @@ where
                     return end;
                 }
             }
-            read = reader.read(&mut buf), if running.is_none() && !eof => match read {
-                Ok(0) => eof = true,
-                Ok(n) => framer.push(&buf[..n]),
+            received = writer.transport.receive(), if running.is_none() && !eof => match received {
+                Ok(more) => eof = !more,
                 Err(e) => return End::Io(e),
             },
             _ = sleep_until(idle_deadline), if running.is_none() => return End::Idle,
@@ -245,10 +236,10 @@ where
 
 /// Hands a line's effects to the notifier (in order; consecutive
 /// subscriptions as one message) and writes its response.
-async fn deliver<W: AsyncWrite + Unpin>(
+async fn deliver(
     ctx: &SessionContext,
     id: SessionId,
-    writer: &mut Writer<W>,
+    writer: &mut Writer<'_>,
     outcome: osprey_electrum::Outcome,
     seen: u64,
 ) -> Result<(), End> {
@@ -298,8 +289,8 @@ async fn deliver<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-async fn write_and_flush<W: AsyncWrite + Unpin>(
-    writer: &mut Writer<W>,
+async fn write_and_flush(
+    writer: &mut Writer<'_>,
     line: &str,
 ) -> Result<(), End> {
     writer.line(line).await?;
