@@ -218,7 +218,7 @@ impl Transport {
     pub async fn flush(&mut self) -> io::Result<()> {
         match self {
             Transport::Lines { stream, .. } => stream.flush().await,
-            Transport::WebSocket { ws, .. } => SinkExt::flush(ws).await.map_err(ws_to_io),
+            Transport::WebSocket { ws, .. } => SinkExt::flush(ws.as_mut()).await.map_err(ws_to_io),
         }
     }
 

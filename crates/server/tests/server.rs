@@ -746,10 +746,12 @@ async fn bdk_electrum_client_over_tls_with_a_self_signed_certificate() {
     .await
     .unwrap();
     // The certificate shown is the generated one.
-    let pem_der = rustls::pki_types::CertificateDer::from_pem_slice(&generated).unwrap();
+    let generated_der = rustls::pki_types::CertificateDer::from_pem_slice(&generated)
+        .unwrap()
+        .to_vec();
     assert_eq!(
-        presented_certificate(tls_addr, &[&pem_der]).await,
-        pem_der.to_vec()
+        presented_certificate(tls_addr, &[&generated_der]).await,
+        generated_der
     );
     // A plain-text client on the TLS port gets no answer, and the server lives on.
     let mut plain = TcpStream::connect(tls_addr).await.unwrap();
@@ -766,8 +768,8 @@ async fn bdk_electrum_client_over_tls_with_a_self_signed_certificate() {
     let server = TestServer::start_with(Limits::default(), 16, with_tls(files.clone())).await;
     assert_eq!(std::fs::read(&files.cert_file).unwrap(), generated);
     assert_eq!(
-        presented_certificate(server.tls_addr.unwrap(), &[&pem_der]).await,
-        pem_der.to_vec()
+        presented_certificate(server.tls_addr.unwrap(), &[&generated_der]).await,
+        generated_der
     );
     server.stop().await;
 }
