@@ -437,7 +437,11 @@ mod tests {
         let mut a = args(None);
         a.db_dir = Some("/data/osprey".into());
         let c = a.resolve().unwrap();
-        assert_eq!((c.electrum_tls_addr, c.tls.clone()), (None, None), "off by default");
+        assert_eq!(
+            (c.electrum_tls_addr, c.tls.clone()),
+            (None, None),
+            "off by default"
+        );
         a.electrum_wss_addr = Some("0.0.0.0:50004".into());
         let c = a.resolve().unwrap();
         assert_eq!(c.electrum_wss_addr, Some("0.0.0.0:50004".parse().unwrap()));

@@ -82,7 +82,9 @@ fn tls_and_websocket_listeners_serve_the_nodes_chain() {
     let cert_file = db.join("tls-cert.pem");
     let generated = std::fs::read(&cert_file).expect("a self-signed certificate in --db-dir");
     assert!(
-        osprey.log().contains("generated a self-signed TLS certificate"),
+        osprey
+            .log()
+            .contains("generated a self-signed TLS certificate"),
         "the log says a certificate was made"
     );
 
@@ -127,8 +129,8 @@ fn tls_and_websocket_listeners_serve_the_nodes_chain() {
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .expect("read timeout");
-    let (mut ws, _) = tungstenite::client(format!("ws://{ws_addr}/"), stream)
-        .expect("WebSocket handshake");
+    let (mut ws, _) =
+        tungstenite::client(format!("ws://{ws_addr}/"), stream).expect("WebSocket handshake");
     let version = ws_call(&mut ws, 1, "server.version", json!(["it", "1.4"]));
     assert_eq!(version[1], "1.4");
     let ws_tip = ws_call(&mut ws, 2, "blockchain.headers.subscribe", json!([]));

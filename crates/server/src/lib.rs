@@ -39,11 +39,11 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 use tls::Tls;
-use transport::Transport;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
+use transport::Transport;
 
 /// Largest 1.7-draft `server.ping` padding sent back, in characters.
 const PONG_LEN_MAX: usize = 65_536;
@@ -110,7 +110,10 @@ impl Server {
             (ListenerKind::Ws, config.electrum_ws_addr),
             (ListenerKind::Wss, config.electrum_wss_addr),
         ];
-        let tls = if addrs.iter().any(|(kind, addr)| kind.uses_tls() && addr.is_some()) {
+        let tls = if addrs
+            .iter()
+            .any(|(kind, addr)| kind.uses_tls() && addr.is_some())
+        {
             let files = config
                 .tls
                 .clone()

@@ -289,10 +289,7 @@ async fn deliver(
     Ok(())
 }
 
-async fn write_and_flush(
-    writer: &mut Writer<'_>,
-    line: &str,
-) -> Result<(), End> {
+async fn write_and_flush(writer: &mut Writer<'_>, line: &str) -> Result<(), End> {
     writer.line(line).await?;
     writer.flush().await
 }

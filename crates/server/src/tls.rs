@@ -198,8 +198,7 @@ fn load(files: &TlsFiles, provider: &CryptoProvider) -> anyhow::Result<Certified
 }
 
 fn read_bounded(path: &Path) -> anyhow::Result<Vec<u8>> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut bytes = Vec::new();
     file.take(PEM_BYTES_MAX + 1)
         .read_to_end(&mut bytes)
@@ -235,8 +234,7 @@ fn ensure_self_signed(files: &TlsFiles) -> anyhow::Result<()> {
         .context("signing the self-signed certificate")?;
     for path in [cert, key] {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
     }
     write_private(key, signing_key.serialize_pem().as_bytes())
@@ -289,7 +287,10 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(&files.key_file).unwrap().permissions().mode();
+            let mode = std::fs::metadata(&files.key_file)
+                .unwrap()
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o077, 0, "the key is private: {mode:o}");
         }
         std::fs::remove_file(&files.key_file).unwrap();
@@ -321,7 +322,11 @@ mod tests {
         cert.reload_if_changed();
         let current = cert.current.lock().unwrap();
         assert!(Arc::ptr_eq(&current.key, &key));
-        assert_eq!(current.stamp, stamp(&files), "not retried until they change");
+        assert_eq!(
+            current.stamp,
+            stamp(&files),
+            "not retried until they change"
+        );
         drop(current);
         std::fs::write(&files.cert_file, "not a certificate").unwrap();
         let err = format!("{:#}", load(&files, &provider).unwrap_err());

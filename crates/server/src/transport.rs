@@ -205,9 +205,7 @@ impl Transport {
                 stream.write_all(line.as_bytes()).await?;
                 stream.write_all(b"\n").await
             }
-            Transport::WebSocket { ws, .. } => {
-                ws.feed(Message::text(line)).await.map_err(ws_to_io)
-            }
+            Transport::WebSocket { ws, .. } => ws.feed(Message::text(line)).await.map_err(ws_to_io),
         }
     }
 

@@ -9,7 +9,7 @@ use osprey_core::{Height, Network, ScriptHash, StatusHash};
 use osprey_electrum::fake::{fake_header, FakeBackend};
 use osprey_electrum::Backend;
 use osprey_query::{Change, HistoryEntry};
-use osprey_server::{ListenerKind, Limits, Server, ServerConfig, TlsFiles};
+use osprey_server::{Limits, ListenerKind, Server, ServerConfig, TlsFiles};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -760,7 +760,11 @@ async fn bdk_electrum_client_over_tls_with_a_self_signed_certificate() {
         .await
         .unwrap();
     let mut reply = Vec::new();
-    let _ = tokio::time::timeout(READ_TIMEOUT, tokio::io::AsyncReadExt::read_to_end(&mut plain, &mut reply)).await;
+    let _ = tokio::time::timeout(
+        READ_TIMEOUT,
+        tokio::io::AsyncReadExt::read_to_end(&mut plain, &mut reply),
+    )
+    .await;
     assert!(!reply.starts_with(b"{"), "no JSON over a TLS port");
     server.stop().await;
 
@@ -899,7 +903,9 @@ mod websocket {
         assert_eq!(r["result"], json!(["Osprey 0.1.0", "1.6"]));
         let sh: ScriptHash = SH.parse().unwrap();
         server.backend.update(history(sh, &[(1, 50)]));
-        let r = c.call(2, "blockchain.scripthash.subscribe", json!([SH])).await;
+        let r = c
+            .call(2, "blockchain.scripthash.subscribe", json!([SH]))
+            .await;
         assert_eq!(r["result"], status_of(&[(1, 50)]));
         // A batch is one message, answered by one message.
         c.send(json!([
@@ -913,12 +919,11 @@ mod websocket {
             (json!(3), json!(hex::encode(fake_header(3))))
         );
         // Newlines are whitespace inside a message, not separators.
-        c.ws
-            .send(Message::text(
-                "{\n\"id\": 5,\n\"method\": \"server.banner\"\n}",
-            ))
-            .await
-            .unwrap();
+        c.ws.send(Message::text(
+            "{\n\"id\": 5,\n\"method\": \"server.banner\"\n}",
+        ))
+        .await
+        .unwrap();
         assert_eq!(c.read().await["result"], "test banner");
         // A change is pushed as a message of its own.
         server.backend.update(history(sh, &[(1, 50), (2, 0)]));
@@ -931,14 +936,14 @@ mod websocket {
             json!({"jsonrpc": "2.0", "method": "blockchain.scripthash.subscribe", "params": [SH, status_of(&[(1, 50), (2, 0)])]})
         );
         // Over the limit: a -101 error naming it, then a close with 1009.
-        c.ws
-            .send(Message::text("x".repeat(5000)))
-            .await
-            .unwrap();
+        c.ws.send(Message::text("x".repeat(5000))).await.unwrap();
         let r = c.read().await;
         assert_eq!(r["error"]["code"], -101, "{r}");
         assert!(
-            r["error"]["message"].as_str().unwrap().contains("2000 bytes"),
+            r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("2000 bytes"),
             "{r}"
         );
         match c.next().await {
@@ -970,7 +975,11 @@ mod websocket {
         assert!(r.get("result").is_some(), "{r}");
         // So does plain TCP, on its own listener, with the same sessions.
         let mut tcp = server.client().await;
-        assert!(tcp.call("server.ping", json!([])).await.get("result").is_some());
+        assert!(tcp
+            .call("server.ping", json!([]))
+            .await
+            .get("result")
+            .is_some());
         server.stop().await;
     }
 
