@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Installs what building and testing Osprey needs on a fresh Debian/Ubuntu
 # machine: clang/libclang (bindgen for RocksDB, which is compiled from
-# source) and, with --btcd, the regtest nodes the tests run: btcd, and
-# Bitcoin Core's shared libraries for the bitcoind in ../shared/peers (or
-# any bitcoind named by BITCOIND_EXE or on the PATH).
+# source), OpenSSL's headers (the tests' TLS client) and, with --btcd, the
+# regtest nodes the tests run: btcd, and Bitcoin Core's shared libraries
+# for the bitcoind in ../shared/peers (or any bitcoind named by BITCOIND_EXE
+# or on the PATH).
 set -euo pipefail
 
 need_apt=()
 command -v clang >/dev/null 2>&1 || need_apt+=(clang)
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+# OpenSSL's headers: the tests' Electrum client (electrum-client) speaks TLS
+# through OpenSSL; Osprey itself uses rustls.
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+pkg-config --exists openssl 2>/dev/null || need_apt+=(libssl-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]} with apt-get"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

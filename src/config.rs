@@ -111,6 +111,23 @@ pub struct ConfigArgs {
     /// local proxy) are exempt [default: 12]
     #[arg(long, env = "OSPREY_SESSIONS_PER_IP_MAX")]
     pub sessions_per_ip_max: Option<usize>,
+    /// Where Electrum clients connect over TLS, e.g. 0.0.0.0:50002 (off unless set)
+    #[arg(long, env = "OSPREY_ELECTRUM_TLS_ADDR")]
+    pub electrum_tls_addr: Option<String>,
+    /// PEM certificate chain of the TLS listeners, reloaded when the file
+    /// changes [default: <db-dir>/tls-cert.pem, self-signed]
+    #[arg(long, env = "OSPREY_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of that certificate [default: <db-dir>/tls-key.pem, self-signed]
+    #[arg(long, env = "OSPREY_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Where browser wallets connect over WebSocket, e.g. 0.0.0.0:50003 (off unless set)
+    #[arg(long, env = "OSPREY_ELECTRUM_WS_ADDR")]
+    pub electrum_ws_addr: Option<String>,
+    /// Where browser wallets connect over WebSocket with TLS, e.g.
+    /// 0.0.0.0:50004 (off unless set)
+    #[arg(long, env = "OSPREY_ELECTRUM_WSS_ADDR")]
+    pub electrum_wss_addr: Option<String>,
 }
 
 /// Where the chain comes from.
@@ -151,6 +168,11 @@ pub struct Config {
     pub public_hosts: Vec<osprey_server::PublicHost>,
     pub peers: Vec<osprey_server::PublicHost>,
     pub sessions_per_ip_max: usize,
+    pub electrum_tls_addr: Option<SocketAddr>,
+    pub electrum_ws_addr: Option<SocketAddr>,
+    pub electrum_wss_addr: Option<SocketAddr>,
+    /// Certificate and key of the TLS listeners; `None` without one.
+    pub tls: Option<osprey_server::TlsFiles>,
 }
 
 impl ConfigArgs {
@@ -256,6 +278,48 @@ impl ConfigArgs {
         let electrum_rpc_addr = electrum
             .parse()
             .with_context(|| format!("electrum_rpc_addr {electrum:?} is not an IP:PORT address"))?;
+        let optional_addr = |name: &str, value: Option<String>| {
+            value
+                .map(|v| {
+                    v.parse::<SocketAddr>()
+                        .with_context(|| format!("{name} {v:?} is not an IP:PORT address"))
+                })
+                .transpose()
+        };
+        let electrum_tls_addr = optional_addr(
+            "electrum_tls_addr",
+            self.electrum_tls_addr.clone().or(file.electrum_tls_addr),
+        )?;
+        let electrum_ws_addr = optional_addr(
+            "electrum_ws_addr",
+            self.electrum_ws_addr.clone().or(file.electrum_ws_addr),
+        )?;
+        let electrum_wss_addr = optional_addr(
+            "electrum_wss_addr",
+            self.electrum_wss_addr.clone().or(file.electrum_wss_addr),
+        )?;
+        let tls_listener = electrum_tls_addr.is_some() || electrum_wss_addr.is_some();
+        let tls = match (
+            self.tls_cert_file.clone().or(file.tls_cert_file),
+            self.tls_key_file.clone().or(file.tls_key_file),
+        ) {
+            (Some(cert_file), Some(key_file)) => Some(osprey_server::TlsFiles {
+                cert_file,
+                key_file,
+                self_signed: false,
+            }),
+            // Beside the networks' indexes, not in one: `--reindex` wipes
+            // those, and wallets pinned this certificate.
+            (None, None) if tls_listener => Some(osprey_server::TlsFiles {
+                cert_file: db_dir.join("tls-cert.pem"),
+                key_file: db_dir.join("tls-key.pem"),
+                self_signed: true,
+            }),
+            (None, None) => None,
+            _ => bail!(
+                "give both tls_cert_file and tls_key_file, or neither for a self-signed certificate"
+            ),
+        };
         let positive = |name: &str, v: usize| {
             if v == 0 {
                 bail!("{name} must be at least 1");
@@ -338,6 +402,10 @@ impl ConfigArgs {
                     .or(file.sessions_per_ip_max)
                     .unwrap_or(limits.sessions_per_ip_max),
             )?,
+            electrum_tls_addr,
+            electrum_ws_addr,
+            electrum_wss_addr,
+            tls,
         })
     }
 }
@@ -429,6 +497,42 @@ mod tests {
         assert!(format!("{:#}", a.resolve().unwrap_err()).contains("USER:PASSWORD"));
     }
 
+    #[test]
+    fn tls_listeners_get_a_kept_self_signed_certificate_unless_given_one() {
+        let mut a = args(None);
+        a.db_dir = Some("/data/osprey".into());
+        let c = a.resolve().unwrap();
+        assert_eq!(
+            (c.electrum_tls_addr, c.tls.clone()),
+            (None, None),
+            "off by default"
+        );
+        a.electrum_wss_addr = Some("0.0.0.0:50004".into());
+        let c = a.resolve().unwrap();
+        assert_eq!(c.electrum_wss_addr, Some("0.0.0.0:50004".parse().unwrap()));
+        assert_eq!(
+            c.tls,
+            Some(osprey_server::TlsFiles {
+                cert_file: "/data/osprey/tls-cert.pem".into(),
+                key_file: "/data/osprey/tls-key.pem".into(),
+                self_signed: true,
+            }),
+            "beside the networks' indexes, which --reindex deletes"
+        );
+        a.tls_cert_file = Some("/etc/le/fullchain.pem".into());
+        let err = format!("{:#}", a.resolve().unwrap_err());
+        assert!(err.contains("tls_key_file"), "{err}");
+        a.tls_key_file = Some("/etc/le/privkey.pem".into());
+        let tls = a.resolve().unwrap().tls.unwrap();
+        assert_eq!(
+            (tls.cert_file.to_str(), tls.self_signed),
+            (Some("/etc/le/fullchain.pem"), false)
+        );
+        a.electrum_tls_addr = Some("localhost:50002".into());
+        let err = format!("{:#}", a.resolve().unwrap_err());
+        assert!(err.contains("electrum_tls_addr"), "{err}");
+    }
+
     /// The default a resolved `Config` has for `key`, as the README writes
     /// it; `None` for defaults that depend on the network or the machine.
     fn resolved_default(config: &Config, key: &str) -> Option<String> {
@@ -454,9 +558,9 @@ mod tests {
                 other => format!("{other:?}"),
             },
             "conf" | "db_dir" | "daemon_dir" | "daemon_rpc_addr" | "cookie_file" | "auth"
-            | "blocks_dir" | "electrum_rpc_addr" | "reindex" | "public_hosts" | "peers" => {
-                return None
-            }
+            | "blocks_dir" | "electrum_rpc_addr" | "reindex" | "public_hosts" | "peers"
+            | "electrum_tls_addr" | "tls_cert_file" | "tls_key_file" | "electrum_ws_addr"
+            | "electrum_wss_addr" => return None,
             other => panic!("setting {other} is new: say here what its default resolves to"),
         })
     }
@@ -636,8 +740,24 @@ mod tests {
         );
 
         let defaults = ConfigArgs::default().over(ConfigArgs::default()).unwrap();
+        // Settings that are given together or not at all.
+        let partner = |key: &str| match key {
+            "tls_cert_file" => Some("tls_key_file"),
+            "tls_key_file" => Some("tls_cert_file"),
+            _ => None,
+        };
         for (line, key) in settings.iter().zip(&keys) {
-            let alone: ConfigArgs = toml::from_str(line).unwrap();
+            let with_partner = match partner(key) {
+                Some(other) => {
+                    let other_line = settings
+                        .iter()
+                        .find(|l| l.starts_with(&format!("{other} = ")))
+                        .unwrap_or_else(|| panic!("{key} without {other}"));
+                    format!("{line}\n{other_line}")
+                }
+                None => line.to_string(),
+            };
+            let alone: ConfigArgs = toml::from_str(&with_partner).unwrap();
             let config = ConfigArgs::default()
                 .over(alone)
                 .unwrap_or_else(|e| panic!("example line {line:?}: {e:#}"));

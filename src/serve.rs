@@ -252,6 +252,9 @@ pub fn run_server(
         ..osprey_server::Limits::default()
     };
     limits.validate().context("invalid server limits")?;
+    if let Some(tls) = &config.tls {
+        tls.check().context("TLS certificate")?;
+    }
     let mut progress = ProgressLog::new(false);
     // Serving before the initial sync ends would give wallets partial
     // histories: sync first, and while the node itself is still in its
@@ -280,6 +283,10 @@ pub fn run_server(
     }
     let server_config = osprey_server::ServerConfig {
         electrum_rpc_addr: config.electrum_rpc_addr,
+        electrum_tls_addr: config.electrum_tls_addr,
+        electrum_ws_addr: config.electrum_ws_addr,
+        electrum_wss_addr: config.electrum_wss_addr,
+        tls: config.tls.clone(),
         network: config.network,
         banner: config.banner.clone(),
         donation_address: String::new(),

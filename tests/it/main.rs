@@ -17,6 +17,7 @@
 //! | `core`        | on Bitcoin Core: files, REST and JSON-RPC give one index; kills, a reorg, a restart |
 //! | `bench_e2e`   | `osprey chaingen`, `chaingen submit` and `bench` work end to end |
 //! | `packaging`   | the systemd unit passes `systemd-analyze verify`; its limits fit the defaults |
+//! | `listeners`   | TLS (a kept self-signed certificate) and WebSocket listeners serve the node's chain |
 //!
 //! btcd is found through `$OSPREY_BTCD`, the PATH or `~/go/bin/btcd`; a test
 //! that cannot find it fails with the command that installs it. bitcoind is
@@ -33,6 +34,7 @@ mod bad_input;
 mod bench_e2e;
 mod core;
 mod kill9;
+mod listeners;
 mod mempool;
 mod packaging;
 mod protocol;

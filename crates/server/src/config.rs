@@ -3,6 +3,7 @@
 //! Plain structs: the binary fills them from its own config layers, and
 //! takes the defaults from here.
 
+use crate::tls::TlsFiles;
 use osprey_core::Network;
 use osprey_electrum::PublicHost;
 use std::net::SocketAddr;
@@ -10,7 +11,16 @@ use std::net::SocketAddr;
 /// Everything `serve` needs besides the backend.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
+    /// Where wallets connect over TCP, newline-framed (Electrum's `t`).
     pub electrum_rpc_addr: SocketAddr,
+    /// The same over TLS (Electrum's `s`), if anywhere.
+    pub electrum_tls_addr: Option<SocketAddr>,
+    /// One JSON-RPC message per WebSocket message (browser wallets).
+    pub electrum_ws_addr: Option<SocketAddr>,
+    /// The same over TLS.
+    pub electrum_wss_addr: Option<SocketAddr>,
+    /// Certificate and key of the TLS and WSS listeners (needed by either).
+    pub tls: Option<TlsFiles>,
     pub network: Network,
     /// Answer of `server.banner`.
     pub banner: String,

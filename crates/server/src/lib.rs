@@ -1,6 +1,6 @@
-//! The Electrum network server: a TCP listener, one task per session, the
-//! limits, the notifier that pushes subscription updates, and graceful
-//! shutdown. Speaks the protocol through `osprey-electrum` (which owns every
+//! The Electrum network server: the listeners (TCP, TLS, WebSocket and
+//! WebSocket over TLS), one task per session, the limits, the notifier that
+//! pushes subscription updates, and graceful shutdown. Speaks the protocol through `osprey-electrum` (which owns every
 //! JSON shape and error code); asks the chain only through its `Backend`.
 //! The notifier consumes `osprey_query::Query::changes`, a
 //! `tokio::sync::broadcast` of `Arc<osprey_query::Change>` published
@@ -8,10 +8,13 @@
 //! (tests give `Server::bind_with` a channel of their own instead).
 //!
 //! Layout: `config` (ServerConfig, Limits, PeerConfig), `framer` (newline
-//! framing with a length cap), `session` (one connection, generic over
-//! AsyncRead + AsyncWrite so TLS can plug in), `notifier` (the single owner
-//! of the subscription registry), `per_ip` (sessions per client address),
-//! `peers` (peer discovery: the peer list, its checks, our announcement).
+//! framing with a length cap), `tls` (certificates, reloaded when their
+//! files change), `transport` (the handshakes, and lines or WebSocket
+//! messages behind one interface), `session` (one connection, whatever its
+//! transport), `notifier` (the single owner of the subscription registry),
+//! `per_ip` (sessions per client address), `peers` (peer discovery: the
+//! peer list, its checks, our announcement). Every listener shares one set
+//! of limits, session permits, client memory budget and notifier.
 
 mod activity;
 mod config;
@@ -20,10 +23,14 @@ mod notifier;
 mod peers;
 mod per_ip;
 mod session;
+mod tls;
+mod transport;
 
 pub use config::{ConfigError, Limits, PeerConfig, ServerConfig};
 /// How `PeerConfig` names a host; the binary parses settings into it.
 pub use osprey_electrum::PublicHost;
+pub use tls::{TlsFiles, RELOAD_CHECK_INTERVAL};
+pub use transport::ListenerKind;
 
 use activity::Activity;
 use anyhow::Context;
@@ -40,12 +47,14 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tls::Tls;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
+use transport::Transport;
 
 /// Largest 1.7-draft `server.ping` padding sent back, in characters.
 const PONG_LEN_MAX: usize = 65_536;
@@ -57,9 +66,11 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a newcomer waits for the idle session it displaces to end.
 const SHED_WAIT: Duration = Duration::from_secs(2);
+/// How long a new connection's TLS and WebSocket handshakes may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves Electrum clients on `config.electrum_rpc_addr` until `shutdown`
-/// completes, then closes every session.
+/// Serves Electrum clients on every listener `config` names until
+/// `shutdown` completes, then closes every session.
 ///
 /// # Errors
 /// Invalid limits, or the address cannot be bound.
@@ -72,20 +83,22 @@ pub async fn serve(
 }
 
 /// A bound server, not yet accepting (so tests can bind port 0 and learn
-/// the address first).
+/// the addresses first).
 pub struct Server {
-    listener: TcpListener,
+    listeners: Vec<(ListenerKind, TcpListener)>,
+    tls: Option<Arc<Tls>>,
     config: ServerConfig,
     backend: Arc<dyn Backend>,
     changes: broadcast::Receiver<Arc<Change>>,
 }
 
 impl Server {
-    /// Binds the listening socket and subscribes to the query's changes
+    /// Binds the listening sockets and subscribes to the query's changes
     /// (before serving, so no change is missed).
     ///
     /// # Errors
-    /// Invalid limits, or the address cannot be bound.
+    /// Invalid limits, an address that cannot be bound, or a TLS listener
+    /// without a usable certificate.
     pub async fn bind(config: ServerConfig, query: Arc<Query>) -> anyhow::Result<Self> {
         let changes = query.changes();
         Self::bind_with(config, query, changes).await
@@ -95,30 +108,63 @@ impl Server {
     /// pass the in-memory fake and a channel they publish on).
     ///
     /// # Errors
-    /// Invalid limits, or the address cannot be bound.
+    /// As [`Server::bind`].
     pub async fn bind_with(
         config: ServerConfig,
         backend: Arc<dyn Backend>,
         changes: broadcast::Receiver<Arc<Change>>,
     ) -> anyhow::Result<Self> {
         config.limits.validate().context("invalid server limits")?;
-        let listener = TcpListener::bind(config.electrum_rpc_addr)
-            .await
-            .with_context(|| format!("binding the Electrum port {}", config.electrum_rpc_addr))?;
+        let addrs = [
+            (ListenerKind::Tcp, Some(config.electrum_rpc_addr)),
+            (ListenerKind::Tls, config.electrum_tls_addr),
+            (ListenerKind::Ws, config.electrum_ws_addr),
+            (ListenerKind::Wss, config.electrum_wss_addr),
+        ];
+        let tls = if addrs
+            .iter()
+            .any(|(kind, addr)| kind.uses_tls() && addr.is_some())
+        {
+            let files = config
+                .tls
+                .clone()
+                .context("a TLS listener needs a certificate and key")?;
+            Some(Arc::new(Tls::new(files).context("TLS certificate")?))
+        } else {
+            None
+        };
+        let mut listeners = Vec::new();
+        for (kind, addr) in addrs {
+            let Some(addr) = addr else { continue };
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the Electrum {kind} port {addr}"))?;
+            listeners.push((kind, listener));
+        }
         Ok(Server {
-            listener,
+            listeners,
+            tls,
             config,
             backend,
             changes,
         })
     }
 
-    /// The address actually bound (useful with port 0).
+    /// The address the TCP listener actually bound (useful with port 0).
     ///
     /// # Errors
     /// If the socket has no local address.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+        self.listener_addr(ListenerKind::Tcp)
+            .ok_or_else(|| std::io::Error::other("no TCP listener"))
+    }
+
+    /// The address a listener actually bound, if it is configured.
+    pub fn listener_addr(&self, kind: ListenerKind) -> Option<SocketAddr> {
+        self.listeners
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .and_then(|(_, listener)| listener.local_addr().ok())
     }
 
     /// Accepts and serves sessions until `shutdown` completes, then tells
@@ -128,7 +174,8 @@ impl Server {
     /// None at present; the signature leaves room for fatal listener errors.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let Server {
-            listener,
+            listeners,
+            tls,
             config,
             backend,
             changes,
@@ -187,13 +234,15 @@ impl Server {
         let per_ip = PerIp::new(limits.sessions_per_ip_max);
         let mut sessions = JoinSet::new();
         let mut next_id: u64 = 0;
-        tracing::info!(addr = %listener.local_addr()?, "Electrum server listening");
+        for (kind, listener) in &listeners {
+            tracing::info!(protocol = %kind, addr = %listener.local_addr()?, "Electrum server listening");
+        }
         tokio::pin!(shutdown);
         loop {
             while sessions.try_join_next().is_some() {}
             tokio::select! {
                 _ = &mut shutdown => break,
-                accepted = listener.accept() => {
+                (kind, accepted) = accept_any(&listeners, next_id) => {
                     let (stream, peer) = match accepted {
                         Ok(accepted) => accepted,
                         Err(e) => {
@@ -209,9 +258,10 @@ impl Server {
                         Ok(slot) => slot,
                         Err(max) => {
                             tracing::warn!(%peer, sessions_per_ip_max = max, "refusing connection: too many sessions from its address");
-                            tokio::spawn(refuse_with(stream, RpcError::ServerBusy(format!(
+                            let error = RpcError::ServerBusy(format!(
                                 "{max} sessions from your address already, the most allowed"
-                            ))));
+                            ));
+                            tokio::spawn(refuse(kind, stream, tls.clone(), limits.clone(), error));
                             continue;
                         }
                     };
@@ -224,27 +274,33 @@ impl Server {
                         }
                         Err(_) => {
                             tracing::warn!(%peer, sessions_max = limits.sessions_max, "refusing connection: too many sessions");
-                            tokio::spawn(refuse(stream, limits.sessions_max));
+                            tokio::spawn(refuse(kind, stream, tls.clone(), limits.clone(), server_full(limits.sessions_max)));
                             continue;
                         }
                     };
                     next_id += 1;
-                    let span = tracing::info_span!("session", %peer, id = next_id);
+                    let span = tracing::info_span!("session", %peer, id = next_id, protocol = %kind);
                     let ctx = Arc::clone(&ctx);
                     let stop = stop_rx.clone();
                     let id = next_id;
                     let permits = Arc::clone(&permits);
-                    let sessions_max = limits.sessions_max;
+                    let tls = tls.clone();
                     sessions.spawn(
                         async move {
                             let permit = match permit {
                                 Some(permit) => permit,
                                 None => match tokio::time::timeout(SHED_WAIT, permits.acquire_owned()).await {
                                     Ok(Ok(permit)) => permit,
-                                    _ => return refuse(stream, sessions_max).await,
+                                    _ => {
+                                        let error = server_full(ctx.limits.sessions_max);
+                                        return refuse(kind, stream, tls, ctx.limits.clone(), error).await;
+                                    }
                                 },
                             };
-                            session::run(stream, peer.ip(), id, ctx, stop).await;
+                            let Some(transport) = handshake(kind, stream, tls.as_deref(), &ctx.limits).await else {
+                                return;
+                            };
+                            session::run(transport, peer.ip(), id, ctx, stop).await;
                             drop((permit, ip_slot));
                         }
                         .instrument(span),
@@ -257,7 +313,7 @@ impl Server {
             "shutting down the Electrum server"
         );
         let _ = stop_tx.send(true);
-        drop(listener);
+        drop(listeners);
         if tokio::time::timeout(SHUTDOWN_GRACE, async {
             while sessions.join_next().await.is_some() {}
         })
@@ -276,22 +332,74 @@ impl Server {
     }
 }
 
-/// Tells a connection over `sessions_max` why it is closed.
-async fn refuse(stream: TcpStream, sessions_max: usize) {
-    let error = RpcError::ServerBusy(format!(
-        "{sessions_max} sessions connected, try again later"
-    ));
-    refuse_with(stream, error).await;
+/// Waits for a connection on any listener, starting the scan at a
+/// different one each time so that a busy listener cannot starve the others.
+async fn accept_any(
+    listeners: &[(ListenerKind, TcpListener)],
+    turn: u64,
+) -> (ListenerKind, std::io::Result<(TcpStream, SocketAddr)>) {
+    let start = (turn % listeners.len().max(1) as u64) as usize;
+    std::future::poll_fn(|cx| {
+        for i in 0..listeners.len() {
+            let (kind, listener) = &listeners[(start + i) % listeners.len()];
+            if let Poll::Ready(accepted) = listener.poll_accept(cx) {
+                return Poll::Ready((*kind, accepted));
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
-/// Sends a refused connection `error` as its only line, then closes it.
-async fn refuse_with(mut stream: TcpStream, error: RpcError) {
-    let mut line =
-        osprey_electrum::jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
-    line.push('\n');
+/// Runs a new connection's TLS and WebSocket handshakes, in bounded time.
+async fn handshake(
+    kind: ListenerKind,
+    stream: TcpStream,
+    tls: Option<&Tls>,
+    limits: &Limits,
+) -> Option<Transport> {
+    let opened = tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        Transport::open(kind, stream, tls, limits.line_bytes_max),
+    )
+    .await;
+    match opened {
+        Ok(Ok(transport)) => Some(transport),
+        Ok(Err(error)) => {
+            tracing::info!(%error, "handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::info!("handshake timed out");
+            None
+        }
+    }
+}
+
+/// Why a connection over `sessions_max` is refused.
+fn server_full(sessions_max: usize) -> RpcError {
+    RpcError::ServerBusy(format!(
+        "{sessions_max} sessions connected, try again later"
+    ))
+}
+
+/// Tells a refused connection why, in `error`, its only line (after its
+/// handshakes, so that a TLS or WebSocket client can read it).
+async fn refuse(
+    kind: ListenerKind,
+    stream: TcpStream,
+    tls: Option<Arc<Tls>>,
+    limits: Limits,
+    error: RpcError,
+) {
+    let Some(mut transport) = handshake(kind, stream, tls.as_deref(), &limits).await else {
+        return;
+    };
+    let line = osprey_electrum::jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
     let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, async {
-        stream.write_all(line.as_bytes()).await?;
-        stream.shutdown().await
+        transport.write_line(&line).await?;
+        transport.flush().await?;
+        transport.close().await
     })
     .await;
 }

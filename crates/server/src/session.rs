@@ -2,7 +2,8 @@
 //! on a blocking thread (queries may hit RocksDB or the node) unless it only
 //! asks for cached statuses, writes the response, and interleaves the
 //! notifications the notifier queued for it.
-//! Generic over `AsyncRead + AsyncWrite`, so a TLS stream plugs in as is.
+//! One implementation for every listener: the [`Transport`] frames
+//! requests (lines, or WebSocket messages) and the session never sees how.
 //!
 //! Lines of one session run one at a time, in order; the next line is not
 //! read while one runs, which bounds a session's memory and CPU. What all
@@ -12,15 +13,15 @@
 
 use crate::activity::{Activity, SessionActivity};
 use crate::config::Limits;
-use crate::framer::{Frame, LineFramer};
+use crate::framer::Frame;
 use crate::notifier::{Control, Queued, SessionHandle, SessionId};
+use crate::transport::Transport;
 use osprey_core::{ByteBudget, Charge};
 use osprey_electrum::{jsonrpc, Dispatcher, Effect, RpcError, SessionState};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::{sleep_until, timeout, Instant};
 
@@ -49,34 +50,32 @@ enum End {
     Io(std::io::Error),
     WriteTimeout,
     HandlerPanicked,
-    /// An incomplete line could not grow: the client memory budget is spent.
+    /// An incomplete request could not grow: the client memory budget is spent.
     OverBudget,
 }
 
-/// Bytes read from the socket at a time.
-const READ_CHUNK_BYTES: usize = 16 * 1024;
 /// Lines up to this size are parsed on the session's own task, to see
 /// whether they can be answered there (see [`Dispatcher::answers_from_cache`]).
 const INLINE_LINE_BYTES_MAX: usize = 64 * 1024;
 /// Queued notifications written before the next flush.
 const NOTIFICATIONS_PER_FLUSH: usize = 256;
-/// Incomplete lines are charged to the memory budget in steps of this
+/// How long the polite end of a connection (TLS close_notify, WebSocket
+/// close frame) may take.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Incomplete requests are charged to the memory budget in steps of this
 /// much, so that a line arriving in 16 KiB reads costs few budget updates.
-const LINE_CHARGE_STEP: usize = 64 * 1024;
+const REQUEST_CHARGE_STEP: usize = 64 * 1024;
 
-struct Writer<W> {
-    inner: BufWriter<W>,
+/// The transport with the write timeout applied.
+struct Writer<'a> {
+    transport: &'a mut Transport,
     timeout: Duration,
 }
 
-impl<W: AsyncWrite + Unpin> Writer<W> {
+impl Writer<'_> {
     /// Writes one line; fails on I/O errors and on a client that stopped reading.
     async fn line(&mut self, line: &str) -> Result<(), End> {
-        let write = async {
-            self.inner.write_all(line.as_bytes()).await?;
-            self.inner.write_all(b"\n").await
-        };
-        match timeout(self.timeout, write).await {
+        match timeout(self.timeout, self.transport.write_line(line)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(End::Io(e)),
             Err(_) => Err(End::WriteTimeout),
@@ -84,7 +83,7 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
     }
 
     async fn flush(&mut self) -> Result<(), End> {
-        match timeout(self.timeout, self.inner.flush()).await {
+        match timeout(self.timeout, self.transport.flush()).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(End::Io(e)),
             Err(_) => Err(End::WriteTimeout),
@@ -94,15 +93,13 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
 
 /// Serves one connection from `source` until it closes, idles out, or the
 /// server stops.
-pub(crate) async fn run<S>(
-    stream: S,
+pub(crate) async fn run(
+    mut transport: Transport,
     source: IpAddr,
     id: SessionId,
     ctx: Arc<SessionContext>,
     shutdown: watch::Receiver<bool>,
-) where
-    S: AsyncRead + AsyncWrite + Send + 'static,
-{
+) {
     let (tx, rx) = mpsc::channel(ctx.limits.outgoing_queue_max);
     let kick = Arc::new(Notify::new());
     let handle = SessionHandle {
@@ -124,8 +121,19 @@ pub(crate) async fn run<S>(
     tracing::debug!("session started");
     let activity = ctx.activity.register(id);
     let state = ctx.dispatcher.new_session(source);
-    let end = serve(stream, state, id, &ctx, rx, kick, &activity, shutdown).await;
+    let end = serve(
+        &mut transport,
+        state,
+        id,
+        &ctx,
+        rx,
+        kick,
+        &activity,
+        shutdown,
+    )
+    .await;
     ctx.activity.unregister(id);
+    let _ = timeout(CLOSE_TIMEOUT, transport.close()).await;
     match &end {
         End::ClientClosed | End::Shutdown => tracing::debug!(?end, "session ended"),
         End::Io(error) => tracing::info!(%error, "session ended: i/o error"),
@@ -136,8 +144,8 @@ pub(crate) async fn run<S>(
 }
 
 #[allow(clippy::too_many_arguments)] // one session's parts, each used once
-async fn serve<S>(
-    stream: S,
+async fn serve(
+    transport: &mut Transport,
     state: SessionState,
     id: SessionId,
     ctx: &SessionContext,
@@ -145,31 +153,26 @@ async fn serve<S>(
     kick: Arc<Notify>,
     activity: &SessionActivity,
     mut shutdown: watch::Receiver<bool>,
-) -> End
-where
-    S: AsyncRead + AsyncWrite + Send + 'static,
-{
+) -> End {
     let limits = &ctx.limits;
-    let (mut reader, writer) = tokio::io::split(stream);
     let mut writer = Writer {
-        inner: BufWriter::new(writer),
+        transport,
         timeout: Duration::from_secs(limits.write_timeout_secs),
     };
-    let mut framer = LineFramer::new(limits.line_bytes_max);
-    // What the framer holds, charged to the server-wide budget.
-    let mut line_charge = Charge::new(&ctx.client_memory);
-    let mut buf = vec![0u8; READ_CHUNK_BYTES];
     let idle = Duration::from_secs(limits.idle_timeout_secs);
     let mut idle_deadline = Instant::now() + idle;
     let mut state = Some(state);
+    // What the transport holds of requests not yet taken, charged to the
+    // server-wide budget.
+    let mut request_charge = Charge::new(&ctx.client_memory);
     let mut running: Option<
         tokio::task::JoinHandle<(SessionState, osprey_electrum::Outcome, u64)>,
     > = None;
     let mut eof = false;
     loop {
         if running.is_none() {
-            let frame = framer.next_frame();
-            line_charge.resize(charge_for(framer.buffered()));
+            let frame = writer.transport.next_frame();
+            request_charge.resize(charge_for(writer.transport.buffered()));
             match frame {
                 Some(Frame::Line(line)) => {
                     idle_deadline = Instant::now() + idle;
@@ -213,7 +216,7 @@ where
                     idle_deadline = Instant::now() + idle;
                     activity.touch();
                     let error = RpcError::LimitExceeded(format!(
-                        "request line exceeds {} bytes",
+                        "request exceeds {} bytes",
                         limits.line_bytes_max
                     ));
                     let line = jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
@@ -256,10 +259,10 @@ where
                     return end;
                 }
             }
-            read = reader.read(&mut buf), if running.is_none() && !eof => match read {
-                Ok(0) => eof = true,
-                Ok(n) => {
-                    if !line_charge.resize(charge_for(framer.buffered() + n)) {
+            received = writer.transport.receive(), if running.is_none() && !eof => match received {
+                Ok(more) => {
+                    eof = !more;
+                    if !request_charge.resize(charge_for(writer.transport.buffered())) {
                         let error = RpcError::ServerBusy(
                             "the server's memory for incomplete requests is spent; try again later"
                                 .into(),
@@ -269,7 +272,6 @@ where
                         let _ = write_and_flush(&mut writer, &line).await;
                         return End::OverBudget;
                     }
-                    framer.push(&buf[..n]);
                 }
                 Err(e) => return End::Io(e),
             },
@@ -280,10 +282,10 @@ where
 
 /// Hands a line's effects to the notifier (in order; consecutive
 /// subscriptions as one message) and writes its response.
-async fn deliver<W: AsyncWrite + Unpin>(
+async fn deliver(
     ctx: &SessionContext,
     id: SessionId,
-    writer: &mut Writer<W>,
+    writer: &mut Writer<'_>,
     outcome: osprey_electrum::Outcome,
     seen: u64,
 ) -> Result<(), End> {
@@ -347,10 +349,10 @@ async fn deliver<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// The budget charge for `bytes` of incomplete lines: whole steps, none
+/// The budget charge for `bytes` of incomplete requests: whole steps, none
 /// for none.
 fn charge_for(bytes: usize) -> usize {
-    bytes.div_ceil(LINE_CHARGE_STEP) * LINE_CHARGE_STEP
+    bytes.div_ceil(REQUEST_CHARGE_STEP) * REQUEST_CHARGE_STEP
 }
 
 /// `response` (a line this server built) with every answer refused.
@@ -361,10 +363,7 @@ fn refusal_of(response: &str, error: &RpcError) -> String {
     }
 }
 
-async fn write_and_flush<W: AsyncWrite + Unpin>(
-    writer: &mut Writer<W>,
-    line: &str,
-) -> Result<(), End> {
+async fn write_and_flush(writer: &mut Writer<'_>, line: &str) -> Result<(), End> {
     writer.line(line).await?;
     writer.flush().await
 }

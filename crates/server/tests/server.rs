@@ -1,7 +1,9 @@
 //! The server over real TCP sockets against the in-memory fake backend:
 //! framing and limits on the wire, sessions_max and sessions per address,
-//! idle timeout, shutdown, notifications driven by published changes
-//! (including a lagged feed), and peer discovery between two servers.
+//! the client memory budget, idle timeout, shutdown, notifications driven
+//! by published changes (including a lagged feed), peer discovery between
+//! two servers, and the TLS, WebSocket and WebSocket-over-TLS listeners
+//! with real clients.
 
 use bitcoin::hashes::Hash;
 use bitcoin::Txid;
@@ -9,7 +11,7 @@ use osprey_core::{Height, Network, ScriptHash, StatusHash};
 use osprey_electrum::fake::{fake_header, FakeBackend};
 use osprey_electrum::Backend;
 use osprey_query::{Change, HistoryEntry};
-use osprey_server::{Limits, PeerConfig, Server, ServerConfig};
+use osprey_server::{Limits, ListenerKind, PeerConfig, Server, ServerConfig, TlsFiles};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +26,10 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct TestServer {
     addr: std::net::SocketAddr,
+    /// The TLS, ws and wss listeners' addresses, when configured.
+    tls_addr: Option<std::net::SocketAddr>,
+    ws_addr: Option<std::net::SocketAddr>,
+    wss_addr: Option<std::net::SocketAddr>,
     backend: Arc<FakeBackend>,
     changes: broadcast::Sender<Arc<Change>>,
     stop: Option<oneshot::Sender<()>>,
@@ -35,18 +41,36 @@ impl TestServer {
         TestServer::start_with(config(limits), feed_capacity).await
     }
 
+    /// As `start`, with `adjust` changing the configuration first (to add
+    /// listeners).
+    async fn start_adjusted(
+        limits: Limits,
+        feed_capacity: usize,
+        adjust: impl FnOnce(&mut ServerConfig),
+    ) -> TestServer {
+        let mut config = config(limits);
+        adjust(&mut config);
+        TestServer::start_with(config, feed_capacity).await
+    }
+
     async fn start_with(config: ServerConfig, feed_capacity: usize) -> TestServer {
         let backend = Arc::new(FakeBackend::with_tip(100));
         let (changes, feed) = broadcast::channel(feed_capacity);
         let dyn_backend: Arc<dyn Backend> = backend.clone();
         let server = Server::bind_with(config, dyn_backend, feed).await.unwrap();
         let addr = server.local_addr().unwrap();
+        let tls_addr = server.listener_addr(ListenerKind::Tls);
+        let ws_addr = server.listener_addr(ListenerKind::Ws);
+        let wss_addr = server.listener_addr(ListenerKind::Wss);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server.run(async move {
             let _ = stopped.await;
         }));
         TestServer {
             addr,
+            tls_addr,
+            ws_addr,
+            wss_addr,
             backend,
             changes,
             stop: Some(stop),
@@ -83,6 +107,10 @@ impl TestServer {
 fn config(limits: Limits) -> ServerConfig {
     ServerConfig {
         electrum_rpc_addr: "127.0.0.1:0".parse().unwrap(),
+        electrum_tls_addr: None,
+        electrum_ws_addr: None,
+        electrum_wss_addr: None,
+        tls: None,
         network: Network::Regtest,
         banner: "test banner".into(),
         donation_address: String::new(),
@@ -1110,5 +1138,379 @@ async fn peers_of_another_chain_or_not_listing_themselves_are_refused() {
     assert_eq!(r["result"], false, "{r}");
     for s in [server, honest, private, other_chain] {
         s.stop().await;
+    }
+}
+
+const LOOPBACK_ANY_PORT: &str = "127.0.0.1:0";
+
+/// Writes a fresh self-signed pair for "localhost" to `files`; returns the
+/// certificate's DER.
+fn write_certificate(files: &TlsFiles) -> Vec<u8> {
+    let pair = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(&files.key_file, pair.signing_key.serialize_pem()).unwrap();
+    std::fs::write(&files.cert_file, pair.cert.pem()).unwrap();
+    pair.cert.der().to_vec()
+}
+
+/// A TLS client trusting exactly `trusted` (self-signed certificates for
+/// "localhost").
+fn tls_connector(trusted: &[&[u8]]) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for der in trusted {
+        roots
+            .add(rustls::pki_types::CertificateDer::from(der.to_vec()))
+            .unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+async fn tls_connect(
+    addr: std::net::SocketAddr,
+    trusted: &[&[u8]],
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    tls_connector(trusted).connect(name, tcp).await.unwrap()
+}
+
+/// The certificate a new TLS connection to `addr` is shown.
+async fn presented_certificate(addr: std::net::SocketAddr, trusted: &[&[u8]]) -> Vec<u8> {
+    let tls = tls_connect(addr, trusted).await;
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// BDK's client over `ssl://` against a self-signed certificate the server
+/// generated and kept, with real calls and a pushed notification; a second
+/// server on the same files presents the same certificate.
+#[tokio::test]
+async fn bdk_electrum_client_over_tls_with_a_self_signed_certificate() {
+    use electrum_client::ElectrumApi;
+    let dir = tempfile::tempdir().unwrap();
+    let files = TlsFiles {
+        cert_file: dir.path().join("tls-cert.pem"),
+        key_file: dir.path().join("tls-key.pem"),
+        self_signed: true,
+    };
+    let with_tls = |files: TlsFiles| {
+        move |c: &mut ServerConfig| {
+            c.electrum_tls_addr = Some(LOOPBACK_ANY_PORT.parse().unwrap());
+            c.tls = Some(files);
+        }
+    };
+    let server = TestServer::start_adjusted(Limits::default(), 16, with_tls(files.clone())).await;
+    let tls_addr = server.tls_addr.expect("a TLS listener");
+    let generated = std::fs::read(&files.cert_file).expect("a certificate was generated");
+    let script =
+        bitcoin::ScriptBuf::from_hex("76a91462e907b15cbf27d5425399ebf6f0fb50ebb88f1888ac").unwrap();
+    let sh = ScriptHash::from_script(script.as_bytes());
+    server.backend.update(history(sh, &[(1, 50)]));
+    let backend = Arc::clone(&server.backend);
+    let changes = server.changes.clone();
+    tokio::task::spawn_blocking(move || {
+        let config = electrum_client::ConfigBuilder::new()
+            .validate_domain(false)
+            .timeout(Some(Duration::from_secs(10)))
+            .build();
+        let client =
+            electrum_client::Client::from_config(&format!("ssl://{tls_addr}"), config).unwrap();
+        let features = client.server_features().unwrap();
+        assert_eq!(features.server_version, "Osprey 0.1.0");
+        let tip = client.block_headers_subscribe_raw().unwrap();
+        assert_eq!(
+            (tip.height, tip.header.as_slice()),
+            (100, fake_header(100).as_slice())
+        );
+        let status = client.script_subscribe(&script).unwrap();
+        assert_eq!(
+            status.map(|s| hex::encode(*s)),
+            status_of(&[(1, 50)]).as_str().map(str::to_string)
+        );
+        backend.update(history(sh, &[(1, 50), (2, 0)]));
+        changes
+            .send(Arc::new(Change {
+                scripthashes: vec![sh],
+                ..Change::default()
+            }))
+            .unwrap();
+        let mut popped = None;
+        for _ in 0..250 {
+            client.ping().unwrap(); // reads whatever the server pushed
+            popped = client.script_pop(&script).unwrap();
+            if popped.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            popped.map(|s| hex::encode(*s)),
+            status_of(&[(1, 50), (2, 0)]).as_str().map(str::to_string),
+            "the new status was pushed over TLS"
+        );
+    })
+    .await
+    .unwrap();
+    // The certificate shown is the generated one.
+    let generated_der = rustls::pki_types::CertificateDer::from_pem_slice(&generated)
+        .unwrap()
+        .to_vec();
+    assert_eq!(
+        presented_certificate(tls_addr, &[&generated_der]).await,
+        generated_der
+    );
+    // A plain-text client on the TLS port gets no answer, and the server lives on.
+    let mut plain = TcpStream::connect(tls_addr).await.unwrap();
+    plain
+        .write_all(b"{\"id\":1,\"method\":\"server.ping\"}\n")
+        .await
+        .unwrap();
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(
+        READ_TIMEOUT,
+        tokio::io::AsyncReadExt::read_to_end(&mut plain, &mut reply),
+    )
+    .await;
+    assert!(!reply.starts_with(b"{"), "no JSON over a TLS port");
+    server.stop().await;
+
+    // Restarted on the same files: the same certificate, nothing regenerated.
+    let server = TestServer::start_adjusted(Limits::default(), 16, with_tls(files.clone())).await;
+    assert_eq!(std::fs::read(&files.cert_file).unwrap(), generated);
+    assert_eq!(
+        presented_certificate(server.tls_addr.unwrap(), &[&generated_der]).await,
+        generated_der
+    );
+    server.stop().await;
+}
+
+use rustls::pki_types::pem::PemObject as _;
+
+/// A renewal (new files on disk) reaches new connections without a
+/// restart; a broken file afterwards is ignored and the last good
+/// certificate kept.
+#[tokio::test]
+async fn tls_certificates_are_reloaded_when_their_files_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = TlsFiles {
+        cert_file: dir.path().join("fullchain.pem"),
+        key_file: dir.path().join("privkey.pem"),
+        self_signed: false,
+    };
+    let first = write_certificate(&files);
+    let tls_files = files.clone();
+    let server = TestServer::start_adjusted(Limits::default(), 16, move |c| {
+        c.electrum_tls_addr = Some(LOOPBACK_ANY_PORT.parse().unwrap());
+        c.tls = Some(tls_files);
+    })
+    .await;
+    let addr = server.tls_addr.unwrap();
+    // A session opened before the renewal keeps working through it.
+    let mut old_session = tls_connect(addr, &[&first]).await;
+    assert_eq!(presented_certificate(addr, &[&first]).await, first);
+
+    let second = write_certificate(&files);
+    assert_ne!(first, second);
+    let trusted: [&[u8]; 2] = [&first, &second];
+    let started = std::time::Instant::now();
+    loop {
+        if presented_certificate(addr, &trusted).await == second {
+            break;
+        }
+        assert!(
+            started.elapsed() < osprey_server::RELOAD_CHECK_INTERVAL * 5,
+            "new connections still get the old certificate"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A broken renewal: logged, and the last good certificate stays.
+    std::fs::write(&files.cert_file, "-----BEGIN CERTIFICATE-----\ngarbage\n").unwrap();
+    tokio::time::sleep(osprey_server::RELOAD_CHECK_INTERVAL + Duration::from_millis(500)).await;
+    assert_eq!(presented_certificate(addr, &trusted).await, second);
+    assert_eq!(presented_certificate(addr, &trusted).await, second);
+
+    old_session
+        .write_all(b"{\"id\":7,\"method\":\"server.ping\"}\n")
+        .await
+        .unwrap();
+    let mut reader = BufReader::new(old_session);
+    let mut line = String::new();
+    tokio::time::timeout(READ_TIMEOUT, reader.read_line(&mut line))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&line).unwrap()["id"], 7);
+    server.stop().await;
+}
+
+mod websocket {
+    use super::*;
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::WebSocketStream;
+
+    /// A WebSocket client speaking JSON-RPC, one message each way.
+    struct WsClient<S> {
+        ws: WebSocketStream<S>,
+    }
+
+    impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> WsClient<S> {
+        async fn connect(url: &str, stream: S) -> WsClient<S> {
+            let (ws, _) = tokio_tungstenite::client_async(url, stream).await.unwrap();
+            WsClient { ws }
+        }
+
+        async fn send(&mut self, message: Value) {
+            self.ws
+                .send(Message::text(message.to_string()))
+                .await
+                .unwrap();
+        }
+
+        /// The next message; `None` when the server closed.
+        async fn next(&mut self) -> Option<Message> {
+            tokio::time::timeout(READ_TIMEOUT, self.ws.next())
+                .await
+                .expect("timed out waiting for a message")
+                .map(Result::unwrap)
+        }
+
+        async fn read(&mut self) -> Value {
+            match self.next().await {
+                Some(Message::Text(text)) => {
+                    assert!(!text.contains('\n'), "one message, no newline: {text}");
+                    serde_json::from_str(&text).unwrap()
+                }
+                other => panic!("expected a text message, got {other:?}"),
+            }
+        }
+
+        async fn call(&mut self, id: u64, method: &str, params: Value) -> Value {
+            self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+                .await;
+            let r = self.read().await;
+            assert_eq!(r["id"], id, "{r}");
+            r
+        }
+    }
+
+    /// The same conversation over ws and wss: version, a subscription, a
+    /// batch, a request with newlines inside, a pushed notification, and an
+    /// oversized message refused with an error and a close, not a crash.
+    async fn converse<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+        server: &TestServer,
+        mut c: WsClient<S>,
+    ) {
+        let r = c
+            .call(1, "server.version", json!(["test", ["1.4", "1.6"]]))
+            .await;
+        assert_eq!(r["result"], json!(["Osprey 0.1.0", "1.6"]));
+        let sh: ScriptHash = SH.parse().unwrap();
+        server.backend.update(history(sh, &[(1, 50)]));
+        let r = c
+            .call(2, "blockchain.scripthash.subscribe", json!([SH]))
+            .await;
+        assert_eq!(r["result"], status_of(&[(1, 50)]));
+        // A batch is one message, answered by one message.
+        c.send(json!([
+            {"jsonrpc": "2.0", "id": 3, "method": "server.ping"},
+            {"jsonrpc": "2.0", "id": 4, "method": "blockchain.block.header", "params": [3]},
+        ]))
+        .await;
+        let r = c.read().await;
+        assert_eq!(
+            (r[0]["id"].clone(), r[1]["result"].clone()),
+            (json!(3), json!(hex::encode(fake_header(3))))
+        );
+        // Newlines are whitespace inside a message, not separators.
+        c.ws.send(Message::text(
+            "{\n\"id\": 5,\n\"method\": \"server.banner\"\n}",
+        ))
+        .await
+        .unwrap();
+        assert_eq!(c.read().await["result"], "test banner");
+        // A change is pushed as a message of its own.
+        server.backend.update(history(sh, &[(1, 50), (2, 0)]));
+        server.publish(Change {
+            scripthashes: vec![sh],
+            ..Change::default()
+        });
+        assert_eq!(
+            c.read().await,
+            json!({"jsonrpc": "2.0", "method": "blockchain.scripthash.subscribe", "params": [SH, status_of(&[(1, 50), (2, 0)])]})
+        );
+        // Over the limit: a -101 error naming it, then a close with 1009.
+        c.ws.send(Message::text("x".repeat(5000))).await.unwrap();
+        let r = c.read().await;
+        assert_eq!(r["error"]["code"], -101, "{r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("2000 bytes"),
+            "{r}"
+        );
+        match c.next().await {
+            Some(Message::Close(Some(frame))) => assert_eq!(frame.code, CloseCode::Size),
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    }
+
+    fn ws_limits() -> Limits {
+        Limits {
+            line_bytes_max: 2000,
+            ..Limits::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn browser_wallets_speak_json_rpc_over_websocket() {
+        let server = TestServer::start_adjusted(ws_limits(), 16, |c| {
+            c.electrum_ws_addr = Some(LOOPBACK_ANY_PORT.parse().unwrap());
+        })
+        .await;
+        let addr = server.ws_addr.expect("a ws listener");
+        let url = format!("ws://{addr}/");
+        let c = WsClient::connect(&url, TcpStream::connect(addr).await.unwrap()).await;
+        converse(&server, c).await;
+        // The server lives on: a new connection is answered.
+        let mut c = WsClient::connect(&url, TcpStream::connect(addr).await.unwrap()).await;
+        let r = c.call(9, "server.ping", json!([])).await;
+        assert!(r.get("result").is_some(), "{r}");
+        // So does plain TCP, on its own listener, with the same sessions.
+        let mut tcp = server.client().await;
+        assert!(tcp
+            .call("server.ping", json!([]))
+            .await
+            .get("result")
+            .is_some());
+        server.stop().await;
+    }
+
+    #[tokio::test]
+    async fn browser_wallets_speak_json_rpc_over_websocket_with_tls() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = TlsFiles {
+            cert_file: dir.path().join("cert.pem"),
+            key_file: dir.path().join("key.pem"),
+            self_signed: false,
+        };
+        let cert = write_certificate(&files);
+        let server = TestServer::start_adjusted(ws_limits(), 16, move |c| {
+            c.electrum_wss_addr = Some(LOOPBACK_ANY_PORT.parse().unwrap());
+            c.tls = Some(files);
+        })
+        .await;
+        let addr = server.wss_addr.expect("a wss listener");
+        let c = WsClient::connect("wss://localhost/", tls_connect(addr, &[&cert]).await).await;
+        converse(&server, c).await;
+        server.stop().await;
     }
 }
