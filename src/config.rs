@@ -91,6 +91,10 @@ pub struct ConfigArgs {
     /// Text of server.banner [default: "Welcome to Osprey"]
     #[arg(long, env = "OSPREY_BANNER")]
     pub banner: Option<String>,
+    /// Serve Prometheus metrics at http://IP:PORT/metrics, e.g.
+    /// 127.0.0.1:4224 (electrs' port) [default: off]
+    #[arg(long, env = "OSPREY_MONITORING_ADDR")]
+    pub monitoring_addr: Option<String>,
 }
 
 /// Where the chain comes from.
@@ -127,6 +131,8 @@ pub struct Config {
     pub reorg_depth_max: u32,
     pub poll_interval_ms: u64,
     pub banner: String,
+    /// Where `/metrics` is served; `None`: nowhere.
+    pub monitoring_addr: Option<SocketAddr>,
 }
 
 impl ConfigArgs {
@@ -232,6 +238,13 @@ impl ConfigArgs {
         let electrum_rpc_addr = electrum
             .parse()
             .with_context(|| format!("electrum_rpc_addr {electrum:?} is not an IP:PORT address"))?;
+        let monitoring_addr =
+            match self.monitoring_addr.clone().or(file.monitoring_addr) {
+                Some(addr) => Some(addr.parse().with_context(|| {
+                    format!("monitoring_addr {addr:?} is not an IP:PORT address")
+                })?),
+                None => None,
+            };
         let positive = |name: &str, v: usize| {
             if v == 0 {
                 bail!("{name} must be at least 1");
@@ -299,6 +312,7 @@ impl ConfigArgs {
                 .clone()
                 .or(file.banner)
                 .unwrap_or_else(|| "Welcome to Osprey".into()),
+            monitoring_addr,
         })
     }
 }
@@ -360,6 +374,9 @@ mod tests {
         a.electrum_rpc_addr = Some("localhost".into());
         assert!(format!("{:#}", a.resolve().unwrap_err()).contains("electrum_rpc_addr"));
         let mut a = args(None);
+        a.monitoring_addr = Some("4224".into());
+        assert!(format!("{:#}", a.resolve().unwrap_err()).contains("monitoring_addr"));
+        let mut a = args(None);
         a.auth = Some("nocolon".into());
         assert!(format!("{:#}", a.resolve().unwrap_err()).contains("USER:PASSWORD"));
     }
@@ -379,6 +396,9 @@ mod tests {
             "reorg_depth_max" => config.reorg_depth_max.to_string(),
             "poll_interval_ms" => config.poll_interval_ms.to_string(),
             "banner" => config.banner.clone(),
+            "monitoring_addr" => config
+                .monitoring_addr
+                .map_or_else(|| "off".to_string(), |addr| addr.to_string()),
             "block_source" => match &config.chain {
                 ChainConfig::Node {
                     block_source: osprey_chain::BlockSourceChoice::Auto,

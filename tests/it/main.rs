@@ -15,6 +15,7 @@
 //! | `kill9`       | SIGKILL during the initial sync never corrupts the index |
 //! | `core`        | on Bitcoin Core: files, REST and JSON-RPC give one index; kills, a reorg, a restart |
 //! | `bench_e2e`   | `osprey chaingen`, `chaingen submit` and `bench` work end to end |
+//! | `monitoring`  | the startup lines, the sync summary and `/metrics` say what is true |
 //!
 //! btcd is found through `$OSPREY_BTCD`, the PATH or `~/go/bin/btcd`; a test
 //! that cannot find it fails with the command that installs it. bitcoind is
@@ -32,6 +33,7 @@ mod bench_e2e;
 mod core;
 mod kill9;
 mod mempool;
+mod monitoring;
 mod protocol;
 mod reorg;
 mod restart;

@@ -24,6 +24,7 @@ use activity::Activity;
 use anyhow::Context;
 use notifier::Notifier;
 use osprey_electrum::{Backend, DispatchConfig, Dispatcher, RpcError, ServerInfo};
+use osprey_metrics::Metrics;
 use osprey_query::{Change, Query};
 use session::SessionContext;
 use std::future::Future;
@@ -68,6 +69,7 @@ pub struct Server {
     config: ServerConfig,
     backend: Arc<dyn Backend>,
     changes: broadcast::Receiver<Arc<Change>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Server {
@@ -100,7 +102,15 @@ impl Server {
             config,
             backend,
             changes,
+            metrics: Arc::new(Metrics::new(&osprey_electrum::METHODS)),
         })
+    }
+
+    /// Counts sessions, subscriptions, bytes and requests in `metrics`
+    /// (the process's registry) instead of a registry of its own.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The address actually bound (useful with port 0).
@@ -122,28 +132,38 @@ impl Server {
             config,
             backend,
             changes,
+            metrics,
         } = self;
         let limits = config.limits.clone();
-        let dispatcher = Arc::new(Dispatcher::new(
-            Arc::clone(&backend),
-            DispatchConfig {
-                info: ServerInfo {
-                    server_version: config.server_version.clone(),
-                    banner: config.banner.clone(),
-                    donation_address: config.donation_address.clone(),
-                    genesis_hash: config.network.genesis_hash(),
+        let dispatcher = Arc::new(
+            Dispatcher::new(
+                Arc::clone(&backend),
+                DispatchConfig {
+                    info: ServerInfo {
+                        server_version: config.server_version.clone(),
+                        banner: config.banner.clone(),
+                        donation_address: config.donation_address.clone(),
+                        genesis_hash: config.network.genesis_hash(),
+                    },
+                    headers_per_call_max: limits.headers_per_call_max,
+                    batch_requests_max: limits.batch_requests_max,
+                    reply_bytes_max: limits.reply_bytes_max,
+                    subscriptions_per_session_max: limits.subscriptions_per_session_max,
+                    pong_len_max: PONG_LEN_MAX,
                 },
-                headers_per_call_max: limits.headers_per_call_max,
-                batch_requests_max: limits.batch_requests_max,
-                reply_bytes_max: limits.reply_bytes_max,
-                subscriptions_per_session_max: limits.subscriptions_per_session_max,
-                pong_len_max: PONG_LEN_MAX,
-            },
-        ));
+            )
+            .with_metrics(Arc::clone(&metrics)),
+        );
         let (stop_tx, stop_rx) = watch::channel(false);
         let (control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE_MAX);
         let processed = Arc::new(AtomicU64::new(0));
-        let notifier = Notifier::new(backend, changes, control_rx, Arc::clone(&processed));
+        let notifier = Notifier::new(
+            backend,
+            changes,
+            control_rx,
+            Arc::clone(&processed),
+            Arc::clone(&metrics),
+        );
         let notifier = tokio::spawn(
             notifier
                 .run(stop_rx.clone())
@@ -155,6 +175,7 @@ impl Server {
             control: control_tx,
             processed,
             activity: Activity::new(),
+            metrics,
         });
         let permits = Arc::new(Semaphore::new(limits.sessions_max));
         let mut sessions = JoinSet::new();

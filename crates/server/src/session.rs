@@ -12,6 +12,7 @@ use crate::config::Limits;
 use crate::framer::{Frame, LineFramer};
 use crate::notifier::{Control, SessionHandle, SessionId};
 use osprey_electrum::{jsonrpc, Dispatcher, Effect, RpcError, SessionState};
+use osprey_metrics::Metrics;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +27,7 @@ pub(crate) struct SessionContext {
     pub control: mpsc::Sender<Control>,
     pub processed: Arc<AtomicU64>,
     pub activity: Activity,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Why a session ended, for the log.
@@ -54,6 +56,7 @@ const NOTIFICATIONS_PER_FLUSH: usize = 256;
 struct Writer<W> {
     inner: BufWriter<W>,
     timeout: Duration,
+    sent_bytes: osprey_metrics::IntCounter,
 }
 
 impl<W: AsyncWrite + Unpin> Writer<W> {
@@ -64,7 +67,10 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
             self.inner.write_all(b"\n").await
         };
         match timeout(self.timeout, write).await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => {
+                self.sent_bytes.inc_by(line.len() as u64 + 1);
+                Ok(())
+            }
             Ok(Err(e)) => Err(End::Io(e)),
             Err(_) => Err(End::WriteTimeout),
         }
@@ -106,9 +112,13 @@ pub(crate) async fn run<S>(
         return; // the notifier is gone: the server is stopping
     }
     tracing::debug!("session started");
+    let gauges = &ctx.metrics.sessions;
+    gauges.accepted.inc();
+    gauges.connected.inc();
     let activity = ctx.activity.register(id);
     let end = serve(stream, id, &ctx, rx, kick, &activity, shutdown).await;
     ctx.activity.unregister(id);
+    gauges.connected.dec();
     match &end {
         End::ClientClosed | End::Shutdown => tracing::debug!(?end, "session ended"),
         End::Io(error) => tracing::info!(%error, "session ended: i/o error"),
@@ -135,7 +145,9 @@ where
     let mut writer = Writer {
         inner: BufWriter::new(writer),
         timeout: Duration::from_secs(limits.write_timeout_secs),
+        sent_bytes: ctx.metrics.sessions.sent_bytes.clone(),
     };
+    let received_bytes = &ctx.metrics.sessions.received_bytes;
     let mut framer = LineFramer::new(limits.line_bytes_max);
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     let idle = Duration::from_secs(limits.idle_timeout_secs);
@@ -235,7 +247,10 @@ where
             }
             read = reader.read(&mut buf), if running.is_none() && !eof => match read {
                 Ok(0) => eof = true,
-                Ok(n) => framer.push(&buf[..n]),
+                Ok(n) => {
+                    received_bytes.inc_by(n as u64);
+                    framer.push(&buf[..n]);
+                }
                 Err(e) => return End::Io(e),
             },
             _ = sleep_until(idle_deadline), if running.is_none() => return End::Idle,
