@@ -128,6 +128,10 @@ pub struct ConfigArgs {
     /// 0.0.0.0:50004 (off unless set)
     #[arg(long, env = "OSPREY_ELECTRUM_WSS_ADDR")]
     pub electrum_wss_addr: Option<String>,
+    /// Serve Prometheus metrics at http://IP:PORT/metrics, e.g.
+    /// 127.0.0.1:4224 (electrs' port) [default: off]
+    #[arg(long, env = "OSPREY_MONITORING_ADDR")]
+    pub monitoring_addr: Option<String>,
 }
 
 /// Where the chain comes from.
@@ -173,6 +177,8 @@ pub struct Config {
     pub electrum_wss_addr: Option<SocketAddr>,
     /// Certificate and key of the TLS listeners; `None` without one.
     pub tls: Option<osprey_server::TlsFiles>,
+    /// Where `/metrics` is served; `None`: nowhere.
+    pub monitoring_addr: Option<SocketAddr>,
 }
 
 impl ConfigArgs {
@@ -320,6 +326,13 @@ impl ConfigArgs {
                 "give both tls_cert_file and tls_key_file, or neither for a self-signed certificate"
             ),
         };
+        let monitoring_addr =
+            match self.monitoring_addr.clone().or(file.monitoring_addr) {
+                Some(addr) => Some(addr.parse().with_context(|| {
+                    format!("monitoring_addr {addr:?} is not an IP:PORT address")
+                })?),
+                None => None,
+            };
         let positive = |name: &str, v: usize| {
             if v == 0 {
                 bail!("{name} must be at least 1");
@@ -406,6 +419,7 @@ impl ConfigArgs {
             electrum_ws_addr,
             electrum_wss_addr,
             tls,
+            monitoring_addr,
         })
     }
 }
@@ -493,6 +507,9 @@ mod tests {
         a.electrum_rpc_addr = Some("localhost".into());
         assert!(format!("{:#}", a.resolve().unwrap_err()).contains("electrum_rpc_addr"));
         let mut a = args(None);
+        a.monitoring_addr = Some("4224".into());
+        assert!(format!("{:#}", a.resolve().unwrap_err()).contains("monitoring_addr"));
+        let mut a = args(None);
         a.auth = Some("nocolon".into());
         assert!(format!("{:#}", a.resolve().unwrap_err()).contains("USER:PASSWORD"));
     }
@@ -560,7 +577,7 @@ mod tests {
             "conf" | "db_dir" | "daemon_dir" | "daemon_rpc_addr" | "cookie_file" | "auth"
             | "blocks_dir" | "electrum_rpc_addr" | "reindex" | "public_hosts" | "peers"
             | "electrum_tls_addr" | "tls_cert_file" | "tls_key_file" | "electrum_ws_addr"
-            | "electrum_wss_addr" => return None,
+            | "electrum_wss_addr" | "monitoring_addr" => return None,
             other => panic!("setting {other} is new: say here what its default resolves to"),
         })
     }

@@ -112,7 +112,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     .over(ConfigArgs::default())
     .context("demo settings")?;
     let stop = Arc::new(AtomicBool::new(false));
-    let (tracker, query) = serve::build(&config, &stop)?;
+    let parts = serve::build(&config, &stop)?;
 
     let addr = config.electrum_rpc_addr;
     let message = [
@@ -157,5 +157,5 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     {
         println!("{message}");
     }
-    serve::run_server(&config, tracker, query, runtime, stop)
+    serve::run_server(&config, parts, runtime, stop)
 }

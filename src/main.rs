@@ -5,6 +5,8 @@
 
 mod config;
 mod demo;
+mod monitoring;
+mod progress;
 mod serve;
 mod snapshot;
 mod tools;
@@ -74,7 +76,7 @@ fn init_logging(filter: &str) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(std::io::stderr)
+        .with_writer(progress::stderr_around_bar)
         .init();
 }
 

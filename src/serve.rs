@@ -2,11 +2,15 @@
 //! thread and Electrum server.
 
 use crate::config::{ChainConfig, Config};
+use crate::monitoring::Monitoring;
+use crate::progress::Progress;
 use anyhow::Context;
-use osprey_chain::{BlkFiles, ChainSource, Daemon};
-use osprey_indexer::{ChunkStats, Indexer, IndexerConfig};
+use osprey_chain::{BlkFiles, BlockSource, BlockSourceChoice, ChainSource, Daemon, NodeKind};
+use osprey_indexer::{Indexer, IndexerConfig};
+use osprey_metrics::Metrics;
 use osprey_query::{Query, QueryConfig, Tracker};
 use osprey_store::{Store, StoreConfig};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -28,12 +32,22 @@ fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
 }
 
 /// Connects to the chain source, waiting (with one log line per attempt)
-/// while the node is down or still starting.
-fn connect_source(config: &Config, stop: &AtomicBool) -> anyhow::Result<Arc<dyn ChainSource>> {
+/// while the node is down or still starting. Returns the source and the
+/// startup lines that say what it is.
+fn connect_source(
+    config: &Config,
+    stop: &AtomicBool,
+) -> anyhow::Result<(Arc<dyn ChainSource>, Vec<String>)> {
     match &config.chain {
-        ChainConfig::BlkFiles { dir } => Ok(Arc::new(
-            BlkFiles::open(dir, config.network)
-                .with_context(|| format!("reading blocks from {}", dir.display()))?,
+        ChainConfig::BlkFiles { dir } => Ok((
+            Arc::new(
+                BlkFiles::open(dir, config.network)
+                    .with_context(|| format!("reading blocks from {}", dir.display()))?,
+            ),
+            vec![format!(
+                "blocks: blk*.dat files in {} (no node: no mempool, no broadcast)",
+                dir.display()
+            )],
         )),
         ChainConfig::Node {
             rpc_addr,
@@ -48,13 +62,8 @@ fn connect_source(config: &Config, stop: &AtomicBool) -> anyhow::Result<Arc<dyn 
                 });
             match connected {
                 Ok(daemon) => {
-                    tracing::info!(
-                        node = rpc_addr,
-                        kind = ?daemon.kind(),
-                        block_source = %daemon.block_source(),
-                        "connected to node; no txindex needed"
-                    );
-                    return Ok(Arc::new(daemon));
+                    let about = describe_node(&daemon, rpc_addr, *block_source, blocks_dir);
+                    return Ok((Arc::new(daemon), about));
                 }
                 Err(e) if e.is_transient() => {
                     tracing::warn!("waiting for node at {rpc_addr}: {e}");
@@ -69,6 +78,96 @@ fn connect_source(config: &Config, stop: &AtomicBool) -> anyhow::Result<Arc<dyn 
     }
 }
 
+/// The startup lines about the node: software and version, the block
+/// source and why, and what a `txindex` has to do with it.
+fn describe_node(
+    daemon: &Daemon,
+    rpc_addr: &str,
+    choice: BlockSourceChoice,
+    blocks_dir: &Option<PathBuf>,
+) -> Vec<String> {
+    let chosen = match choice {
+        BlockSourceChoice::Auto => "the fastest the node offers",
+        BlockSourceChoice::Only(_) => "as --block-source says",
+    };
+    let source = match (daemon.block_source(), daemon.kind()) {
+        (BlockSource::Files, _) => format!(
+            "files: Bitcoin Core's blk*.dat and rev*.dat in {}",
+            blocks_dir
+                .as_deref()
+                .map_or_else(|| "?".into(), |d| d.display().to_string())
+        ),
+        (BlockSource::Rest, _) => "rest: Bitcoin Core's binary REST".into(),
+        (BlockSource::Rpc, NodeKind::BitcoinCore { .. }) => {
+            "rpc: JSON-RPC getblock with prevouts".into()
+        }
+        (BlockSource::Rpc, NodeKind::Btcd) => {
+            "rpc: JSON-RPC blocks and the transactions they spend".into()
+        }
+    };
+    let has = match daemon.has_txindex() {
+        Some(true) => "the node has one",
+        Some(false) => "the node has none",
+        None => "the node does not say whether it has one",
+    };
+    let txindex = match daemon.kind() {
+        NodeKind::BitcoinCore { .. } => format!("txindex: not needed ({has})"),
+        NodeKind::Btcd => format!(
+            "txindex: needed, btcd serves no undo data so spent outputs come from getrawtransaction ({has})"
+        ),
+    };
+    vec![
+        format!("node: {} at {rpc_addr}", daemon.node_version()),
+        format!("block source: {source} ({chosen})"),
+        txindex,
+    ]
+}
+
+/// Bytes of the files under `dir` (0 for what cannot be read).
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(meta) if meta.is_dir() => dir_bytes(&entry.path()),
+            Ok(meta) => meta.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Says in one block of lines what Osprey found and will use.
+fn log_startup(
+    config: &Config,
+    store: &Store,
+    about_source: &[String],
+    monitoring: Option<&Monitoring>,
+) {
+    tracing::info!(
+        "osprey {} (index format {}) on {}",
+        env!("CARGO_PKG_VERSION"),
+        osprey_store::SCHEMA_VERSION,
+        config.network
+    );
+    for line in about_source {
+        tracing::info!("{line}");
+    }
+    let state = match store.tip() {
+        Some((height, _)) => format!("at height {height}"),
+        None => "new".to_string(),
+    };
+    tracing::info!(
+        "index: {}, {state}, {:.1} MB on disk",
+        config.db_path.display(),
+        dir_bytes(&config.db_path) as f64 / 1e6
+    );
+    if let Some(monitoring) = monitoring {
+        tracing::info!("metrics: http://{}/metrics", monitoring.addr());
+    }
+}
+
 fn sleep_unless_stopped(duration: Duration, stop: &AtomicBool) {
     let until = Instant::now() + duration;
     while Instant::now() < until && !stop.load(Ordering::Relaxed) {
@@ -76,77 +175,26 @@ fn sleep_unless_stopped(duration: Duration, stop: &AtomicBool) {
     }
 }
 
-/// Logs sync progress at most every few seconds, with rate and ETA.
-pub struct ProgressLog {
-    started: Instant,
-    last_log: Instant,
-    blocks: u64,
-    txs: u64,
-    bytes: u64,
-    json: bool,
-}
-
-impl ProgressLog {
-    pub fn new(json: bool) -> ProgressLog {
-        let now = Instant::now();
-        ProgressLog {
-            started: now,
-            last_log: now - Duration::from_secs(60),
-            blocks: 0,
-            txs: 0,
-            bytes: 0,
-            json,
-        }
-    }
-
-    pub fn on_chunk(&mut self, stats: &ChunkStats) {
-        self.blocks += u64::from(stats.blocks);
-        self.txs += stats.txs;
-        self.bytes += stats.block_bytes;
-        let elapsed = self.started.elapsed().as_secs_f64().max(1e-6);
-        if self.json {
-            let line = serde_json::json!({
-                "height": stats.height.0,
-                "source_height": stats.source_height.0,
-                "blocks": stats.blocks,
-                "txs": stats.txs,
-                "rows": stats.rows,
-                "block_bytes": stats.block_bytes,
-                "batch_secs": stats.elapsed.as_secs_f64(),
-                "elapsed_secs": elapsed,
-            });
-            // The machine-readable progress stream of `osprey index`.
-            #[allow(clippy::print_stdout)]
-            {
-                println!("{line}");
-            }
-        }
-        if self.last_log.elapsed() < Duration::from_secs(5) && stats.height != stats.source_height {
-            return;
-        }
-        self.last_log = Instant::now();
-        let remaining = u64::from(stats.source_height.0.saturating_sub(stats.height.0));
-        let blocks_per_sec = self.blocks as f64 / elapsed;
-        let eta = if remaining == 0 {
-            "done".to_string()
-        } else {
-            format!("{:.0}s", remaining as f64 / blocks_per_sec.max(1e-9))
-        };
-        tracing::info!(
-            "indexed height {} of {} ({:.1}%), {:.0} tx/s, {:.1} MB/s, ETA {eta}",
-            stats.height,
-            stats.source_height,
-            100.0 * f64::from(stats.height.0) / f64::from(stats.source_height.0.max(1)),
-            self.txs as f64 / elapsed,
-            self.bytes as f64 / elapsed / 1e6,
-        );
-    }
+/// What [`build`] wires together: the tracker that keeps the index at the
+/// node's tip, the queries wallets are answered from, the metrics both
+/// update, and the `/metrics` endpoint when `--monitoring-addr` asks.
+pub struct Parts {
+    pub tracker: Tracker,
+    pub query: Arc<Query>,
+    pub metrics: Arc<Metrics>,
+    monitoring: Option<Monitoring>,
 }
 
 /// The index, the chain source and what serves from them, as `config` says.
-pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<(Tracker, Arc<Query>)> {
+pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<Parts> {
     let store = open_store(config)?;
-    let source = connect_source(config, stop)?;
+    let (source, about_source) = connect_source(config, stop)?;
+    let metrics = Arc::new(Metrics::new(&osprey_electrum::METHODS));
+    let monitoring = config
+        .monitoring_addr
+        .map(|addr| Monitoring::start(addr, Arc::clone(&metrics), Arc::clone(&store)))
+        .transpose()?;
+    log_startup(config, &store, &about_source, monitoring.as_ref());
     let indexer = Indexer::new(
         Arc::clone(&store),
         Arc::clone(&source),
@@ -161,18 +209,26 @@ pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<(Tracker
             ..QueryConfig::default()
         },
     ));
-    Ok((Tracker::new(indexer, Arc::clone(&query)), query))
+    Ok(Parts {
+        tracker: Tracker::new(indexer, Arc::clone(&query)),
+        query,
+        metrics,
+        monitoring,
+    })
 }
 
 /// Runs one tracker update, retrying transient node errors until `stop`.
 fn update_until_ok(
     tracker: &mut Tracker,
-    progress: &mut ProgressLog,
+    progress: &mut Progress,
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
     loop {
         match tracker.update(&mut |s| progress.on_chunk(s)) {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                progress.on_update(tracker.node_height());
+                return Ok(());
+            }
             Err(e) if e.is_transient() => {
                 tracing::warn!("node: {e}; retrying in 5 s");
                 sleep_unless_stopped(Duration::from_secs(5), stop);
@@ -188,9 +244,15 @@ fn update_until_ok(
 /// `osprey index`: sync to the tip and exit.
 pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
-    let (mut tracker, query) = build(&config, &stop)?;
-    let mut progress = ProgressLog::new(progress_json);
+    let Parts {
+        mut tracker,
+        query,
+        metrics,
+        monitoring,
+    } = build(&config, &stop)?;
+    let mut progress = Progress::new(progress_json, metrics);
     update_until_ok(&mut tracker, &mut progress, &stop)?;
+    progress.finish(dir_bytes(&config.db_path));
     // A finished index, not a pile of level-0 files: what is measured and
     // what `serve` would otherwise merge in the background.
     let merging = Instant::now();
@@ -213,6 +275,8 @@ pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::
             println!("{line}");
         }
     }
+    // The endpoint holds the index: closed before it.
+    drop(monitoring);
     Ok(())
 }
 
@@ -228,18 +292,23 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
             stop.store(true, Ordering::Relaxed);
         });
     }
-    let (tracker, query) = build(&config, &stop)?;
-    run_server(&config, tracker, query, runtime, stop)
+    let parts = build(&config, &stop)?;
+    run_server(&config, parts, runtime, stop)
 }
 
 /// Syncs, starts the Electrum server, and follows the tip until stopped.
 pub fn run_server(
     config: &Config,
-    mut tracker: Tracker,
-    query: Arc<Query>,
+    parts: Parts,
     runtime: tokio::runtime::Runtime,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
+    let Parts {
+        mut tracker,
+        query,
+        metrics,
+        monitoring,
+    } = parts;
     // Checked before the sync, which may take hours, not after it.
     let limits = osprey_server::Limits {
         line_bytes_max: config.line_bytes_max,
@@ -255,7 +324,7 @@ pub fn run_server(
     if let Some(tls) = &config.tls {
         tls.check().context("TLS certificate")?;
     }
-    let mut progress = ProgressLog::new(false);
+    let mut progress = Progress::new(false, Arc::clone(&metrics));
     // Serving before the initial sync ends would give wallets partial
     // histories: sync first, and while the node itself is still in its
     // initial block download, keep following it and serve once it is done.
@@ -281,6 +350,7 @@ pub fn run_server(
         }
         sleep_unless_stopped(poll, &stop);
     }
+    progress.finish(dir_bytes(&config.db_path));
     let server_config = osprey_server::ServerConfig {
         electrum_rpc_addr: config.electrum_rpc_addr,
         electrum_tls_addr: config.electrum_tls_addr,
@@ -307,7 +377,11 @@ pub fn run_server(
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             };
-            osprey_server::serve(server_config, query, shutdown).await
+            osprey_server::Server::bind(server_config, query)
+                .await?
+                .with_metrics(metrics)
+                .run(shutdown)
+                .await
         })
     };
     let (height, hash) = query.tip();
@@ -339,6 +413,7 @@ pub fn run_server(
     if let Some(watcher) = watcher {
         let _ = watcher.join();
     }
+    drop(monitoring);
     drop(tracker);
     drop(query);
     result.and(served?)

@@ -32,14 +32,22 @@ const SAMPLE_SCRIPTS: usize = 100;
 /// How long a server may take to show the node's mempool.
 const SETTLE: Duration = Duration::from_secs(30);
 
-/// Asserts that the server's log names the block source it chose.
+/// Asserts that the server's startup lines name Bitcoin Core, the block
+/// source it chose, and that no txindex is needed (the harness's Core has
+/// none, as its users' need not).
 fn assert_block_source(osprey: &Osprey, source: &str) {
-    let want = format!("block_source={source}");
-    assert!(
-        osprey.log().contains(&want),
-        "osprey should have logged {want}; log:\n{}",
-        osprey.log_tail(40)
-    );
+    let log = osprey.log();
+    for want in [
+        "node: Bitcoin Core ".to_string(),
+        format!("block source: {source}:"),
+        "txindex: not needed (the node has none)".to_string(),
+    ] {
+        assert!(
+            log.contains(&want),
+            "osprey should have logged {want:?}; log:\n{}",
+            osprey.log_tail(40)
+        );
+    }
 }
 
 /// 1. Generate a 2300-block chaingen chain and submit it to Core: its old

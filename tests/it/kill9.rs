@@ -40,7 +40,7 @@ fn progress_since(osprey: &Osprey, marker: usize) -> Vec<String> {
                 "indexed height",
                 "osprey_store",
                 "serving Electrum",
-                "connected to node",
+                "block source:",
             ]
             .iter()
             .any(|w| l.contains(w))

@@ -18,6 +18,7 @@
 //! | `bench_e2e`   | `osprey chaingen`, `chaingen submit` and `bench` work end to end |
 //! | `packaging`   | the systemd unit passes `systemd-analyze verify`; its limits fit the defaults |
 //! | `listeners`   | TLS (a kept self-signed certificate) and WebSocket listeners serve the node's chain |
+//! | `monitoring`  | the startup lines, the sync summary and `/metrics` say what is true |
 //!
 //! btcd is found through `$OSPREY_BTCD`, the PATH or `~/go/bin/btcd`; a test
 //! that cannot find it fails with the command that installs it. bitcoind is
@@ -36,6 +37,7 @@ mod core;
 mod kill9;
 mod listeners;
 mod mempool;
+mod monitoring;
 mod packaging;
 mod protocol;
 mod reorg;

@@ -134,6 +134,48 @@ impl Daemon {
         self.kind
     }
 
+    /// The node's software and version, e.g. "Bitcoin Core 30.0.0" or
+    /// "btcd 0.24.2" (btcd's only from `getinfo`, asked here).
+    pub fn node_version(&self) -> String {
+        match self.kind {
+            NodeKind::BitcoinCore { version } => format!("Bitcoin Core {}", core_version(version)),
+            NodeKind::Btcd => match self.rpc.call::<Value>("getinfo", &[]) {
+                Ok(info) => match info.get("version").and_then(Value::as_u64) {
+                    Some(version) => format!("btcd {}", btcd_version(version)),
+                    None => "btcd".to_string(),
+                },
+                Err(_) => "btcd".to_string(),
+            },
+        }
+    }
+
+    /// Whether the node keeps a transaction index, `None` when it cannot
+    /// tell. Core says so in `getindexinfo`. btcd does not say: its
+    /// `getrawtransaction` of a confirmed transaction (the genesis
+    /// coinbase, on every network) fails with "specify --txindex" without
+    /// one, and finds it or says "No information" with one.
+    pub fn has_txindex(&self) -> Option<bool> {
+        match self.kind {
+            NodeKind::BitcoinCore { .. } => {
+                let info: Value = self.rpc.call("getindexinfo", &[]).ok()?;
+                Some(info.get("txindex").is_some())
+            }
+            NodeKind::Btcd => {
+                let genesis = bitcoin::constants::genesis_block(self.network.bitcoin());
+                let coinbase = genesis.txdata[0].compute_txid();
+                match self
+                    .rpc
+                    .call::<Value>("getrawtransaction", &[json!(coinbase), json!(0)])
+                {
+                    Ok(_) => Some(true),
+                    Err(e) if e.message().contains("--txindex") => Some(false),
+                    Err(e) if e.message().contains("No information") => Some(true),
+                    Err(_) => None,
+                }
+            }
+        }
+    }
+
     pub fn block_source(&self) -> BlockSource {
         self.block_source
     }
@@ -839,12 +881,42 @@ impl ChainSource for Daemon {
     }
 }
 
+/// Core's numeric version as people write it: 300100 is 30.1.0 (and
+/// 210100, before Core 22, was 0.21.1).
+fn core_version(version: u64) -> String {
+    let (major, minor, patch) = (version / 10_000, version / 100 % 100, version % 100);
+    if major < 22 {
+        format!("0.{major}.{minor}")
+    } else {
+        format!("{major}.{minor}.{patch}")
+    }
+}
+
+/// btcd's numeric version as people write it: 240200 is 0.24.2.
+fn btcd_version(version: u64) -> String {
+    format!(
+        "{}.{}.{}",
+        version / 1_000_000,
+        version / 10_000 % 100,
+        version / 100 % 100
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use bitcoin::absolute::LockTime;
     use bitcoin::transaction::Version as TxVersion;
     use bitcoin::{OutPoint, Sequence, TxIn, Witness};
+
+    #[test]
+    fn versions_read_as_their_releases_are_named() {
+        assert_eq!(core_version(300100), "30.1.0");
+        assert_eq!(core_version(250200), "25.2.0");
+        assert_eq!(core_version(210100), "0.21.1");
+        assert_eq!(btcd_version(240200), "0.24.2");
+        assert_eq!(btcd_version(1_020_300), "1.2.3");
+    }
 
     fn tx(inputs: usize) -> Transaction {
         Transaction {

@@ -8,16 +8,18 @@
 use crate::backend::Backend;
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Incoming, Message};
-use crate::request::{Request, ScriptKey, ScriptMethod};
+use crate::request::{Request, ScriptKey, ScriptMethod, METHODS};
 use crate::server::{PeerFeatures, Peers, ServerInfo};
 use crate::session::{SessionState, SubscriptionBudget};
 use crate::version::ProtocolVersion;
 use crate::{fee, headers, mempool, scripthash, server, transaction};
 use osprey_core::StatusHash;
+use osprey_metrics::Metrics;
 use serde_json::Value;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Limits and identity the protocol layer needs.
 #[derive(Debug, Clone)]
@@ -84,6 +86,8 @@ pub struct Dispatcher {
     /// The peer list; `None` for a server that takes no part in peer
     /// discovery (no peers, `server.add_peer` answers false).
     peers: Option<Arc<dyn Peers>>,
+    /// Requests by method, their latency, and errors by code.
+    metrics: Arc<Metrics>,
 }
 
 /// A request of a batch, between the in-order phase and the parallel one.
@@ -91,14 +95,25 @@ enum Pending {
     /// Answered already (or owed no answer).
     Done(Option<Value>),
     /// Reads only: runs in parallel.
-    Query { id: Value, request: Request },
+    Query {
+        id: Value,
+        request: Request,
+        call: CallTimer,
+    },
     /// Registered in the session (`new`: by this request, not before); its
     /// status is computed in parallel.
     Subscribe {
         id: Value,
         key: ScriptKey,
         new: bool,
+        call: CallTimer,
     },
+}
+
+/// A request's method and when its handling started, for its metrics.
+struct CallTimer {
+    method: String,
+    started: Instant,
 }
 
 impl Dispatcher {
@@ -116,6 +131,7 @@ impl Dispatcher {
             handling: AtomicUsize::new(0),
             cores: std::thread::available_parallelism().map_or(1, usize::from),
             peers: None,
+            metrics: Arc::new(Metrics::new(&METHODS)),
         }
     }
 
@@ -144,6 +160,25 @@ impl Dispatcher {
                 tracing::debug!(%source, "add_peer refused: {e}");
                 false
             }
+        }
+    }
+
+    /// Counts requests and errors in `metrics` (the process's registry)
+    /// instead of a registry of its own.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Counts one answered request: its method, how long it took since
+    /// `started`, and its error code if it failed.
+    fn record<T>(&self, method: &str, started: Instant, result: &Result<T, RpcError>) {
+        self.metrics
+            .requests
+            .method(method)
+            .observe(started.elapsed());
+        if let Err(e) = result {
+            self.metrics.requests.error(e.code());
         }
     }
 
@@ -199,6 +234,7 @@ impl Dispatcher {
             Incoming::Empty => None,
             Incoming::Error(error) => {
                 state.note_other_message();
+                self.metrics.requests.error(error.code());
                 Some(jsonrpc::response(Value::Null, Err(error)))
             }
             Incoming::Single(message) => self.handle_message(state, message, &mut out),
@@ -226,6 +262,13 @@ impl Dispatcher {
             line.len()
         ));
         tracing::debug!(bytes = line.len(), max, "response over the limit refused");
+        let refused = match &response {
+            Value::Array(answers) => answers.len(),
+            _ => 1,
+        };
+        for _ in 0..refused {
+            self.metrics.requests.error(error.code());
+        }
         jsonrpc::refusal(&response, &error).to_string()
     }
 
@@ -280,8 +323,14 @@ impl Dispatcher {
             .map(|message| match message {
                 Message::Call(call) if call.id.is_some() => {
                     let id = call.id.expect("checked above");
+                    let started = Instant::now();
+                    let failed = |id: Value, method: &str, e: RpcError| {
+                        let result = Err(e);
+                        self.record(method, started, &result);
+                        Pending::Done(Some(jsonrpc::response(id, result)))
+                    };
                     match Request::parse(&call.method, &call.params, protocol) {
-                        Err(e) => Pending::Done(Some(jsonrpc::response(id, Err(e)))),
+                        Err(e) => failed(id, &call.method, e),
                         Ok(Request::Script {
                             method: ScriptMethod::Subscribe,
                             key,
@@ -289,8 +338,16 @@ impl Dispatcher {
                             state.note_other_message();
                             let max = self.config.subscriptions_per_session_max;
                             match state.subscribe(&key, max) {
-                                Ok(new) => Pending::Subscribe { id, key, new },
-                                Err(e) => Pending::Done(Some(jsonrpc::response(id, Err(e)))),
+                                Ok(new) => Pending::Subscribe {
+                                    id,
+                                    key,
+                                    new,
+                                    call: CallTimer {
+                                        method: call.method,
+                                        started,
+                                    },
+                                },
+                                Err(e) => failed(id, &call.method, e),
                             }
                         }
                         Ok(Request::ServerAddPeer { features }) => {
@@ -300,7 +357,14 @@ impl Dispatcher {
                         }
                         Ok(request) => {
                             state.note_other_message();
-                            Pending::Query { id, request }
+                            Pending::Query {
+                                id,
+                                request,
+                                call: CallTimer {
+                                    method: call.method,
+                                    started,
+                                },
+                            }
                         }
                     }
                 }
@@ -314,9 +378,9 @@ impl Dispatcher {
         let pending: Vec<(Pending, Option<Status>)> = pending
             .into_iter()
             .map(|p| match p {
-                Pending::Subscribe { id, key, new } => {
+                Pending::Subscribe { id, key, new, call } => {
                     let cached = self.backend.cached_status(&key.scripthash).map(Ok);
-                    (Pending::Subscribe { id, key, new }, cached)
+                    (Pending::Subscribe { id, key, new, call }, cached)
                 }
                 other => (other, None),
             })
@@ -338,17 +402,18 @@ impl Dispatcher {
                         (subscribe @ Pending::Subscribe { .. }, Some(status)) => {
                             (subscribe, Some(status))
                         }
-                        (Pending::Query { id, request }, _) => {
+                        (Pending::Query { id, request, call }, _) => {
                             let result = self.execute_query(protocol, request);
                             if let Err(e) = &result {
                                 tracing::debug!(error = %e, "request failed");
                             }
+                            self.record(&call.method, call.started, &result);
                             (Pending::Done(Some(jsonrpc::response(id, result))), None)
                         }
-                        (Pending::Subscribe { id, key, new }, None) => {
+                        (Pending::Subscribe { id, key, new, call }, None) => {
                             let status =
                                 self.backend.status(&key.scripthash).map_err(RpcError::from);
-                            (Pending::Subscribe { id, key, new }, Some(status))
+                            (Pending::Subscribe { id, key, new, call }, Some(status))
                         }
                         done => done,
                     })
@@ -358,18 +423,27 @@ impl Dispatcher {
         answered
             .into_iter()
             .filter_map(|answer| match answer {
-                (Pending::Subscribe { id, key, .. }, Some(Ok(status))) => {
+                (Pending::Subscribe { id, key, call, .. }, Some(Ok(status))) => {
+                    let result = Ok(scripthash::status_json(status));
+                    self.record(&call.method, call.started, &result);
                     out.effects.push(Effect::Subscribed { key, status });
-                    Some(jsonrpc::response(id, Ok(scripthash::status_json(status))))
+                    Some(jsonrpc::response(id, result))
                 }
-                (Pending::Subscribe { id, key, new }, Some(Err(e))) => {
+                (
+                    Pending::Subscribe {
+                        id, key, new, call, ..
+                    },
+                    Some(Err(e)),
+                ) => {
                     // Not subscribed if the client never got a status; a
                     // subscription it had before stays, as the notifier
                     // still has it.
                     if new {
                         state.unsubscribe(&key);
                     }
-                    Some(jsonrpc::response(id, Err(e)))
+                    let result = Err(e);
+                    self.record(&call.method, call.started, &result);
+                    Some(jsonrpc::response(id, result))
                 }
                 (Pending::Done(response), _) => response,
                 (Pending::Subscribe { id, .. } | Pending::Query { id, .. }, _) => Some(
@@ -389,6 +463,7 @@ impl Dispatcher {
             Message::Response => None,
             Message::Invalid { id, error } => {
                 state.note_other_message();
+                self.metrics.requests.error(error.code());
                 Some(jsonrpc::response(id, Err(error)))
             }
             Message::Call(call) => {
@@ -396,11 +471,13 @@ impl Dispatcher {
                 // either: the only one a client sends is a 1.7-draft
                 // `server.ping`.
                 let id = call.id?;
+                let started = Instant::now();
                 let result = Request::parse(&call.method, &call.params, state.protocol())
                     .and_then(|request| self.execute(state, request, out));
                 if let Err(e) = &result {
                     tracing::debug!(method = %call.method, error = %e, "request failed");
                 }
+                self.record(&call.method, started, &result);
                 Some(jsonrpc::response(id, result))
             }
         }

@@ -35,7 +35,7 @@ mod query_backend;
 pub use backend::Backend;
 pub use dispatch::{DispatchConfig, Dispatcher, Effect, Outcome};
 pub use error::RpcError;
-pub use request::{Request, ScriptForm, ScriptKey};
+pub use request::{Request, ScriptForm, ScriptKey, METHODS};
 pub use server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};
 pub use session::{SessionState, SubscriptionBudget};
 pub use version::ProtocolVersion;

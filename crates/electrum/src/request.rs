@@ -16,6 +16,42 @@ pub const HEADERS_SUBSCRIBE: &str = "blockchain.headers.subscribe";
 pub const SCRIPTHASH_SUBSCRIBE: &str = "blockchain.scripthash.subscribe";
 pub const SCRIPTPUBKEY_SUBSCRIBE: &str = "blockchain.scriptpubkey.subscribe";
 
+/// Every method [`Request::parse`] knows, for per-method metrics (a test
+/// checks this list against the table).
+pub const METHODS: [&str; 31] = [
+    "server.version",
+    "server.banner",
+    "server.donation_address",
+    "server.add_peer",
+    "server.features",
+    "server.peers.subscribe",
+    "server.ping",
+    HEADERS_SUBSCRIBE,
+    "blockchain.block.header",
+    "blockchain.block.headers",
+    "blockchain.estimatefee",
+    "blockchain.relayfee",
+    "blockchain.scripthash.get_balance",
+    "blockchain.scripthash.get_history",
+    "blockchain.scripthash.get_mempool",
+    "blockchain.scripthash.listunspent",
+    SCRIPTHASH_SUBSCRIBE,
+    "blockchain.scripthash.unsubscribe",
+    "blockchain.scriptpubkey.get_balance",
+    "blockchain.scriptpubkey.get_history",
+    "blockchain.scriptpubkey.get_mempool",
+    "blockchain.scriptpubkey.listunspent",
+    SCRIPTPUBKEY_SUBSCRIBE,
+    "blockchain.scriptpubkey.unsubscribe",
+    "blockchain.transaction.broadcast",
+    "blockchain.transaction.broadcast_package",
+    "blockchain.transaction.get",
+    "blockchain.transaction.get_merkle",
+    "blockchain.transaction.id_from_pos",
+    "mempool.get_fee_histogram",
+    "mempool.get_info",
+];
+
 /// How a client named a script: by script hash, or (1.6) by the script itself.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ScriptForm {
@@ -356,6 +392,38 @@ mod tests {
     /// Parses as a session that negotiated the 1.7 draft.
     fn parse(method: &str, params: Value) -> Result<Request, RpcError> {
         parse_at(method, params, ProtocolVersion::V1_7_DRAFT)
+    }
+
+    #[test]
+    fn the_method_list_is_the_table() {
+        for method in METHODS {
+            let e = parse(method, json!([])).err();
+            assert!(
+                e.as_ref().is_none_or(|e| e.code() != -32601),
+                "{method} is listed but unknown: {e:?}"
+            );
+        }
+        // Every method string in the table's match arms is listed.
+        let source = include_str!("request.rs");
+        let table = source
+            .split("match method {")
+            .nth(1)
+            .and_then(|rest| rest.split("other => Err(RpcError::MethodNotFound").next())
+            .expect("the table");
+        let mut named: Vec<&str> = table
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix('"'))
+            .filter_map(|line| line.split_once("\" =>").map(|(name, _)| name))
+            .collect();
+        named.extend([
+            HEADERS_SUBSCRIBE,
+            SCRIPTHASH_SUBSCRIBE,
+            SCRIPTPUBKEY_SUBSCRIBE,
+        ]);
+        named.sort_unstable();
+        let mut listed = METHODS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(named, listed);
     }
 
     #[test]

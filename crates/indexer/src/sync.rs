@@ -57,6 +57,8 @@ pub struct SyncReport {
     /// Set when blocks were disconnected or too many scripts were touched
     /// to list: every script's status may have changed.
     pub all_touched: bool,
+    /// The source's best block height when the sync started.
+    pub source_height: Height,
 }
 
 /// Figures of one chunk of blocks indexed (committed or not yet), for
@@ -104,8 +106,11 @@ impl Indexer {
     /// Source errors (see [`Error::is_transient`]), store errors, and blocks
     /// that fail validation. Everything committed before an error stays.
     pub fn sync(&mut self, on_chunk: &mut dyn FnMut(&ChunkStats)) -> Result<SyncReport, Error> {
-        let mut report = SyncReport::default();
         let (source_height, source_hash) = self.source.best_block()?;
+        let mut report = SyncReport {
+            source_height,
+            ..SyncReport::default()
+        };
         if self.store.tip().map(|(_, h)| h) == Some(source_hash) {
             return Ok(report);
         }

@@ -5,7 +5,7 @@ use crate::mempool::MempoolEntry;
 use crate::query::{Change, Query};
 use bitcoin::{Transaction, TxOut, Txid};
 use osprey_chain::MempoolTx;
-use osprey_core::ScriptHash;
+use osprey_core::{Height, ScriptHash};
 use osprey_indexer::{ChunkStats, Indexer};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -13,11 +13,23 @@ use std::sync::Arc;
 pub struct Tracker {
     indexer: Indexer,
     query: Arc<Query>,
+    /// The node's best block height at the last update.
+    node_height: Option<Height>,
 }
 
 impl Tracker {
     pub fn new(indexer: Indexer, query: Arc<Query>) -> Tracker {
-        Tracker { indexer, query }
+        Tracker {
+            indexer,
+            query,
+            node_height: None,
+        }
+    }
+
+    /// The node's best block height as the last update saw it (`None`
+    /// before one succeeded).
+    pub fn node_height(&self) -> Option<Height> {
+        self.node_height
     }
 
     /// Indexes new blocks (undoing stale ones), then refreshes the mempool,
@@ -39,6 +51,7 @@ impl Tracker {
                 return Err(e);
             }
         };
+        self.node_height = Some(report.source_height);
         let mut touched = report.touched;
         if report.connected > 0 || report.disconnected > 0 {
             // Drop transactions the new blocks confirmed right away, so no

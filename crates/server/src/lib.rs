@@ -39,6 +39,7 @@ use osprey_core::ByteBudget;
 use osprey_electrum::{
     Backend, DispatchConfig, Dispatcher, RpcError, ServerInfo, SubscriptionBudget,
 };
+use osprey_metrics::Metrics;
 use osprey_query::{Change, Query};
 use peers::PeerList;
 use per_ip::PerIp;
@@ -90,6 +91,7 @@ pub struct Server {
     config: ServerConfig,
     backend: Arc<dyn Backend>,
     changes: broadcast::Receiver<Arc<Change>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Server {
@@ -147,7 +149,15 @@ impl Server {
             config,
             backend,
             changes,
+            metrics: Arc::new(Metrics::new(&osprey_electrum::METHODS)),
         })
+    }
+
+    /// Counts sessions, subscriptions, bytes and requests in `metrics`
+    /// (the process's registry) instead of a registry of its own.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The address the TCP listener actually bound (useful with port 0).
@@ -179,6 +189,7 @@ impl Server {
             config,
             backend,
             changes,
+            metrics,
         } = self;
         let limits = config.limits.clone();
         let client_memory = ByteBudget::new(limits.client_memory_bytes_max);
@@ -206,7 +217,8 @@ impl Server {
                     }),
                 },
             )
-            .with_peers(Arc::new(peer_list.clone())),
+            .with_peers(Arc::new(peer_list.clone()))
+            .with_metrics(Arc::clone(&metrics)),
         );
         let (stop_tx, stop_rx) = watch::channel(false);
         let peer_checks = tokio::spawn(
@@ -216,7 +228,13 @@ impl Server {
         );
         let (control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE_MAX);
         let processed = Arc::new(AtomicU64::new(0));
-        let notifier = Notifier::new(backend, changes, control_rx, Arc::clone(&processed));
+        let notifier = Notifier::new(
+            backend,
+            changes,
+            control_rx,
+            Arc::clone(&processed),
+            Arc::clone(&metrics),
+        );
         let notifier = tokio::spawn(
             notifier
                 .run(stop_rx.clone())
@@ -229,6 +247,7 @@ impl Server {
             processed,
             activity: Activity::new(),
             client_memory,
+            metrics,
         });
         let permits = Arc::new(Semaphore::new(limits.sessions_max));
         let per_ip = PerIp::new(limits.sessions_per_ip_max);

@@ -18,6 +18,7 @@
 use osprey_core::{ByteBudget, Charge, Height, ScriptHash, StatusHash};
 use osprey_electrum::request::{ScriptForm, ScriptKey};
 use osprey_electrum::{headers, scripthash, Backend};
+use osprey_metrics::Metrics;
 use osprey_query::Change;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -153,6 +154,9 @@ pub(crate) struct Notifier {
     by_script: HashMap<ScriptHash, HashMap<SessionId, Subscriber>>,
     sessions: HashMap<SessionId, SessionEntry>,
     header_sessions: HashSet<SessionId>,
+    /// (session, script hash) pairs in `by_script`.
+    subscriptions: usize,
+    metrics: Arc<Metrics>,
 }
 
 /// Queues a line for a session; false if the session is gone or too slow
@@ -185,6 +189,7 @@ impl Notifier {
         changes: broadcast::Receiver<Arc<Change>>,
         control: mpsc::Receiver<Control>,
         processed: Arc<AtomicU64>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Notifier {
             backend,
@@ -197,7 +202,20 @@ impl Notifier {
             by_script: HashMap::new(),
             sessions: HashMap::new(),
             header_sessions: HashSet::new(),
+            subscriptions: 0,
+            metrics,
         }
+    }
+
+    /// Publishes the subscription counts (after each change to them).
+    fn count_subscriptions(&self) {
+        let gauges = &self.metrics.sessions;
+        gauges
+            .subscribed_scripthashes
+            .set(i64::try_from(self.by_script.len()).unwrap_or(i64::MAX));
+        gauges
+            .subscriptions
+            .set(i64::try_from(self.subscriptions).unwrap_or(i64::MAX));
     }
 
     /// Runs until shutdown or until every session handle is gone.
@@ -394,7 +412,9 @@ impl Notifier {
                 };
                 let mut changed = Vec::new();
                 for (key, status) in subscriptions {
-                    entry.scripts.insert(key.scripthash);
+                    if entry.scripts.insert(key.scripthash) {
+                        self.subscriptions += 1;
+                    }
                     let sub = self
                         .by_script
                         .entry(key.scripthash)
@@ -412,6 +432,7 @@ impl Notifier {
                         changed.push(key.scripthash);
                     }
                 }
+                self.count_subscriptions();
                 if !changed.is_empty() {
                     self.refresh(changed).await;
                 }
@@ -425,13 +446,16 @@ impl Notifier {
                     if sub.forms.is_empty() {
                         subscribers.remove(&session);
                         if let Some(entry) = self.sessions.get_mut(&session) {
-                            entry.scripts.remove(&key.scripthash);
+                            if entry.scripts.remove(&key.scripthash) {
+                                self.subscriptions -= 1;
+                            }
                         }
                     }
                 }
                 if subscribers.is_empty() {
                     self.by_script.remove(&key.scripthash);
                 }
+                self.count_subscriptions();
             }
             Control::SubscribeHeaders { session, seen } => {
                 let Some(entry) = self.sessions.get(&session) else {
@@ -456,6 +480,7 @@ impl Notifier {
         let Some(entry) = self.sessions.remove(&session) else {
             return;
         };
+        self.subscriptions -= entry.scripts.len();
         for sh in entry.scripts {
             if let Some(subscribers) = self.by_script.get_mut(&sh) {
                 subscribers.remove(&session);
@@ -465,6 +490,7 @@ impl Notifier {
             }
         }
         self.header_sessions.remove(&session);
+        self.count_subscriptions();
     }
 }
 
@@ -481,7 +507,13 @@ mod tests {
         let processed = Arc::new(AtomicU64::new(0));
         let backend: Arc<dyn Backend> = backend.clone();
         (
-            Notifier::new(backend, feed_rx, control_rx, Arc::clone(&processed)),
+            Notifier::new(
+                backend,
+                feed_rx,
+                control_rx,
+                Arc::clone(&processed),
+                Arc::default(),
+            ),
             processed,
         )
     }

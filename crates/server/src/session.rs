@@ -18,6 +18,7 @@ use crate::notifier::{Control, Queued, SessionHandle, SessionId};
 use crate::transport::Transport;
 use osprey_core::{ByteBudget, Charge};
 use osprey_electrum::{jsonrpc, Dispatcher, Effect, RpcError, SessionState};
+use osprey_metrics::Metrics;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,6 +36,7 @@ pub(crate) struct SessionContext {
     /// What sessions' incomplete lines, unread replies and subscriptions
     /// may hold in total (`Limits::client_memory_bytes_max`).
     pub client_memory: Arc<ByteBudget>,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Why a session ended, for the log.
@@ -70,13 +72,17 @@ const REQUEST_CHARGE_STEP: usize = 64 * 1024;
 struct Writer<'a> {
     transport: &'a mut Transport,
     timeout: Duration,
+    sent_bytes: osprey_metrics::IntCounter,
 }
 
 impl Writer<'_> {
     /// Writes one line; fails on I/O errors and on a client that stopped reading.
     async fn line(&mut self, line: &str) -> Result<(), End> {
         match timeout(self.timeout, self.transport.write_line(line)).await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => {
+                self.sent_bytes.inc_by(line.len() as u64 + 1);
+                Ok(())
+            }
             Ok(Err(e)) => Err(End::Io(e)),
             Err(_) => Err(End::WriteTimeout),
         }
@@ -120,6 +126,9 @@ pub(crate) async fn run(
     }
     tracing::debug!("session started");
     let activity = ctx.activity.register(id);
+    let gauges = &ctx.metrics.sessions;
+    gauges.accepted.inc();
+    gauges.connected.inc();
     let state = ctx.dispatcher.new_session(source);
     let end = serve(
         &mut transport,
@@ -133,6 +142,7 @@ pub(crate) async fn run(
     )
     .await;
     ctx.activity.unregister(id);
+    gauges.connected.dec();
     let _ = timeout(CLOSE_TIMEOUT, transport.close()).await;
     match &end {
         End::ClientClosed | End::Shutdown => tracing::debug!(?end, "session ended"),
@@ -158,7 +168,9 @@ async fn serve(
     let mut writer = Writer {
         transport,
         timeout: Duration::from_secs(limits.write_timeout_secs),
+        sent_bytes: ctx.metrics.sessions.sent_bytes.clone(),
     };
+    let received_bytes = &ctx.metrics.sessions.received_bytes;
     let idle = Duration::from_secs(limits.idle_timeout_secs);
     let mut idle_deadline = Instant::now() + idle;
     let mut state = Some(state);
@@ -175,6 +187,9 @@ async fn serve(
             request_charge.resize(charge_for(writer.transport.buffered()));
             match frame {
                 Some(Frame::Line(line)) => {
+                    // Requests as received, newline included (a WebSocket
+                    // message counts as if it had one).
+                    received_bytes.inc_by(line.len() as u64 + 1);
                     idle_deadline = Instant::now() + idle;
                     activity.touch();
                     let Some(mut session_state) = state.take() else {

@@ -41,6 +41,11 @@ impl FlatFile {
         self.records + self.pending.len() as u64 / self.record_len
     }
 
+    /// Bytes of the records on disk and appended.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.len() * self.record_len
+    }
+
     pub(crate) fn append(&mut self, record: &[u8]) {
         assert_eq!(
             record.len() as u64,

@@ -172,6 +172,8 @@ struct Files {
 
 pub struct Store {
     db: DB,
+    /// The DB's options, which hold its statistics (bytes written).
+    options: Options,
     path: PathBuf,
     config: StoreConfig,
     chain: RwLock<Chain>,
@@ -217,6 +219,10 @@ impl Store {
         // every column family together is what keeps a crash consistent,
         // since all of them then come back at the same earlier batch.
         opts.set_atomic_flush(true);
+        // Counters only (bytes written, for monitoring): no histograms or
+        // timers, whose clock reads would cost on every write.
+        opts.enable_statistics();
+        opts.set_statistics_level(rocksdb::statistics::StatsLevel::ExceptHistogramOrTimers);
         let cache = rocksdb::Cache::new_lru_cache(config.cache_bytes);
         let cf = |name: &str, prefix_len: Option<usize>| {
             let mut o = Options::default();
@@ -362,6 +368,7 @@ impl Store {
         let hashes = headers.iter().map(Header::block_hash).collect();
         Ok(Store {
             db,
+            options: opts,
             path: dir.to_path_buf(),
             config,
             chain: RwLock::new(Chain {
@@ -951,6 +958,41 @@ impl Store {
                 .set_options_cf(cf, &[("disable_auto_compactions", value)])?;
         }
         Ok(())
+    }
+
+    /// Bytes of the live SST files of every column family: the RocksDB
+    /// part of the index on disk (memtables not flushed yet excluded).
+    pub fn rocksdb_live_sst_bytes(&self) -> u64 {
+        [CF_META, CF_HISTORY, CF_TXID, CF_UNDO]
+            .iter()
+            .filter_map(|name| {
+                let cf = self.db.cf_handle(name).expect("cf exists");
+                self.db
+                    .property_int_value_cf(cf, rocksdb::properties::LIVE_SST_FILES_SIZE)
+                    .ok()
+                    .flatten()
+            })
+            .sum()
+    }
+
+    /// Bytes of the flat files (headers, tx counts, txids, tx ends).
+    pub fn flat_files_bytes(&self) -> u64 {
+        let files = self.files.read().expect("files lock poisoned");
+        files.headers.bytes() + files.txcounts.bytes() + files.txids.bytes() + files.txends.bytes()
+    }
+
+    /// Bytes RocksDB has written since the index was opened: memtable
+    /// flushes, compactions and the write-ahead log.
+    pub fn rocksdb_written_bytes(&self) -> u64 {
+        use rocksdb::statistics::Ticker;
+        [
+            Ticker::FlushWriteBytes,
+            Ticker::CompactWriteBytes,
+            Ticker::WalFileBytes,
+        ]
+        .into_iter()
+        .map(|ticker| self.options.get_ticker_count(ticker))
+        .sum()
     }
 
     /// The most level-0 files any bulk-loaded column family holds.

@@ -362,3 +362,21 @@ fn snapshot_paths_outside_the_index_are_refused() {
         target.display()
     );
 }
+
+#[test]
+fn sizes_and_bytes_written_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    assert_eq!(store.flat_files_bytes(), 0);
+    assert_eq!(store.rocksdb_live_sst_bytes(), 0, "nothing flushed yet");
+    let chain = blocks(0, 10, None, 0, 0);
+    store.apply(&chain, true, Height(9)).unwrap();
+    // 10 headers (80 bytes) and tx counts (8), 20 txids (32) and ends (4).
+    assert_eq!(store.flat_files_bytes(), 10 * (80 + 8) + 20 * (32 + 4));
+    let logged = store.rocksdb_written_bytes();
+    assert!(logged > 0, "a synced batch goes through the WAL");
+    store.flush().unwrap();
+    let sst = store.rocksdb_live_sst_bytes();
+    assert!(sst > 0, "a flush writes SST files");
+    assert!(store.rocksdb_written_bytes() >= logged + sst);
+}
