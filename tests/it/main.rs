@@ -9,6 +9,7 @@
 //! |---------------|--------|
 //! | `protocol`    | every Electrum method answers like the node, notifications included |
 //! | `mempool`     | mempool answers follow the node: parents mined alone, replacements, surprise blocks |
+//! | `outpoint`    | 1.7 draft outpoint statuses and notifications follow the node; exact spenders |
 //! | `bad_input`   | malformed or oversized input and exhausted limits give clear errors; the server lives on |
 //! | `reorg`       | after a reorg, answers equal the node's view and a fresh index's |
 //! | `restart`     | a SIGTERM + restart on the same index equals a fresh index |
@@ -32,6 +33,7 @@ mod bench_e2e;
 mod core;
 mod kill9;
 mod mempool;
+mod outpoint;
 mod protocol;
 mod reorg;
 mod restart;

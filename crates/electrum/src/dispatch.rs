@@ -12,8 +12,10 @@ use crate::request::{Request, ScriptKey, ScriptMethod};
 use crate::server::ServerInfo;
 use crate::session::SessionState;
 use crate::version::ProtocolVersion;
-use crate::{fee, headers, mempool, scripthash, server, transaction};
+use crate::{fee, headers, mempool, outpoint, scripthash, server, transaction};
+use bitcoin::OutPoint;
 use osprey_core::StatusHash;
+use osprey_query::OutpointAnswer;
 use serde_json::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -47,6 +49,15 @@ pub enum Effect {
         key: ScriptKey,
     },
     HeadersSubscribed,
+    /// Subscribed to an outpoint (or again); `answer.status` is what the
+    /// client got.
+    OutpointSubscribed {
+        outpoint: OutPoint,
+        answer: OutpointAnswer,
+    },
+    OutpointUnsubscribed {
+        outpoint: OutPoint,
+    },
 }
 
 /// What handling a line produced.
@@ -202,8 +213,8 @@ impl Dispatcher {
     /// runs in order first (a subscription is registered); the work that
     /// only reads (statuses, histories, transactions, headers) then runs in
     /// parallel. A batch that also negotiates the version, subscribes to
-    /// headers or unsubscribes runs one request at a time, so that its
-    /// effects keep their order.
+    /// headers or outpoints or unsubscribes runs one request at a time, so
+    /// that its effects keep their order.
     fn handle_batch(
         &self,
         state: &mut SessionState,
@@ -219,7 +230,9 @@ impl Dispatcher {
                     | Request::Script {
                         method: ScriptMethod::Unsubscribe,
                         ..
-                    })
+                    }
+                    | Request::OutpointSubscribe { .. }
+                    | Request::OutpointUnsubscribe { .. })
             ),
             _ => false,
         });
@@ -423,6 +436,30 @@ impl Dispatcher {
                 }
                 Ok(Value::Bool(removed))
             }
+            Request::OutpointSubscribe { outpoint, spk_hint } => {
+                let new =
+                    state.subscribe_outpoint(&outpoint, config.subscriptions_per_session_max)?;
+                let answer = match backend.outpoint_status(&outpoint, spk_hint.as_ref()) {
+                    Ok(answer) => answer,
+                    Err(e) => {
+                        // As for scripts: no status told, no subscription.
+                        if new {
+                            state.unsubscribe_outpoint(&outpoint);
+                        }
+                        return Err(e.into());
+                    }
+                };
+                out.effects
+                    .push(Effect::OutpointSubscribed { outpoint, answer });
+                Ok(outpoint::status_json(&answer.status))
+            }
+            Request::OutpointUnsubscribe { outpoint } => {
+                let removed = state.unsubscribe_outpoint(&outpoint);
+                if removed {
+                    out.effects.push(Effect::OutpointUnsubscribed { outpoint });
+                }
+                Ok(Value::Bool(removed))
+            }
             query => self.execute_query(state.protocol(), query),
         }
     }
@@ -469,6 +506,9 @@ impl Dispatcher {
             // calls it, and servers may support extra methods.
             Request::RelayFee => fee::relayfee(backend),
             Request::Script { method, key } => scripthash::query(backend, method, &key.scripthash),
+            Request::OutpointGetStatus { outpoint, spk_hint } => {
+                outpoint::get_status(backend, &outpoint, spk_hint.as_ref())
+            }
             Request::TxBroadcast { raw_tx } => transaction::broadcast(backend, &raw_tx),
             Request::TxBroadcastPackage { raw_txs, verbose } => {
                 transaction::broadcast_package(backend, &raw_txs, verbose)
@@ -484,7 +524,10 @@ impl Dispatcher {
             } => transaction::id_from_pos(backend, height, tx_pos, merkle),
             Request::MempoolFeeHistogram => Ok(mempool::fee_histogram(backend)),
             Request::MempoolGetInfo => mempool::info(backend),
-            Request::ServerVersion { .. } | Request::HeadersSubscribe => Err(RpcError::Internal(
+            Request::ServerVersion { .. }
+            | Request::HeadersSubscribe
+            | Request::OutpointSubscribe { .. }
+            | Request::OutpointUnsubscribe { .. } => Err(RpcError::Internal(
                 "a request that changes the session was run as a query".into(),
             )),
         }

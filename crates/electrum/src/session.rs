@@ -7,8 +7,9 @@
 use crate::error::RpcError;
 use crate::request::{ScriptForm, ScriptKey};
 use crate::version::{self, ProtocolVersion};
+use bitcoin::OutPoint;
 use osprey_core::ScriptHash;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The protocol state of one client connection.
 #[derive(Debug, Default)]
@@ -20,6 +21,9 @@ pub struct SessionState {
     /// Forms under which each script hash is subscribed (a client may use
     /// both `scripthash` and `scriptpubkey` for the same script).
     subscriptions: HashMap<ScriptHash, Vec<ScriptForm>>,
+    /// Outpoints subscribed to (1.7 draft).
+    outpoints: HashSet<OutPoint>,
+    /// Scripts (in each form) and outpoints: what the limit counts.
     subscription_count: usize,
     headers_subscribed: bool,
 }
@@ -111,6 +115,38 @@ impl SessionState {
         true
     }
 
+    /// Records an outpoint subscription, returning whether it is new.
+    ///
+    /// # Errors
+    /// `LimitExceeded` when a new subscription would pass `max` (scripts
+    /// and outpoints count alike).
+    pub fn subscribe_outpoint(
+        &mut self,
+        outpoint: &OutPoint,
+        max: usize,
+    ) -> Result<bool, RpcError> {
+        if self.outpoints.contains(outpoint) {
+            return Ok(false);
+        }
+        if self.subscription_count >= max {
+            return Err(RpcError::LimitExceeded(format!(
+                "subscription limit of {max} per session reached"
+            )));
+        }
+        self.outpoints.insert(*outpoint);
+        self.subscription_count += 1;
+        Ok(true)
+    }
+
+    /// Removes an outpoint subscription, returning whether it existed.
+    pub fn unsubscribe_outpoint(&mut self, outpoint: &OutPoint) -> bool {
+        let removed = self.outpoints.remove(outpoint);
+        if removed {
+            self.subscription_count -= 1;
+        }
+        removed
+    }
+
     pub fn is_subscribed(&self, key: &ScriptKey) -> bool {
         self.subscriptions
             .get(&key.scripthash)
@@ -200,5 +236,27 @@ mod tests {
         assert!(s.is_subscribed(&key(1, true)));
         assert!(s.subscribe(&key(2, false), 2).unwrap());
         assert_eq!(s.subscription_count(), 2);
+    }
+
+    #[test]
+    fn outpoints_share_the_subscription_limit() {
+        use bitcoin::hashes::Hash;
+        let outpoint = |vout| OutPoint {
+            txid: bitcoin::Txid::from_byte_array([9; 32]),
+            vout,
+        };
+        let mut s = SessionState::new();
+        assert!(s.subscribe(&key(1, false), 2).unwrap());
+        assert!(s.subscribe_outpoint(&outpoint(0), 2).unwrap());
+        assert!(!s.subscribe_outpoint(&outpoint(0), 2).unwrap(), "not new");
+        assert_eq!(s.subscription_count(), 2);
+        assert_eq!(
+            s.subscribe_outpoint(&outpoint(1), 2).unwrap_err().code(),
+            -101
+        );
+        assert_eq!(s.subscribe(&key(2, false), 2).unwrap_err().code(), -101);
+        assert!(s.unsubscribe_outpoint(&outpoint(0)));
+        assert!(!s.unsubscribe_outpoint(&outpoint(0)));
+        assert!(s.subscribe_outpoint(&outpoint(1), 2).unwrap());
     }
 }

@@ -16,6 +16,7 @@ mod activity;
 mod config;
 mod framer;
 mod notifier;
+mod outpoints;
 mod session;
 
 pub use config::{ConfigError, Limits, ServerConfig};
