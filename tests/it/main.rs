@@ -9,6 +9,7 @@
 //! |---------------|--------|
 //! | `protocol`    | every Electrum method answers like the node, notifications included |
 //! | `mempool`     | mempool answers follow the node: parents mined alone, replacements, surprise blocks |
+//! | `outpoint`    | 1.7 draft outpoint statuses and notifications follow the node; exact spenders |
 //! | `bad_input`   | malformed or oversized input and exhausted limits give clear errors; the server lives on |
 //! | `reorg`       | after a reorg, answers equal the node's view and a fresh index's |
 //! | `restart`     | a SIGTERM + restart on the same index equals a fresh index |
@@ -38,6 +39,7 @@ mod kill9;
 mod listeners;
 mod mempool;
 mod monitoring;
+mod outpoint;
 mod packaging;
 mod protocol;
 mod reorg;

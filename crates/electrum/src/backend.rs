@@ -8,9 +8,9 @@
 //! `query_backend` implements it for `Query` by plain delegation. This
 //! module knows nothing of JSON.
 
-use bitcoin::{BlockHash, TxMerkleNode, Txid};
+use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_core::{Height, ScriptHash, StatusHash};
-use osprey_query::{Balance, Error, HistoryEntry, MempoolFees, TxMerkle, Utxo};
+use osprey_query::{Balance, Error, HistoryEntry, MempoolFees, OutpointAnswer, TxMerkle, Utxo};
 
 /// Everything the Electrum methods need to know: `osprey_query::Query`'s
 /// methods, as a trait only so that the fake (`crate::fake::FakeBackend`)
@@ -42,6 +42,13 @@ pub trait Backend: Send + Sync + 'static {
     }
     fn balance(&self, scripthash: &ScriptHash) -> Result<Balance, Error>;
     fn unspent(&self, scripthash: &ScriptHash) -> Result<Vec<Utxo>, Error>;
+    /// The status of an outpoint; `script_hint` is the script hash its
+    /// output is believed to pay (a hint only: a wrong one changes nothing).
+    fn outpoint_status(
+        &self,
+        outpoint: &OutPoint,
+        script_hint: Option<&ScriptHash>,
+    ) -> Result<OutpointAnswer, Error>;
     fn transaction(&self, txid: &Txid) -> Result<Vec<u8>, Error>;
     fn transaction_verbose(&self, txid: &Txid) -> Result<serde_json::Value, Error>;
     fn merkle(&self, txid: &Txid, height: Option<Height>) -> Result<TxMerkle, Error>;

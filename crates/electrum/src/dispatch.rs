@@ -12,9 +12,11 @@ use crate::request::{Request, ScriptKey, ScriptMethod, METHODS};
 use crate::server::{PeerFeatures, Peers, ServerInfo};
 use crate::session::{SessionState, SubscriptionBudget};
 use crate::version::ProtocolVersion;
-use crate::{fee, headers, mempool, scripthash, server, transaction};
+use crate::{fee, headers, mempool, outpoint, scripthash, server, transaction};
+use bitcoin::OutPoint;
 use osprey_core::StatusHash;
 use osprey_metrics::Metrics;
+use osprey_query::OutpointAnswer;
 use serde_json::Value;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -53,6 +55,15 @@ pub enum Effect {
         key: ScriptKey,
     },
     HeadersSubscribed,
+    /// Subscribed to an outpoint (or again); `answer.status` is what the
+    /// client got.
+    OutpointSubscribed {
+        outpoint: OutPoint,
+        answer: OutpointAnswer,
+    },
+    OutpointUnsubscribed {
+        outpoint: OutPoint,
+    },
 }
 
 /// What handling a line produced.
@@ -286,8 +297,8 @@ impl Dispatcher {
     /// runs in order first (a subscription is registered); the work that
     /// only reads (statuses, histories, transactions, headers) then runs in
     /// parallel. A batch that also negotiates the version, subscribes to
-    /// headers or unsubscribes runs one request at a time, so that its
-    /// effects keep their order.
+    /// headers or outpoints or unsubscribes runs one request at a time, so
+    /// that its effects keep their order.
     fn handle_batch(
         &self,
         state: &mut SessionState,
@@ -303,7 +314,9 @@ impl Dispatcher {
                     | Request::Script {
                         method: ScriptMethod::Unsubscribe,
                         ..
-                    })
+                    }
+                    | Request::OutpointSubscribe { .. }
+                    | Request::OutpointUnsubscribe { .. })
             ),
             _ => false,
         });
@@ -549,6 +562,30 @@ impl Dispatcher {
             Request::ServerAddPeer { features } => {
                 Ok(Value::Bool(self.add_peer(state.source(), &features)))
             }
+            Request::OutpointSubscribe { outpoint, spk_hint } => {
+                let new =
+                    state.subscribe_outpoint(&outpoint, config.subscriptions_per_session_max)?;
+                let answer = match backend.outpoint_status(&outpoint, spk_hint.as_ref()) {
+                    Ok(answer) => answer,
+                    Err(e) => {
+                        // As for scripts: no status told, no subscription.
+                        if new {
+                            state.unsubscribe_outpoint(&outpoint);
+                        }
+                        return Err(e.into());
+                    }
+                };
+                out.effects
+                    .push(Effect::OutpointSubscribed { outpoint, answer });
+                Ok(outpoint::status_json(&answer.status))
+            }
+            Request::OutpointUnsubscribe { outpoint } => {
+                let removed = state.unsubscribe_outpoint(&outpoint);
+                if removed {
+                    out.effects.push(Effect::OutpointUnsubscribed { outpoint });
+                }
+                Ok(Value::Bool(removed))
+            }
             query => self.execute_query(state.protocol(), query),
         }
     }
@@ -597,6 +634,9 @@ impl Dispatcher {
             // calls it, and servers may support extra methods.
             Request::RelayFee => fee::relayfee(backend),
             Request::Script { method, key } => scripthash::query(backend, method, &key.scripthash),
+            Request::OutpointGetStatus { outpoint, spk_hint } => {
+                outpoint::get_status(backend, &outpoint, spk_hint.as_ref())
+            }
             Request::TxBroadcast { raw_tx } => transaction::broadcast(backend, &raw_tx),
             Request::TxBroadcastPackage { raw_txs, verbose } => {
                 transaction::broadcast_package(backend, &raw_txs, verbose)
@@ -614,7 +654,9 @@ impl Dispatcher {
             Request::MempoolGetInfo => mempool::info(backend),
             Request::ServerVersion { .. }
             | Request::HeadersSubscribe
-            | Request::ServerAddPeer { .. } => Err(RpcError::Internal(
+            | Request::ServerAddPeer { .. }
+            | Request::OutpointSubscribe { .. }
+            | Request::OutpointUnsubscribe { .. } => Err(RpcError::Internal(
                 "a request that changes the session was run as a query".into(),
             )),
         }

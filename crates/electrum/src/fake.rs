@@ -4,9 +4,9 @@
 
 use crate::backend::Backend;
 use bitcoin::hashes::{sha256d, Hash};
-use bitcoin::{BlockHash, TxMerkleNode, Txid};
+use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_core::{Height, ScriptHash, StatusHash};
-use osprey_query::{Balance, Error, HistoryEntry, MempoolFees, TxMerkle, Utxo};
+use osprey_query::{Balance, Error, HistoryEntry, MempoolFees, OutpointAnswer, TxMerkle, Utxo};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -19,6 +19,10 @@ pub struct FakeState {
     pub unspent: HashMap<ScriptHash, Vec<Utxo>>,
     pub balances: HashMap<ScriptHash, Balance>,
     pub transactions: HashMap<Txid, Vec<u8>>,
+    /// Answers of `outpoint_status`; an outpoint not listed is unknown.
+    pub outpoints: HashMap<OutPoint, OutpointAnswer>,
+    /// The script hint of the last `outpoint_status` call.
+    pub last_outpoint_hint: Option<ScriptHash>,
     pub merkles: HashMap<Txid, TxMerkle>,
     /// Txids of each block, for `id_from_pos`.
     pub blocks: HashMap<u32, Vec<Txid>>,
@@ -217,6 +221,16 @@ impl Backend for FakeBackend {
 
     fn unspent(&self, sh: &ScriptHash) -> Result<Vec<Utxo>, Error> {
         Ok(self.lock().unspent.get(sh).cloned().unwrap_or_default())
+    }
+
+    fn outpoint_status(
+        &self,
+        outpoint: &OutPoint,
+        script_hint: Option<&ScriptHash>,
+    ) -> Result<OutpointAnswer, Error> {
+        let mut state = self.lock();
+        state.last_outpoint_hint = script_hint.copied();
+        Ok(state.outpoints.get(outpoint).copied().unwrap_or_default())
     }
 
     fn transaction(&self, txid: &Txid) -> Result<Vec<u8>, Error> {

@@ -5,7 +5,8 @@
 //!
 //! Layout: `jsonrpc` (envelope) → `request` (the method table, typed
 //! `Request`) → `dispatch` (runs a line for a `session`) → the families
-//! `server`, `headers`, `scripthash`, `transaction`, `mempool`, `fee`, which
+//! `server`, `headers`, `scripthash`, `outpoint`, `transaction`, `mempool`,
+//! `fee`, which
 //! ask a `Backend` (implemented by `osprey_query::Query`, and by the
 //! in-memory fake for tests) and shape JSON. The answers' types and the
 //! error are `osprey_query`'s.
@@ -20,6 +21,7 @@ pub mod fee;
 pub mod headers;
 pub mod jsonrpc;
 pub mod mempool;
+pub mod outpoint;
 pub mod params;
 pub mod request;
 pub mod scripthash;

@@ -2,9 +2,11 @@
 //! are the same on both sides).
 
 use crate::backend::Backend;
-use bitcoin::{BlockHash, TxMerkleNode, Txid};
+use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_core::{Height, ScriptHash, StatusHash};
-use osprey_query::{Balance, Error, HistoryEntry, MempoolFees, Query, TxMerkle, Utxo};
+use osprey_query::{
+    Balance, Error, HistoryEntry, MempoolFees, OutpointAnswer, Query, TxMerkle, Utxo,
+};
 
 impl Backend for Query {
     fn tip(&self) -> (Height, BlockHash) {
@@ -49,6 +51,14 @@ impl Backend for Query {
 
     fn unspent(&self, sh: &ScriptHash) -> Result<Vec<Utxo>, Error> {
         Query::unspent(self, sh)
+    }
+
+    fn outpoint_status(
+        &self,
+        outpoint: &OutPoint,
+        script_hint: Option<&ScriptHash>,
+    ) -> Result<OutpointAnswer, Error> {
+        Query::outpoint_status(self, outpoint, script_hint)
     }
 
     fn transaction(&self, txid: &Txid) -> Result<Vec<u8>, Error> {

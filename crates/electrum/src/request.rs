@@ -6,7 +6,7 @@ use crate::error::RpcError;
 use crate::jsonrpc::Params;
 use crate::params::ParamReader;
 use crate::version::ProtocolVersion;
-use bitcoin::Txid;
+use bitcoin::{OutPoint, Txid};
 use osprey_core::{Height, ScriptHash};
 use serde_json::Value;
 
@@ -15,10 +15,11 @@ use serde_json::Value;
 pub const HEADERS_SUBSCRIBE: &str = "blockchain.headers.subscribe";
 pub const SCRIPTHASH_SUBSCRIBE: &str = "blockchain.scripthash.subscribe";
 pub const SCRIPTPUBKEY_SUBSCRIBE: &str = "blockchain.scriptpubkey.subscribe";
+pub const OUTPOINT_SUBSCRIBE: &str = "blockchain.outpoint.subscribe";
 
 /// Every method [`Request::parse`] knows, for per-method metrics (a test
 /// checks this list against the table).
-pub const METHODS: [&str; 31] = [
+pub const METHODS: [&str; 34] = [
     "server.version",
     "server.banner",
     "server.donation_address",
@@ -27,6 +28,9 @@ pub const METHODS: [&str; 31] = [
     "server.peers.subscribe",
     "server.ping",
     HEADERS_SUBSCRIBE,
+    OUTPOINT_SUBSCRIBE,
+    "blockchain.outpoint.get_status",
+    "blockchain.outpoint.unsubscribe",
     "blockchain.block.header",
     "blockchain.block.headers",
     "blockchain.estimatefee",
@@ -137,6 +141,19 @@ pub enum Request {
         method: ScriptMethod,
         key: ScriptKey,
     },
+    /// `blockchain.outpoint.get_status` (1.7 draft); `spk_hint` is the
+    /// hash of the script the client says the output pays.
+    OutpointGetStatus {
+        outpoint: OutPoint,
+        spk_hint: Option<ScriptHash>,
+    },
+    OutpointSubscribe {
+        outpoint: OutPoint,
+        spk_hint: Option<ScriptHash>,
+    },
+    OutpointUnsubscribe {
+        outpoint: OutPoint,
+    },
     TxBroadcast {
         raw_tx: String,
     },
@@ -191,12 +208,16 @@ impl Request {
                 },
             })
         };
-        let spk = |m: ScriptMethod| -> Result<Request, RpcError> {
-            if !protocol.is_1_7_draft() {
-                return Err(RpcError::MethodNotFound(format!(
-                    "{method} (a 1.7 draft method; this session speaks {protocol})"
-                )));
+        let draft_only = || -> Result<(), RpcError> {
+            if protocol.is_1_7_draft() {
+                return Ok(());
             }
+            Err(RpcError::MethodNotFound(format!(
+                "{method} (a 1.7 draft method; this session speaks {protocol})"
+            )))
+        };
+        let spk = |m: ScriptMethod| -> Result<Request, RpcError> {
+            draft_only()?;
             let p = reader(&["scriptpubkey"])?;
             let script = p.script(0)?;
             let scripthash = ScriptHash::from_script(&script);
@@ -206,6 +227,26 @@ impl Request {
                 key: ScriptKey { scripthash, form },
             })
         };
+        // `(tx_hash, txout_idx[, spk_hint])` of the outpoint methods.
+        let outpoint_params =
+            |with_hint: bool| -> Result<(OutPoint, Option<ScriptHash>), RpcError> {
+                draft_only()?;
+                let p = if with_hint {
+                    reader(&["tx_hash", "txout_idx", "spk_hint"])?
+                } else {
+                    reader(&["tx_hash", "txout_idx"])?
+                };
+                let outpoint = OutPoint {
+                    txid: p.txid(0)?,
+                    vout: p.u32(1)?,
+                };
+                let spk_hint = if with_hint {
+                    p.opt_script(2)?.map(|s| ScriptHash::from_script(&s))
+                } else {
+                    None
+                };
+                Ok((outpoint, spk_hint))
+            };
         let none = |r: Request| -> Result<Request, RpcError> {
             reader(&[])?;
             Ok(r)
@@ -295,6 +336,18 @@ impl Request {
             "blockchain.scriptpubkey.listunspent" => spk(ScriptMethod::ListUnspent),
             SCRIPTPUBKEY_SUBSCRIBE => spk(ScriptMethod::Subscribe),
             "blockchain.scriptpubkey.unsubscribe" => spk(ScriptMethod::Unsubscribe),
+            "blockchain.outpoint.get_status" => {
+                let (outpoint, spk_hint) = outpoint_params(true)?;
+                Ok(R::OutpointGetStatus { outpoint, spk_hint })
+            }
+            OUTPOINT_SUBSCRIBE => {
+                let (outpoint, spk_hint) = outpoint_params(true)?;
+                Ok(R::OutpointSubscribe { outpoint, spk_hint })
+            }
+            "blockchain.outpoint.unsubscribe" => {
+                let (outpoint, _) = outpoint_params(false)?;
+                Ok(R::OutpointUnsubscribe { outpoint })
+            }
             "blockchain.transaction.broadcast" => {
                 let p = reader(&["raw_tx"])?;
                 Ok(R::TxBroadcast {
@@ -419,6 +472,7 @@ mod tests {
             HEADERS_SUBSCRIBE,
             SCRIPTHASH_SUBSCRIBE,
             SCRIPTPUBKEY_SUBSCRIBE,
+            OUTPOINT_SUBSCRIBE,
         ]);
         named.sort_unstable();
         let mut listed = METHODS.to_vec();
@@ -439,6 +493,15 @@ mod tests {
                 "invalid params: height: missing required parameter"
             );
             assert!(parse_at("blockchain.transaction.get_merkle", json!([SH, 7]), v).is_ok());
+            for method in [
+                "blockchain.outpoint.subscribe",
+                "blockchain.outpoint.get_status",
+                "blockchain.outpoint.unsubscribe",
+            ] {
+                let e = parse_at(method, json!([SH, 0]), v).unwrap_err();
+                assert_eq!(e.code(), -32601, "{v} {method}: {e}");
+                assert!(e.to_string().contains("1.7 draft"), "{e}");
+            }
             assert!(parse_at("blockchain.scripthash.subscribe", json!([SH]), v).is_ok());
         }
     }
@@ -525,6 +588,67 @@ mod tests {
             e.to_string().contains("unknown parameter \"script_hash\""),
             "{e}"
         );
+    }
+
+    #[test]
+    fn outpoint_params_are_checked() {
+        let txid: Txid = SH.parse().unwrap();
+        let outpoint = OutPoint { txid, vout: 3 };
+        assert_eq!(
+            parse("blockchain.outpoint.subscribe", json!([SH, 3])).unwrap(),
+            Request::OutpointSubscribe {
+                outpoint,
+                spk_hint: None
+            }
+        );
+        let hinted = parse(
+            "blockchain.outpoint.get_status",
+            json!({"tx_hash": SH, "txout_idx": 3, "spk_hint": P2PKH}),
+        )
+        .unwrap();
+        let script = hex::decode(P2PKH).unwrap();
+        assert_eq!(
+            hinted,
+            Request::OutpointGetStatus {
+                outpoint,
+                spk_hint: Some(ScriptHash::from_script(&script))
+            }
+        );
+        assert_eq!(
+            parse("blockchain.outpoint.unsubscribe", json!([SH, 3])).unwrap(),
+            Request::OutpointUnsubscribe { outpoint }
+        );
+        for (method, params, want) in [
+            (
+                "blockchain.outpoint.subscribe",
+                json!([SH]),
+                "txout_idx: missing required parameter",
+            ),
+            (
+                "blockchain.outpoint.subscribe",
+                json!([SH, -1]),
+                "txout_idx: must be a non-negative integer",
+            ),
+            (
+                "blockchain.outpoint.get_status",
+                json!([&SH[2..], 0]),
+                "tx_hash: expected 64 hex characters, got 62",
+            ),
+            (
+                "blockchain.outpoint.get_status",
+                json!([SH, 0, "abc"]),
+                "spk_hint: odd number of hex characters (3)",
+            ),
+            (
+                "blockchain.outpoint.unsubscribe",
+                json!([SH, 0, P2PKH]),
+                "expected at most 2 parameters (tx_hash, txout_idx), got 3",
+            ),
+        ] {
+            let e = parse(method, params).unwrap_err();
+            assert_eq!(e.code(), -32602, "{method}: {e}");
+            assert!(e.to_string().ends_with(want), "{method}: {e}");
+        }
     }
 
     #[test]

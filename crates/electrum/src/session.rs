@@ -8,8 +8,9 @@
 use crate::error::RpcError;
 use crate::request::{ScriptForm, ScriptKey};
 use crate::version::{self, ProtocolVersion};
+use bitcoin::OutPoint;
 use osprey_core::{ByteBudget, Charge, ScriptHash};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -23,6 +24,9 @@ pub struct SessionState {
     /// Forms under which each script hash is subscribed (a client may use
     /// both `scripthash` and `scriptpubkey` for the same script).
     subscriptions: HashMap<ScriptHash, Vec<ScriptForm>>,
+    /// Outpoints subscribed to (1.7 draft).
+    outpoints: HashSet<OutPoint>,
+    /// Scripts (in each form) and outpoints: what the limit counts.
     subscription_count: usize,
     /// This session's subscriptions, charged to the server's client memory
     /// budget at [`SUBSCRIPTION_BYTES`] each (none in tests that have no
@@ -133,16 +137,7 @@ impl SessionState {
                 "subscription limit of {max} per session reached"
             )));
         }
-        if let Some((charge, keep_free)) = &mut self.subscription_charge {
-            let bytes = (self.subscription_count + 1) * SUBSCRIPTION_BYTES;
-            if !charge.resize_keeping_free(bytes, *keep_free) {
-                return Err(RpcError::ServerBusy(
-                    "the server holds as many subscriptions as its memory budget allows; \
-                     try again later"
-                        .into(),
-                ));
-            }
-        }
+        self.charge_one_more()?;
         self.subscriptions
             .entry(key.scripthash)
             .or_default()
@@ -164,10 +159,64 @@ impl SessionState {
             self.subscriptions.remove(&key.scripthash);
         }
         self.subscription_count -= 1;
+        self.recharge();
+        true
+    }
+
+    /// Records an outpoint subscription, returning whether it is new.
+    ///
+    /// # Errors
+    /// `LimitExceeded` when a new subscription would pass `max` (scripts
+    /// and outpoints count alike).
+    pub fn subscribe_outpoint(
+        &mut self,
+        outpoint: &OutPoint,
+        max: usize,
+    ) -> Result<bool, RpcError> {
+        if self.outpoints.contains(outpoint) {
+            return Ok(false);
+        }
+        if self.subscription_count >= max {
+            return Err(RpcError::LimitExceeded(format!(
+                "subscription limit of {max} per session reached"
+            )));
+        }
+        self.charge_one_more()?;
+        self.outpoints.insert(*outpoint);
+        self.subscription_count += 1;
+        Ok(true)
+    }
+
+    /// Charges the budget for one subscription more than the session holds.
+    fn charge_one_more(&mut self) -> Result<(), RpcError> {
+        if let Some((charge, keep_free)) = &mut self.subscription_charge {
+            let bytes = (self.subscription_count + 1) * SUBSCRIPTION_BYTES;
+            if !charge.resize_keeping_free(bytes, *keep_free) {
+                return Err(RpcError::ServerBusy(
+                    "the server holds as many subscriptions as its memory budget allows; \
+                     try again later"
+                        .into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives back the charge of subscriptions the session no longer holds.
+    fn recharge(&mut self) {
         if let Some((charge, _)) = &mut self.subscription_charge {
             charge.resize(self.subscription_count * SUBSCRIPTION_BYTES);
         }
-        true
+    }
+
+    /// Removes an outpoint subscription, returning whether it existed.
+    pub fn unsubscribe_outpoint(&mut self, outpoint: &OutPoint) -> bool {
+        let removed = self.outpoints.remove(outpoint);
+        if removed {
+            self.subscription_count -= 1;
+            self.recharge();
+        }
+        removed
     }
 
     pub fn is_subscribed(&self, key: &ScriptKey) -> bool {
@@ -259,5 +308,27 @@ mod tests {
         assert!(s.is_subscribed(&key(1, true)));
         assert!(s.subscribe(&key(2, false), 2).unwrap());
         assert_eq!(s.subscription_count(), 2);
+    }
+
+    #[test]
+    fn outpoints_share_the_subscription_limit() {
+        use bitcoin::hashes::Hash;
+        let outpoint = |vout| OutPoint {
+            txid: bitcoin::Txid::from_byte_array([9; 32]),
+            vout,
+        };
+        let mut s = SessionState::new();
+        assert!(s.subscribe(&key(1, false), 2).unwrap());
+        assert!(s.subscribe_outpoint(&outpoint(0), 2).unwrap());
+        assert!(!s.subscribe_outpoint(&outpoint(0), 2).unwrap(), "not new");
+        assert_eq!(s.subscription_count(), 2);
+        assert_eq!(
+            s.subscribe_outpoint(&outpoint(1), 2).unwrap_err().code(),
+            -101
+        );
+        assert_eq!(s.subscribe(&key(2, false), 2).unwrap_err().code(), -101);
+        assert!(s.unsubscribe_outpoint(&outpoint(0)));
+        assert!(!s.unsubscribe_outpoint(&outpoint(0)));
+        assert!(s.subscribe_outpoint(&outpoint(1), 2).unwrap());
     }
 }

@@ -1014,3 +1014,157 @@ fn add_peer_reaches_the_peer_list_with_the_callers_address() {
     let mut h = with_peers(peers, None);
     assert_eq!(h.ok("server.add_peer", json!([features(ours)])), false);
 }
+
+/// The 1.7 draft's outpoint methods: unknown below 1.7; at 1.7 the three
+/// shapes of a status, the hint passed on as a script hash, subscriptions
+/// counted against the session's limit, and unsubscribe's true/false.
+#[test]
+fn outpoint_methods_answer_in_the_draft_shapes_at_1_7_only() {
+    use bitcoin::OutPoint;
+    use osprey_query::{OutpointAnswer, OutpointStatus};
+    let funded = OutPoint {
+        txid: txid(1),
+        vout: 0,
+    };
+    let spent = OutPoint {
+        txid: txid(2),
+        vout: 1,
+    };
+    let sh: ScriptHash = SH.parse().unwrap();
+    let answers = [
+        (
+            funded,
+            OutpointStatus {
+                height: Some(120),
+                spender: None,
+            },
+        ),
+        (
+            spent,
+            OutpointStatus {
+                height: Some(0),
+                spender: Some((txid(3), -1)),
+            },
+        ),
+    ];
+    for version in ["1.4", "1.6"] {
+        let mut h = Harness::at(version);
+        for method in [
+            "blockchain.outpoint.subscribe",
+            "blockchain.outpoint.get_status",
+            "blockchain.outpoint.unsubscribe",
+        ] {
+            let (code, msg) = h.err(method, json!([funded.txid.to_string(), 0]));
+            assert_eq!(code, -32601, "{version} {method}: {msg}");
+        }
+        assert_eq!(h.state.subscription_count(), 0);
+    }
+    let mut h = Harness::at("1.7");
+    h.backend.update(|s| {
+        for (outpoint, status) in answers {
+            s.outpoints.insert(
+                outpoint,
+                OutpointAnswer {
+                    status,
+                    scripthash: Some(sh),
+                },
+            );
+        }
+    });
+    let params = |o: &OutPoint| json!([o.txid.to_string(), o.vout]);
+    assert_eq!(
+        h.ok("blockchain.outpoint.get_status", params(&funded)),
+        json!({"height": 120})
+    );
+    assert_eq!(
+        h.ok(
+            "blockchain.outpoint.get_status",
+            json!({"tx_hash": spent.txid.to_string(), "txout_idx": 1, "spk_hint": P2PKH})
+        ),
+        json!({"height": 0, "spender_txhash": txid(3).to_string(), "spender_height": -1})
+    );
+    let script = hex::decode(P2PKH).unwrap();
+    assert_eq!(
+        h.backend.update(|s| s.last_outpoint_hint),
+        Some(ScriptHash::from_script(&script)),
+        "the hint reaches the backend as the script's hash"
+    );
+    let unknown = OutPoint {
+        txid: txid(9),
+        vout: 0,
+    };
+    assert_eq!(
+        h.ok("blockchain.outpoint.get_status", params(&unknown)),
+        json!({})
+    );
+    assert_eq!(
+        h.state.subscription_count(),
+        0,
+        "get_status subscribes nothing"
+    );
+
+    // Subscribing answers the status and tells the notifier, even for an
+    // outpoint nobody knows yet (the draft: the server MUST keep it).
+    let out = h.line(
+        &json!({"id": 1, "method": "blockchain.outpoint.subscribe", "params": params(&unknown)})
+            .to_string(),
+    );
+    let r: Value = serde_json::from_str(out.response.as_deref().unwrap()).unwrap();
+    assert_eq!(r["result"], json!({}));
+    assert_eq!(
+        out.effects,
+        vec![Effect::OutpointSubscribed {
+            outpoint: unknown,
+            answer: OutpointAnswer::default()
+        }]
+    );
+    assert_eq!(
+        h.ok("blockchain.outpoint.subscribe", params(&spent))["spender_height"],
+        -1
+    );
+    // The limit (2) counts outpoints like scripts.
+    let (code, _) = h.err("blockchain.outpoint.subscribe", params(&funded));
+    assert_eq!(code, -101);
+    let (code, _) = h.err("blockchain.scripthash.subscribe", json!([SH]));
+    assert_eq!(code, -101);
+
+    let out = h.line(
+        &json!({"id": 2, "method": "blockchain.outpoint.unsubscribe", "params": params(&unknown)})
+            .to_string(),
+    );
+    let r: Value = serde_json::from_str(out.response.as_deref().unwrap()).unwrap();
+    assert_eq!(r["result"], true);
+    assert_eq!(
+        out.effects,
+        vec![Effect::OutpointUnsubscribed { outpoint: unknown }]
+    );
+    assert_eq!(
+        h.ok("blockchain.outpoint.unsubscribe", params(&unknown)),
+        false
+    );
+    assert_eq!(
+        h.ok("blockchain.outpoint.unsubscribe", params(&funded)),
+        false,
+        "never subscribed"
+    );
+    assert_eq!(h.state.subscription_count(), 1);
+
+    // In a batch, subscriptions keep their order and queries still answer.
+    let batch = json!([
+        {"id": "a", "method": "blockchain.outpoint.subscribe", "params": params(&funded)},
+        {"id": "b", "method": "blockchain.outpoint.get_status", "params": params(&spent)},
+        {"id": "c", "method": "blockchain.outpoint.unsubscribe", "params": params(&spent)},
+    ]);
+    let out = h.line(&batch.to_string());
+    let r: Value = serde_json::from_str(out.response.as_deref().unwrap()).unwrap();
+    assert_eq!(r[0]["result"], json!({"height": 120}), "{r}");
+    assert_eq!(r[1]["result"]["spender_txhash"], txid(3).to_string());
+    assert_eq!(r[2]["result"], true);
+    assert!(matches!(
+        out.effects.as_slice(),
+        [
+            Effect::OutpointSubscribed { outpoint: a, .. },
+            Effect::OutpointUnsubscribed { outpoint: c }
+        ] if *a == funded && *c == spent
+    ));
+}

@@ -77,6 +77,10 @@ pub struct Change {
     pub new_tip: Option<(Height, [u8; 80])>,
     /// Script hashes whose status may have changed.
     pub scripthashes: Vec<ScriptHash>,
+    /// Transactions that were confirmed, or entered or left the mempool:
+    /// the status of an outpoint whose script is not known yet (or has no
+    /// rows, `OP_RETURN`) changes only with its funding transaction.
+    pub txids: Vec<Txid>,
     /// Blocks were undone: every script's status may have changed.
     pub all_scripthashes: bool,
 }
@@ -98,12 +102,13 @@ pub struct Query {
 }
 
 /// A confirmed output of a script, from its funding row.
-struct Funding {
-    tx_num: TxNum,
-    txid: Txid,
-    vout: u32,
-    value: u64,
-    spent: bool,
+pub(crate) struct Funding {
+    pub(crate) tx_num: TxNum,
+    pub(crate) txid: Txid,
+    pub(crate) vout: u32,
+    pub(crate) value: u64,
+    /// The confirmed transaction that spends it.
+    pub(crate) spent_by: Option<TxNum>,
 }
 
 impl Query {
@@ -229,7 +234,7 @@ impl Query {
     /// tracker drops those right after a commit, and until then an answer
     /// lists such a transaction once, as confirmed (Electrum drops a server
     /// that shows one transaction both ways).
-    fn is_confirmed(&self, txid: &Txid) -> Result<bool, Error> {
+    pub(crate) fn is_confirmed(&self, txid: &Txid) -> Result<bool, Error> {
         let visible = self.store.tx_count();
         Ok(self
             .store
@@ -330,9 +335,9 @@ impl Query {
         self.statuses.invalidate(&[], true);
     }
 
-    /// The confirmed outputs of a script, each marked spent or not by the
-    /// confirmed chain.
-    fn confirmed_outputs(&self, scripthash: &ScriptHash) -> Result<Vec<Funding>, Error> {
+    /// The confirmed outputs of a script, each with the confirmed
+    /// transaction that spends it, if any.
+    pub(crate) fn confirmed_outputs(&self, scripthash: &ScriptHash) -> Result<Vec<Funding>, Error> {
         let rows = self.rows(scripthash)?;
         let mut funding = Vec::new();
         // (spent txid prefix, vout) -> indexes into `funding`.
@@ -354,7 +359,7 @@ impl Query {
                         txid,
                         vout,
                         value: amount,
-                        spent: false,
+                        spent_by: None,
                     });
                 }
                 RowKind::Spending {
@@ -381,7 +386,7 @@ impl Query {
                     None => continue,
                 }
             };
-            funding[index].spent = true;
+            funding[index].spent_by = Some(tx_num);
         }
         Ok(funding)
     }
@@ -414,7 +419,11 @@ impl Query {
         })
     }
 
-    fn confirmed_transaction(&self, txid: &Txid, tx_num: TxNum) -> Result<Transaction, Error> {
+    pub(crate) fn confirmed_transaction(
+        &self,
+        txid: &Txid,
+        tx_num: TxNum,
+    ) -> Result<Transaction, Error> {
         let raw = self
             .source
             .transaction(txid, Some(self.location(tx_num)?))?;
@@ -433,7 +442,7 @@ impl Query {
         let confirmed = self
             .confirmed_outputs(scripthash)?
             .iter()
-            .filter(|f| !f.spent)
+            .filter(|f| f.spent_by.is_none())
             .map(|f| f.value)
             .sum();
         let mut unconfirmed = 0i64;
@@ -467,7 +476,7 @@ impl Query {
         let unconfirmed_entries = self.mempool_entries(scripthash)?;
         let mempool = self.mempool();
         let mut utxos = Vec::new();
-        for f in outputs.iter().filter(|f| !f.spent) {
+        for f in outputs.iter().filter(|f| f.spent_by.is_none()) {
             if mempool
                 .spender(&OutPoint {
                     txid: f.txid,

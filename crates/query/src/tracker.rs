@@ -53,6 +53,7 @@ impl Tracker {
         };
         self.node_height = Some(report.source_height);
         let mut touched = report.touched;
+        let mut txids = Vec::new();
         if report.connected > 0 || report.disconnected > 0 {
             // Drop transactions the new blocks confirmed right away, so no
             // answer lists one both confirmed and unconfirmed until the next
@@ -63,14 +64,15 @@ impl Tracker {
                 .txids(start..store.tx_count())
                 .map_err(osprey_indexer::Error::Store)?;
             let mut mempool = self.query.mempool.write().expect("mempool lock poisoned");
-            for txid in confirmed {
-                mempool.remove(&txid, &mut touched);
+            for txid in &confirmed {
+                mempool.remove(txid, &mut touched);
             }
+            txids = confirmed;
             // The node's mempool lost these too, so the poll below may
             // see nothing new: the histogram must not keep them.
             mempool.update_histogram();
         }
-        let mempool_touched = match self.update_mempool() {
+        let mempool_touched = match self.update_mempool(&mut txids) {
             Ok(touched) => touched,
             Err(e) => {
                 self.query.forget_statuses();
@@ -91,18 +93,23 @@ impl Tracker {
                 tracing::info!(height = height.0, hash = %self.query.tip().1, "new tip");
             }
         }
-        if new_tip.is_some() || !touched.is_empty() || report.all_touched {
+        if new_tip.is_some() || !touched.is_empty() || !txids.is_empty() || report.all_touched {
             self.query.publish(Change {
                 new_tip,
                 scripthashes: touched,
+                txids,
                 all_scripthashes: report.all_touched,
             });
         }
         Ok(())
     }
 
-    /// Diffs the node's mempool against ours; returns the touched scripts.
-    fn update_mempool(&self) -> Result<Vec<ScriptHash>, osprey_chain::Error> {
+    /// Diffs the node's mempool against ours; returns the touched scripts
+    /// and adds the transactions that came or went to `txids`.
+    fn update_mempool(
+        &self,
+        txids: &mut Vec<Txid>,
+    ) -> Result<Vec<ScriptHash>, osprey_chain::Error> {
         let source = self.query.source();
         let current: HashSet<Txid> = source.mempool_txids()?.into_iter().collect();
         let (removed, added): (Vec<Txid>, Vec<Txid>) = {
@@ -129,7 +136,9 @@ impl Tracker {
         for txid in &removed {
             mempool.remove(txid, &mut touched);
         }
+        txids.extend(removed);
         for entry in entries {
+            txids.push(entry.txid);
             mempool.add(entry, &mut touched);
         }
         mempool.update_histogram();

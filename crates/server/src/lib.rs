@@ -20,6 +20,7 @@ mod activity;
 mod config;
 mod framer;
 mod notifier;
+mod outpoints;
 mod peers;
 mod per_ip;
 mod session;

@@ -9,17 +9,23 @@
 //! blocks were undone (`all_scripthashes`), where every subscribed status is
 //! recomputed once because correctness comes first.
 //!
+//! Outpoint subscriptions (1.7 draft) live in `outpoints`: a change costs
+//! one outpoint status per watched outpoint whose script hash or funding
+//! txid it names.
+//!
 //! Races: a session computes a subscription's status before the notifier
 //! hears of the subscription. Each change gets a sequence number; a session
 //! reads the last processed one (`seen`) before computing, and at
 //! registration the notifier recomputes the status if a change it already
 //! processed after `seen` touched that script, so no update falls between.
 
+use crate::outpoints::Outpoints;
+use bitcoin::OutPoint;
 use osprey_core::{ByteBudget, Charge, Height, ScriptHash, StatusHash};
 use osprey_electrum::request::{ScriptForm, ScriptKey};
-use osprey_electrum::{headers, scripthash, Backend};
+use osprey_electrum::{headers, outpoint, scripthash, Backend};
 use osprey_metrics::Metrics;
-use osprey_query::Change;
+use osprey_query::{Change, OutpointAnswer};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -77,6 +83,17 @@ pub(crate) enum Control {
         session: SessionId,
         seen: u64,
     },
+    /// An outpoint subscription and the answer the client was told.
+    SubscribeOutpoint {
+        session: SessionId,
+        outpoint: OutPoint,
+        answer: OutpointAnswer,
+        seen: u64,
+    },
+    UnsubscribeOutpoint {
+        session: SessionId,
+        outpoint: OutPoint,
+    },
     Unregister {
         session: SessionId,
     },
@@ -93,6 +110,7 @@ struct Subscriber {
 struct SessionEntry {
     handle: SessionHandle,
     scripts: HashSet<ScriptHash>,
+    outpoints: HashSet<OutPoint>,
 }
 
 /// Which script hashes recent changes touched, by sequence number.
@@ -152,6 +170,7 @@ pub(crate) struct Notifier {
     recent: Recent,
     tip: Option<(Height, [u8; 80])>,
     by_script: HashMap<ScriptHash, HashMap<SessionId, Subscriber>>,
+    outpoints: Outpoints,
     sessions: HashMap<SessionId, SessionEntry>,
     header_sessions: HashSet<SessionId>,
     /// (session, script hash) pairs in `by_script`.
@@ -200,6 +219,7 @@ impl Notifier {
             recent: Recent::default(),
             tip: None,
             by_script: HashMap::new(),
+            outpoints: Outpoints::default(),
             sessions: HashMap::new(),
             header_sessions: HashSet::new(),
             subscriptions: 0,
@@ -277,6 +297,8 @@ impl Notifier {
                 .collect()
         };
         self.refresh(targets).await;
+        let outpoints = self.outpoints.touched(change);
+        self.refresh_outpoints(outpoints).await;
     }
 
     /// Recovers from a lagged feed: the tip and every subscribed status.
@@ -302,6 +324,8 @@ impl Notifier {
         }
         let targets = self.by_script.keys().copied().collect();
         self.refresh(targets).await;
+        let outpoints = self.outpoints.all();
+        self.refresh_outpoints(outpoints).await;
     }
 
     fn notify_headers(&mut self, height: Height, header: &[u8; 80]) {
@@ -391,6 +415,58 @@ impl Notifier {
         }
     }
 
+    /// Computes the statuses of `targets` and notifies every subscriber
+    /// that was told another one.
+    async fn refresh_outpoints(&mut self, targets: Vec<OutPoint>) {
+        for chunk in targets.chunks(STATUS_CHUNK) {
+            let backend = Arc::clone(&self.backend);
+            let chunk: Vec<(OutPoint, Option<ScriptHash>)> = chunk
+                .iter()
+                .map(|o| (*o, self.outpoints.scripthash(o)))
+                .collect();
+            let answers = tokio::task::spawn_blocking(move || {
+                use rayon::prelude::*;
+                chunk
+                    .into_par_iter()
+                    .map(|(o, hint)| (o, backend.outpoint_status(&o, hint.as_ref())))
+                    .collect::<Vec<_>>()
+            })
+            .await;
+            let answers = match answers {
+                Ok(answers) => answers,
+                Err(e) => {
+                    tracing::error!(error = %e, "outpoint status computation panicked");
+                    continue;
+                }
+            };
+            let mut gone = Vec::new();
+            for (o, answer) in answers {
+                let answer = match answer {
+                    Ok(answer) => answer,
+                    Err(e) => {
+                        tracing::warn!(outpoint = %o, error = %e, "cannot compute outpoint status; not notified");
+                        continue;
+                    }
+                };
+                let told = self.outpoints.update(o, &answer);
+                if told.is_empty() {
+                    continue;
+                }
+                let line: Arc<str> = outpoint::notification(&o, &answer.status).into();
+                for id in told {
+                    if let Some(entry) = self.sessions.get(&id) {
+                        if !push(&entry.handle, &line) {
+                            gone.push(id);
+                        }
+                    }
+                }
+            }
+            for id in gone {
+                self.drop_session(id);
+            }
+        }
+    }
+
     async fn handle_control(&mut self, control: Control) {
         match control {
             Control::Register { session, handle } => {
@@ -399,6 +475,7 @@ impl Notifier {
                     SessionEntry {
                         handle,
                         scripts: HashSet::new(),
+                        outpoints: HashSet::new(),
                     },
                 );
             }
@@ -471,6 +548,30 @@ impl Notifier {
                     }
                 }
             }
+            Control::SubscribeOutpoint {
+                session,
+                outpoint,
+                answer,
+                seen,
+            } => {
+                let Some(entry) = self.sessions.get_mut(&session) else {
+                    return;
+                };
+                entry.outpoints.insert(outpoint);
+                self.outpoints.subscribe(session, outpoint, &answer);
+                // Any change processed since the answer was computed may
+                // have named its txid (a funding transaction arriving), not
+                // only its script: recompute (one status; rare).
+                if self.seq > seen {
+                    self.refresh_outpoints(vec![outpoint]).await;
+                }
+            }
+            Control::UnsubscribeOutpoint { session, outpoint } => {
+                if let Some(entry) = self.sessions.get_mut(&session) {
+                    entry.outpoints.remove(&outpoint);
+                }
+                self.outpoints.unsubscribe(session, &outpoint);
+            }
             Control::Unregister { session } => self.drop_session(session),
         }
     }
@@ -488,6 +589,9 @@ impl Notifier {
                     self.by_script.remove(&sh);
                 }
             }
+        }
+        for outpoint in entry.outpoints {
+            self.outpoints.unsubscribe(session, &outpoint);
         }
         self.header_sessions.remove(&session);
         self.count_subscriptions();

@@ -314,6 +314,16 @@ async fn deliver(
             }
             Effect::Unsubscribed { key } => Control::Unsubscribe { session: id, key },
             Effect::HeadersSubscribed => Control::SubscribeHeaders { session: id, seen },
+            Effect::OutpointSubscribed { outpoint, answer } => Control::SubscribeOutpoint {
+                session: id,
+                outpoint,
+                answer,
+                seen,
+            },
+            Effect::OutpointUnsubscribed { outpoint } => Control::UnsubscribeOutpoint {
+                session: id,
+                outpoint,
+            },
         };
         if !subscriptions.is_empty() {
             let subscriptions = std::mem::take(&mut subscriptions);

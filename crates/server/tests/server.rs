@@ -1514,3 +1514,99 @@ mod websocket {
         server.stop().await;
     }
 }
+
+/// 1.7 draft outpoint subscriptions over the wire: an outpoint nobody knows
+/// is kept and notified when a change names its txid; from then on a change
+/// touching its script notifies it, only when its status differs; after
+/// unsubscribing, nothing more.
+#[tokio::test]
+async fn outpoint_statuses_are_pushed_when_they_change() {
+    use bitcoin::OutPoint;
+    use osprey_query::{OutpointAnswer, OutpointStatus};
+    let server = TestServer::start(Limits::default(), 16).await;
+    let outpoint = OutPoint {
+        txid: Txid::from_byte_array([5; 32]),
+        vout: 2,
+    };
+    let sh = ScriptHash([6; 32]);
+    let params = json!([outpoint.txid.to_string(), 2]);
+    let mut c = server.client().await;
+    c.call("server.version", json!(["t", "1.7"])).await;
+    let r = c
+        .call("blockchain.outpoint.subscribe", params.clone())
+        .await;
+    assert_eq!(r["result"], json!({}), "{r}");
+
+    // The funding transaction enters the mempool: the change names its
+    // txid (its script is not known to the subscription yet).
+    let set = |height: i64, spender: Option<(u8, i64)>| {
+        move |s: &mut osprey_electrum::fake::FakeState| {
+            let status = OutpointStatus {
+                height: Some(height),
+                spender: spender.map(|(b, h)| (Txid::from_byte_array([b; 32]), h)),
+            };
+            s.outpoints.insert(
+                outpoint,
+                OutpointAnswer {
+                    status,
+                    scripthash: Some(sh),
+                },
+            );
+        }
+    };
+    server.backend.update(set(0, None));
+    server.publish(Change {
+        scripthashes: vec![sh],
+        ..Change::default()
+    });
+    server.publish(Change {
+        txids: vec![outpoint.txid],
+        ..Change::default()
+    });
+    let n = c.read().await.unwrap();
+    assert_eq!(
+        n,
+        json!({"jsonrpc": "2.0", "method": "blockchain.outpoint.subscribe", "params": [params, {"height": 0}]})
+    );
+
+    // A spender in the mempool: found through the script.
+    server.backend.update(set(0, Some((9, -1))));
+    server.publish(Change {
+        scripthashes: vec![sh],
+        ..Change::default()
+    });
+    let n = c.read().await.unwrap();
+    assert_eq!(
+        n["params"][1],
+        json!({"height": 0, "spender_txhash": Txid::from_byte_array([9; 32]).to_string(), "spender_height": -1})
+    );
+    // The same status again: nothing is sent (the next line answers the ping).
+    server.publish(Change {
+        scripthashes: vec![sh],
+        ..Change::default()
+    });
+    assert!(c
+        .call("server.ping", json!([]))
+        .await
+        .get("result")
+        .is_some());
+
+    let r = c
+        .call("blockchain.outpoint.unsubscribe", params.clone())
+        .await;
+    assert_eq!(r["result"], true);
+    server.backend.update(set(101, Some((9, 101))));
+    server.publish(Change {
+        scripthashes: vec![sh],
+        txids: vec![outpoint.txid],
+        ..Change::default()
+    });
+    assert!(c
+        .call("server.ping", json!([]))
+        .await
+        .get("result")
+        .is_some());
+    let r = c.call("blockchain.outpoint.unsubscribe", params).await;
+    assert_eq!(r["result"], false);
+    server.stop().await;
+}
