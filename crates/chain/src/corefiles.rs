@@ -456,7 +456,10 @@ fn read_count(bytes: &mut &[u8]) -> Result<u64, String> {
 
 /// Decodes a `CBlockUndo` into the outputs `block` spends, checking that
 /// the counts fit the block input for input.
-fn decode_block_undo(mut bytes: &[u8], block: &Block) -> Result<Vec<TxOut>, String> {
+///
+/// # Errors
+/// What is wrong with the bytes, when they are not the undo of `block`.
+pub fn decode_block_undo(mut bytes: &[u8], block: &Block) -> Result<Vec<TxOut>, String> {
     let txs = read_count(&mut bytes)?;
     if txs + 1 != block.txdata.len() as u64 {
         return Err(format!(

@@ -36,8 +36,8 @@ impl LineFramer {
         self.buf.extend_from_slice(bytes);
     }
 
-    /// Bytes held, for tests of the memory bound.
-    #[cfg(test)]
+    /// Bytes held, for tests (and fuzz targets) of the memory bound.
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn buffered(&self) -> usize {
         self.buf.len()
     }
