@@ -5,12 +5,15 @@
 //! Input: byte 0 holds flags: bit 0, an XOR key follows (8 bytes, written
 //! to `xor.dat`); bit 1, the network's magic is given (regtest), else the
 //! first record's is taken; bit 2, the file starts with the regtest genesis
-//! record and is also opened as a node's files by `CoreBlockFiles`. The
-//! rest is the file's plain content; it is stored obfuscated, but its
-//! trailing zeros stay plain zeros, like Core's preallocated space.
+//! record and is also opened as a node's files by `CoreBlockFiles`; bits 3
+//! to 7, how many times 4 bytes of plain zeros end the file (Core's
+//! preallocated space, never obfuscated). The rest is the file's plain
+//! content, stored obfuscated.
 //! Properties: no panic; `BlocksDir::blocks` yields exactly the records a
 //! model of the format written here finds, and stops with an error exactly
-//! where the model does; each record reads back as the plain bytes; every
+//! where the model does; each record reads back as the file's bytes
+//! unobfuscated (the plain content, unless the record runs into the
+//! preallocated zeros, as one Core is still writing does); every
 //! block `CoreBlockFiles` returns has the hash asked for and is one of the
 //! file's, and each of the file's blocks is found unless the format lets
 //! the scan skip it.
@@ -68,7 +71,11 @@ fuzz_target!(|data: &[u8]| {
         plain.extend_from_slice(&genesis);
     }
     plain.extend_from_slice(rest);
-    let stored = obfuscate(&plain, key.unwrap_or([0; 8]));
+    let key_or_none = key.unwrap_or([0; 8]);
+    let mut stored = obfuscate(&plain, key_or_none);
+    stored.resize(stored.len() + usize::from(flags >> 3) * 4, 0);
+    // What reading any part of the file gives.
+    let read = obfuscate(&stored, key_or_none);
     let dir = dir();
     std::fs::write(dir.join("blk00000.dat"), &stored).expect("write blk00000.dat");
     match key {
@@ -78,7 +85,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 
-    let (records, clean_end) = model(&stored, key.unwrap_or([0; 8]), magic);
+    let (records, clean_end) = model(&stored, key_or_none, magic);
     let blocks_dir = BlocksDir::open(dir, magic).expect("xor.dat holds 8 bytes");
     let mut found = Vec::new();
     let mut failed = false;
@@ -88,7 +95,7 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(pos.file, 0);
                 let bytes = blocks_dir.read_block(pos).expect("a record found reads");
                 let start = pos.offset as usize;
-                assert_eq!(bytes, plain[start..start + pos.len as usize]);
+                assert_eq!(bytes, read[start..start + pos.len as usize]);
                 found.push((start, pos.len as usize));
             }
             Err(_) => failed = true,
@@ -98,18 +105,17 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(failed, !clean_end);
 
     if core {
-        check_core_files(dir, &plain, &stored, &records);
+        check_core_files(dir, &read, &stored, &records);
     }
 });
 
-/// Stores `plain` as Core does: XOR with the key by file offset, except
-/// the preallocated zeros at the end, which are written plain.
-fn obfuscate(plain: &[u8], key: [u8; 8]) -> Vec<u8> {
-    let written = plain.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-    plain
+/// XOR with the key by file offset, which Core's obfuscation is, and
+/// undoes.
+fn obfuscate(bytes: &[u8], key: [u8; 8]) -> Vec<u8> {
+    bytes
         .iter()
         .enumerate()
-        .map(|(i, &b)| if i < written { b ^ key[i % 8] } else { 0 })
+        .map(|(i, &b)| b ^ key[i % 8])
         .collect()
 }
 
@@ -146,7 +152,8 @@ fn model(stored: &[u8], key: [u8; 8], magic: Option<[u8; 4]>) -> (Vec<(usize, us
     }
 }
 
-fn check_core_files(dir: &Path, plain: &[u8], stored: &[u8], records: &[(usize, usize)]) {
+/// `read`: the file's bytes unobfuscated.
+fn check_core_files(dir: &Path, read: &[u8], stored: &[u8], records: &[(usize, usize)]) {
     let Ok(files) = CoreBlockFiles::open(dir, Network::Regtest) else {
         // A broken record stops the scan with an error (checked above).
         return;
@@ -154,7 +161,7 @@ fn check_core_files(dir: &Path, plain: &[u8], stored: &[u8], records: &[(usize, 
     let blocks: Vec<(Block, usize, usize)> = records
         .iter()
         .filter_map(|&(offset, len)| {
-            let block = deserialize::<Block>(&plain[offset..offset + len]).ok()?;
+            let block = deserialize::<Block>(&read[offset..offset + len]).ok()?;
             Some((block, offset, len))
         })
         .collect();
@@ -165,7 +172,7 @@ fn check_core_files(dir: &Path, plain: &[u8], stored: &[u8], records: &[(usize, 
     for &(offset, len) in records {
         if len >= 80 {
             let hash = bitcoin::block::Header::block_hash(
-                &deserialize(&plain[offset..offset + 80]).expect("80 bytes are a header"),
+                &deserialize(&read[offset..offset + 80]).expect("80 bytes are a header"),
             );
             *keys.entry(key_of(&hash)).or_default() += 1;
         }
@@ -181,7 +188,7 @@ fn check_core_files(dir: &Path, plain: &[u8], stored: &[u8], records: &[(usize, 
                 let BlockPosition {
                     offset: o, len: l, ..
                 } = pos;
-                assert_eq!(plain[o as usize..][..l as usize], serialize(&found)[..]);
+                assert_eq!(read[o as usize..][..l as usize], serialize(&found)[..]);
                 let header = files.read_in_block(pos, 0, 80).expect("a header reads");
                 assert_eq!(header, serialize(&found.header));
             }
