@@ -52,6 +52,6 @@ for target in $(cargo +nightly fuzz list); do
     exit 1
   fi
   # The last status line (executions, coverage, corpus) and the run's length.
-  grep -E '^#[0-9]+ +DONE|^Done [0-9]+ runs' "$log"
+  grep -E '^#[0-9]+[[:space:]]+DONE|^Done [0-9]+ runs' "$log"
 done
 echo "== fuzz: every target ran ${seconds}s without a crash"
