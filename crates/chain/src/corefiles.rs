@@ -456,9 +456,13 @@ fn read_count(bytes: &mut &[u8]) -> Result<u64, String> {
 
 /// Decodes a `CBlockUndo` into the outputs `block` spends, checking that
 /// the counts fit the block input for input.
-fn decode_block_undo(mut bytes: &[u8], block: &Block) -> Result<Vec<TxOut>, String> {
+///
+/// # Errors
+/// What is wrong with the bytes, when they are not the undo of `block`.
+pub fn decode_block_undo(mut bytes: &[u8], block: &Block) -> Result<Vec<TxOut>, String> {
     let txs = read_count(&mut bytes)?;
-    if txs + 1 != block.txdata.len() as u64 {
+    // The count is read from the file: u64::MAX must not overflow.
+    if txs.checked_add(1) != Some(block.txdata.len() as u64) {
         return Err(format!(
             "undo for {txs} transactions, the block has {} besides its coinbase",
             block.txdata.len().saturating_sub(1)
@@ -536,6 +540,19 @@ mod tests {
         ] {
             assert_eq!(decompress_amount(compressed), sat);
         }
+    }
+
+    #[test]
+    fn a_transaction_count_of_u64_max_is_an_error() {
+        // Found by the fuzz target decode_block_undo: the count plus the
+        // coinbase overflowed (a panic where overflow is checked).
+        let block = bitcoin::constants::genesis_block(bitcoin::Network::Regtest);
+        let undo = [[0xffu8].as_slice(), &u64::MAX.to_le_bytes()].concat();
+        let e = decode_block_undo(&undo, &block).unwrap_err();
+        assert_eq!(
+            e,
+            "undo for 18446744073709551615 transactions, the block has 0 besides its coinbase"
+        );
     }
 
     #[test]

@@ -15,4 +15,12 @@ pub use blkfiles::BlkFiles;
 pub use corefiles::CoreBlockFiles;
 pub use daemon::{BlockSource, BlockSourceChoice, Daemon, NodeKind};
 pub use error::{Error, ErrorKind};
+// The fuzz targets (`fuzz/`, feature `fuzzing`) decode undo records
+// directly: through `CoreBlockFiles` a record is only decoded once its
+// checksum matches, which random bytes never do.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::corefiles::decode_block_undo;
+}
 pub use source::{BlockWithPrevouts, ChainSource, MempoolFees, MempoolTx, TxLocation};

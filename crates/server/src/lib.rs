@@ -18,6 +18,12 @@
 
 mod activity;
 mod config;
+// The fuzz targets (`fuzz/`, feature `fuzzing`) drive the framer directly,
+// as a session does; it is no part of the crate's API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod framer;
+#[cfg(not(feature = "fuzzing"))]
 mod framer;
 mod notifier;
 mod outpoints;
