@@ -21,8 +21,8 @@ phase ends, and the tool always exits.
 
 Throughout the run:
   * the server's VmRSS (/proc/PID/status) is sampled every 100 ms; each phase
-    reports its peak and its resting RSS, --rest-secs (10) after the phase's
-    hostile sockets were closed;
+    reports its peak (over the phase and its rest) and its resting RSS,
+    --rest-secs (10) after the phase's hostile sockets were closed;
   * a well-behaved wallet (its own process, so the attack's load on this
     tool does not count as server latency) negotiates server.version 1.4,
     subscribes a few script hashes, and every 100 ms sends
@@ -249,10 +249,16 @@ class Client:
         ]
         futures = self._send(payload, ids)
         try:
-            return await asyncio.wait_for(asyncio.gather(*futures), timeout)
+            # Every outcome retrieved, so a closed connection does not leave
+            # "exception never retrieved" warnings behind.
+            replies = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), timeout)
         finally:
             for request_id in ids:
                 self.pending.pop(request_id, None)
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+        return replies
 
     def close(self):
         self.task.cancel()
@@ -304,6 +310,9 @@ async def drain(sock, deadline, record):
             if not data:
                 record["closed_by_server"] = True
                 return
+            if not record["bytes_received"]:
+                # What the server said first, for the report (lines can be 15 MB).
+                record["first_bytes"] = data[:600].decode("utf-8", "replace")
             record["bytes_received"] += len(data)
             # Keep a short tail so a code split between two reads is still seen.
             window = tail + data
@@ -486,7 +495,8 @@ async def phase_subscriptions(ctx, deadline):
                 else:
                     record["subscribed"] += 1
             done += count
-        record["finished_after_secs"] = round(now() - started, 2)
+        if done == args.sub_per_session:
+            record["finished_after_secs"] = round(now() - started, 2)
 
     try:
         await run_until(deadline, [attack(i, r) for i, r in enumerate(records)])
@@ -1207,6 +1217,9 @@ def main(argv):
     except (RuntimeError, OSError, asyncio.TimeoutError, RpcError, Closed) as exc:
         log(f"failed: {exc}")
         return 1
+    except KeyboardInterrupt:
+        log("interrupted: sockets closed, stopping")
+        return 130
     finally:
         if sampler is not None:
             sampler.stopped.set()
