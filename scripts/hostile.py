@@ -82,7 +82,7 @@ READ_LIMIT = 64 << 20
 CONNECT_TIMEOUT = 5.0
 ERROR_CODE = re.compile(rb'"code"\s*:\s*(-?\d+)')
 SERVER_BUSY = -102
-DRAIN_SILENCE_SECS = 1.0
+DRAIN_SILENCE_SECS = 2.0
 # Upper bounds on every count, so no flag turns this into an unbounded flood.
 BOUNDS = {
     "big_sessions": 1000,
@@ -304,7 +304,8 @@ async def drain(sock, deadline, record):
     tail = b""
     try:
         while now() < deadline:
-            # A second of silence means the server holds nothing more for us.
+            # Two seconds of silence: the server holds nothing more for us (or is
+            # still building it; the report says what arrived in time).
             wait = max(0.01, min(DRAIN_SILENCE_SECS, deadline - now()))
             data = await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), wait)
             if not data:
