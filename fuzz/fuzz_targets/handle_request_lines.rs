@@ -42,12 +42,14 @@ fn dispatcher() -> &'static Dispatcher {
                 donation_address: String::new(),
                 genesis_hash: bitcoin::constants::genesis_block(bitcoin::Network::Regtest)
                     .block_hash(),
+                hosts: Vec::new(),
             },
             headers_per_call_max: 2016,
             batch_requests_max: BATCH_REQUESTS_MAX,
             subscriptions_per_session_max: 3,
             pong_len_max: 64,
             reply_bytes_max: REPLY_BYTES_MAX,
+            subscription_budget: None,
         };
         Dispatcher::new(Arc::new(backend), config)
     })

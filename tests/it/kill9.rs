@@ -53,6 +53,27 @@ fn progress_since(osprey: &Osprey, marker: usize) -> Vec<String> {
         .collect()
 }
 
+/// A btcd holding `osprey chaingen --preset tiny --blocks 2300` of a seed
+/// derived from `seed`, and the chain's manifest.
+fn btcd_with_chain(dir: &Path, seed: u64) -> (osprey_testenv::BtcdNode, osprey_chaingen::Manifest) {
+    let chain_seed = (seed % 1000).to_string();
+    let blocks = CHAIN_BLOCKS.to_string();
+    let (chain, manifest) = generate_chain(
+        dir,
+        &[
+            "--preset",
+            "tiny",
+            "--seed",
+            &chain_seed,
+            "--blocks",
+            &blocks,
+        ],
+    );
+    let node = start_btcd();
+    submit_chain(dir, &chain, &node);
+    (node, manifest)
+}
+
 /// How a killed run ends: after a delay, or the moment its next commit
 /// starts, seen as the flat headers file growing (the flat files are
 /// written and synced just before the database commit that covers them:
@@ -147,21 +168,7 @@ fn sigkill_during_initial_sync_leaves_a_consistent_index() {
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().expect("tempdir");
     // 1.
-    let chain_seed = (seed % 1000).to_string();
-    let blocks = CHAIN_BLOCKS.to_string();
-    let (chain, manifest) = generate_chain(
-        dir.path(),
-        &[
-            "--preset",
-            "tiny",
-            "--seed",
-            &chain_seed,
-            "--blocks",
-            &blocks,
-        ],
-    );
-    let node = start_btcd();
-    submit_chain(dir.path(), &chain, &node);
+    let (node, manifest) = btcd_with_chain(dir.path(), seed);
     let (tip, _) = osprey_testenv::Node::tip(&node).expect("tip");
     assert_eq!(tip, manifest.tip_height, "the node has the whole chain");
     // 2.
@@ -318,21 +325,7 @@ fn kill9_soak_every_restart_equals_a_fresh_index() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(SOAK_KILLS_DEFAULT);
     let dir = tempfile::tempdir().expect("tempdir");
-    let chain_seed = (seed % 1000).to_string();
-    let blocks = CHAIN_BLOCKS.to_string();
-    let (chain, _manifest) = generate_chain(
-        dir.path(),
-        &[
-            "--preset",
-            "tiny",
-            "--seed",
-            &chain_seed,
-            "--blocks",
-            &blocks,
-        ],
-    );
-    let node = start_btcd();
-    submit_chain(dir.path(), &chain, &node);
+    let (node, _manifest) = btcd_with_chain(dir.path(), seed);
     let db = dir.path().join("db-soak");
     let mut fresh_digests: std::collections::HashMap<String, String> = Default::default();
     let mut moments = Vec::new();
