@@ -719,16 +719,10 @@ async fn incomplete_lines_share_one_memory_budget() {
 /// subscriptions are given back when it ends.
 #[tokio::test]
 async fn subscriptions_share_the_memory_budget() {
-    let limits = Limits {
-        line_bytes_max: 64 * 1024,
-        reply_bytes_max: 1 << 20,
-        // Subscriptions leave one line and reply free: 1,114,112 bytes for
-        // them, 4,352 subscriptions of 256 bytes, less what requests and
-        // replies briefly hold.
-        client_memory_bytes_max: 2 * ((64 * 1024) + (1 << 20)),
-        ..Limits::default()
-    };
-    let server = TestServer::start(limits, 16).await;
+    // Subscriptions leave one line and reply free: 1,114,112 bytes for
+    // them, 4,352 subscriptions of 256 bytes, less what requests and
+    // replies briefly hold.
+    let server = TestServer::start(least_budget(), 16).await;
     let mut first = server.client().await;
     for batch in 0..20 {
         assert_eq!(
@@ -769,19 +763,24 @@ async fn subscriptions_share_the_memory_budget() {
     server.stop().await;
 }
 
-/// A response is held in memory until its client reads it. Responses
-/// waiting on clients that do not read draw on the budget: past it,
-/// another client's large response is refused with -102 (not queued), and
-/// it is served again once the reader-less client is gone.
-#[tokio::test]
-async fn unread_responses_share_one_memory_budget() {
-    let limits = Limits {
+/// 64 KiB lines, 1 MiB replies and the least client memory budget allowed
+/// with them: 2,228,224 bytes.
+fn least_budget() -> Limits {
+    Limits {
         line_bytes_max: 64 * 1024,
         reply_bytes_max: 1 << 20,
         client_memory_bytes_max: 2 * ((64 * 1024) + (1 << 20)),
         ..Limits::default()
-    };
-    let server = TestServer::start(limits, 16).await;
+    }
+}
+
+/// A response is held in memory until its client reads it. Responses
+/// waiting on clients that do not read draw on the budget: past it,
+/// another client's large response is refused with -102 (not queued),
+/// while small ones still fit.
+#[tokio::test]
+async fn unread_responses_share_one_memory_budget() {
+    let server = TestServer::start(least_budget(), 16).await;
     let sh: ScriptHash = SH.parse().unwrap();
     // ~9,000 entries: a history answer of about 800 kB.
     let entries: Vec<(u8, i64)> = (0..9_000).map(|i| ((i % 250) as u8, 1 + i / 250)).collect();
