@@ -44,7 +44,7 @@ Phases (--phases picks a subset, in this order):
                  how many were refused, and holds them to the phase's end.
   idle-flood     --idle-conns (1,000) connections that send nothing; then a
                  newcomer wallet retries once a second until it is served
-                 (the server sheds sessions idle for 60 s by default) or
+                 (the server sheds connections silent for 5 s) or
                  --newcomer-cap-secs (90) pass; reports how long it waited.
   amplification  --amp-sessions (50) sessions re-ask one large history as
                  fast as they can, reading the replies; reports bytes in/out.

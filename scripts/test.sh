@@ -10,19 +10,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --btcd
 export PATH="$PATH:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
+# Each phase says when it starts, so a slow CI run shows where time went.
+phase() { echo "== [$(date -u +%T), ${SECONDS}s] $*"; }
 
-echo "== cargo fmt --check"
+phase "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy -D warnings"
+phase "cargo clippy -D warnings"
 cargo clippy --release --workspace --all-targets -- -D warnings
-echo "== cargo build osprey-tools (the functional tests run \`osprey chaingen\` and \`osprey bench\`)"
+phase "cargo build osprey-tools (the functional tests run \`osprey chaingen\` and \`osprey bench\`)"
 cargo build --release -p osprey -p osprey-tools
-echo "== the server binary links no instrument"
+phase "the server binary links no instrument"
 if cargo tree -e normal -p osprey --prefix none | grep -E "^osprey-(bench|chaingen) "; then
   echo "osprey links the benchmark client or the chain generator" >&2
   exit 1
 fi
-echo "== cargo check with the declared minimum Rust version"
+phase "cargo check with the declared minimum Rust version"
 # The workspace's rust-version, checked with that toolchain. RocksDB is not
 # compiled a second time: the check links nothing, so the library the
 # release build made is handed to librocksdb-sys as a prebuilt one.
@@ -35,8 +37,9 @@ else
   echo "!!! SKIPPED: could not install Rust $msrv with rustup; the minimum version is unchecked" >&2
   [ -z "${CI:-}" ] || exit 1
 fi
-echo "== cargo test (workspace)"
+phase "cargo test (workspace)"
 cargo test --release --workspace
-echo "== cargo test --features short-prefixes (oracle and functional suites with 1-byte prefixes)"
+phase "cargo test --features short-prefixes (oracle and functional suites with 1-byte prefixes)"
 cargo test --release --features osprey-store/short-prefixes -p osprey-query --test oracle
 cargo test --release --features short-prefixes --test it
+phase "done"

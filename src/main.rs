@@ -5,6 +5,7 @@
 
 mod config;
 mod demo;
+mod memory;
 mod monitoring;
 mod progress;
 mod serve;

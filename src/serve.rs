@@ -2,6 +2,7 @@
 //! thread and Electrum server.
 
 use crate::config::{ChainConfig, Config};
+use crate::memory;
 use crate::monitoring::Monitoring;
 use crate::progress::Progress;
 use anyhow::Context;
@@ -388,6 +389,7 @@ pub fn run_server(
     tracing::info!(height = height.0, %hash, addr = %config.electrum_rpc_addr, "serving Electrum clients");
     let (new_block, watcher) = watch_for_new_blocks(Arc::clone(&query), poll, Arc::clone(&stop));
     let mut result = Ok(());
+    let mut trimmer = memory::Trimmer::new();
     while !stop.load(Ordering::Relaxed) {
         if server.is_finished() {
             break;
@@ -397,6 +399,7 @@ pub fn run_server(
             stop.store(true, Ordering::Relaxed);
             break;
         }
+        trimmer.tick();
         // Woken at once by a new block; the mempool is polled every
         // `poll` either way.
         match new_block.recv_timeout(poll) {

@@ -7,7 +7,7 @@
 
 use crate::backend::Backend;
 use crate::error::RpcError;
-use crate::jsonrpc::{self, Incoming, Message};
+use crate::jsonrpc::{self, Call, Incoming, Message};
 use crate::request::{Request, ScriptKey, ScriptMethod, METHODS};
 use crate::server::{PeerFeatures, Peers, ServerInfo};
 use crate::session::{SessionState, SubscriptionBudget};
@@ -119,6 +119,56 @@ enum Pending {
         new: bool,
         call: CallTimer,
     },
+}
+
+/// The serialized size of a batch's answers so far, against the reply
+/// limit; shared by the threads answering the batch.
+struct ReplySize {
+    max: usize,
+    bytes: AtomicUsize,
+}
+
+impl ReplySize {
+    fn new(max: usize) -> Self {
+        ReplySize {
+            max,
+            bytes: AtomicUsize::new(0),
+        }
+    }
+
+    /// Counts `answer`'s JSON length (and its separator) without building
+    /// the string.
+    fn add(&self, answer: &Value) {
+        struct Counter(usize);
+        impl std::io::Write for Counter {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0 += bytes.len();
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut counter = Counter(1);
+        // Writing a `Value` to a counter cannot fail.
+        let _ = serde_json::to_writer(&mut counter, answer);
+        self.bytes.fetch_add(counter.0, Ordering::Relaxed);
+    }
+
+    fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn over(&self) -> bool {
+        self.bytes() > self.max
+    }
+}
+
+/// The -101 error of a response over `max` bytes (`bytes` says how long).
+fn reply_too_large(bytes: &str, max: usize) -> RpcError {
+    RpcError::LimitExceeded(format!(
+        "response of {bytes} bytes exceeds the limit of {max} (ask for less at a time)"
+    ))
 }
 
 /// A request's method and when its handling started, for its metrics.
@@ -268,10 +318,7 @@ impl Dispatcher {
         if line.len() <= max {
             return line;
         }
-        let error = RpcError::LimitExceeded(format!(
-            "response of {} bytes exceeds the limit of {max} (ask for less at a time)",
-            line.len()
-        ));
+        let error = reply_too_large(&line.len().to_string(), max);
         tracing::debug!(bytes = line.len(), max, "response over the limit refused");
         let refused = match &response {
             Value::Array(answers) => answers.len(),
@@ -281,6 +328,25 @@ impl Dispatcher {
             self.metrics.requests.error(error.code());
         }
         jsonrpc::refusal(&response, &error).to_string()
+    }
+
+    /// Refuses a batch whose answers grew past `reply_bytes_max` while it
+    /// was answered (`size`): every request (`ids`, in order) gets the -101
+    /// error, as [`Self::within_reply_limit`] would, without the whole
+    /// reply ever being built.
+    fn refuse_batch(&self, ids: Vec<Value>, size: &ReplySize) -> Vec<Value> {
+        let error = reply_too_large(&format!("more than {}", size.bytes()), size.max);
+        tracing::debug!(
+            bytes = size.bytes(),
+            max = size.max,
+            "batch over the reply limit refused"
+        );
+        ids.into_iter()
+            .map(|id| {
+                self.metrics.requests.error(error.code());
+                jsonrpc::response(id, Err(error.clone()))
+            })
+            .collect()
     }
 
     /// The state of a new session from `source`, its subscriptions charged
@@ -299,6 +365,12 @@ impl Dispatcher {
     /// parallel. A batch that also negotiates the version, subscribes to
     /// headers or outpoints or unsubscribes runs one request at a time, so
     /// that its effects keep their order.
+    ///
+    /// Answers are measured as they come: once they pass `reply_bytes_max`
+    /// the requests not run yet are not run, and the whole batch is
+    /// refused. A hostile batch of big requests (200 times 2,016 headers)
+    /// so costs the server at most the limit plus one answer per worker,
+    /// not the 15 MB reply it asked for.
     fn handle_batch(
         &self,
         state: &mut SessionState,
@@ -321,15 +393,34 @@ impl Dispatcher {
             _ => false,
         });
         let cores_free = self.handling.load(Ordering::Relaxed) <= self.cores;
+        let size = ReplySize::new(self.config.reply_bytes_max);
         let Some(pool) = self
             .batch_pool
             .as_ref()
             .filter(|_| !ordered_only && cores_free)
         else {
-            return messages
-                .into_iter()
-                .filter_map(|m| self.handle_message(state, m, out))
-                .collect();
+            // Effects of requests run before the batch went over the limit
+            // stay (a subscription made is kept); their answers are refused
+            // with the rest. Requests after that point are not run.
+            let mut answers = Vec::new();
+            let mut ids = Vec::new();
+            for message in messages {
+                match message {
+                    Message::Call(Call { id: Some(id), .. }) if size.over() => ids.push(id),
+                    message => {
+                        if let Some(answer) = self.handle_message(state, message, out) {
+                            size.add(&answer);
+                            ids.push(answer["id"].clone());
+                            answers.push(answer);
+                        }
+                    }
+                }
+            }
+            return if size.over() {
+                self.refuse_batch(ids, &size)
+            } else {
+                answers
+            };
         };
         let pending: Vec<Pending> = messages
             .into_iter()
@@ -415,13 +506,21 @@ impl Dispatcher {
                         (subscribe @ Pending::Subscribe { .. }, Some(status)) => {
                             (subscribe, Some(status))
                         }
+                        // Refused with the whole batch: not worth running.
+                        unrun @ (Pending::Query { .. } | Pending::Subscribe { .. }, _)
+                            if size.over() =>
+                        {
+                            unrun
+                        }
                         (Pending::Query { id, request, call }, _) => {
                             let result = self.execute_query(protocol, request);
                             if let Err(e) = &result {
                                 tracing::debug!(error = %e, "request failed");
                             }
                             self.record(&call.method, call.started, &result);
-                            (Pending::Done(Some(jsonrpc::response(id, result))), None)
+                            let answer = jsonrpc::response(id, result);
+                            size.add(&answer);
+                            (Pending::Done(Some(answer)), None)
                         }
                         (Pending::Subscribe { id, key, new, call }, None) => {
                             let status =
@@ -433,6 +532,24 @@ impl Dispatcher {
                     .collect()
             })
         };
+        if size.over() {
+            // The client is told none of it was done: subscriptions this
+            // batch made are undone (one it had before stays).
+            let ids = answered
+                .into_iter()
+                .filter_map(|(pending, _)| match pending {
+                    Pending::Subscribe { id, key, new, .. } => {
+                        if new {
+                            state.unsubscribe(&key);
+                        }
+                        Some(id)
+                    }
+                    Pending::Query { id, .. } => Some(id),
+                    Pending::Done(response) => response.map(|r| r["id"].clone()),
+                })
+                .collect();
+            return self.refuse_batch(ids, &size);
+        }
         answered
             .into_iter()
             .filter_map(|answer| match answer {

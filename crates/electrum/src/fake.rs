@@ -38,6 +38,8 @@ pub struct FakeState {
     pub history_entries_max: usize,
     /// Counts `status` calls, so tests can check how much work a change cost.
     pub status_calls: usize,
+    /// Counts `headers` calls.
+    pub headers_calls: usize,
     /// Script hashes whose status `cached_status` gives (as a cache would).
     pub cached: std::collections::HashSet<ScriptHash>,
     /// `status` of this script hash waits until the gate opens: a test can
@@ -143,7 +145,9 @@ impl Backend for FakeBackend {
     }
 
     fn headers(&self, start: Height, count: usize) -> Vec<[u8; 80]> {
-        self.lock()
+        let mut state = self.lock();
+        state.headers_calls += 1;
+        state
             .headers
             .iter()
             .skip(start.as_usize())

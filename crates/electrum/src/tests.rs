@@ -842,6 +842,54 @@ fn responses_over_the_reply_limit_are_refused() {
     assert_eq!(h.ok("server.banner", json!([])), "Welcome");
 }
 
+/// A batch whose answers pass `reply_bytes_max` stops being answered: the
+/// requests after that point are never run, so the server never holds the
+/// reply the client asked for. Both ways a batch is run: in parallel, and
+/// one request at a time (a batch that also subscribes to headers).
+#[test]
+fn a_batch_over_the_reply_limit_stops_being_answered() {
+    for ordered in [false, true] {
+        let backend = Arc::new(FakeBackend::with_tip(3000));
+        let dispatcher = Dispatcher::new(
+            backend.clone(),
+            DispatchConfig {
+                batch_requests_max: 100,
+                ..config()
+            },
+        );
+        let mut state = SessionState::new();
+        // 100 requests of 2,016 headers (322,560 hex characters each): a
+        // 32 MB reply, 31 times the 1 MiB limit.
+        let mut batch: Vec<Value> = (0..100)
+            .map(|id| json!({"id": id, "method": "blockchain.block.headers", "params": [0, 2016]}))
+            .collect();
+        if ordered {
+            batch[0] = json!({"id": 0, "method": "blockchain.headers.subscribe", "params": []});
+        }
+        let out = dispatcher.handle_line(&mut state, Value::Array(batch).to_string().as_bytes());
+        let answers: Value = serde_json::from_str(&out.response.unwrap()).unwrap();
+        let answers = answers.as_array().unwrap();
+        assert_eq!(answers.len(), 100, "ordered {ordered}");
+        for (id, answer) in answers.iter().enumerate() {
+            assert_eq!(answer["id"], id, "ordered {ordered}: {answer}");
+            assert_eq!(answer["error"]["code"], -101, "ordered {ordered}: {answer}");
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains("more than") && message.contains("exceeds the limit of 1048576"),
+                "{message}"
+            );
+        }
+        // Four answers pass 1 MiB; each of the pool's workers may have one
+        // more under way when the limit is passed.
+        let run = backend.update(|s| s.headers_calls);
+        let bound = if ordered { 4 } else { 4 + 8 };
+        assert!(
+            (4..=bound).contains(&run),
+            "ordered {ordered}: {run} of 100 header requests were run"
+        );
+    }
+}
+
 /// A peer list that answers `accept` to add_peer and records each call.
 struct RecordingPeers {
     listed: Vec<PeerInfo>,

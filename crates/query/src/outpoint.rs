@@ -99,7 +99,7 @@ impl Query {
         outpoint: &OutPoint,
     ) -> Result<Option<Funding>, Error> {
         Ok(self
-            .confirmed_outputs(scripthash)?
+            .confirmed_outputs(scripthash, self.store().tx_count())?
             .into_iter()
             .find(|f| f.txid == outpoint.txid && f.vout == outpoint.vout))
     }

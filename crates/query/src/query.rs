@@ -101,6 +101,15 @@ pub struct Query {
     statuses: StatusCache,
 }
 
+/// One moment of the chain and the mempool, for answers about a script
+/// ([`Query::script_view`]).
+struct ScriptView {
+    /// Transactions of the chain the answer sees: those numbered below.
+    visible: u64,
+    /// The mempool entries touching the script that those do not confirm.
+    mempool: Vec<Arc<MempoolEntry>>,
+}
+
 /// A confirmed output of a script, from its funding row.
 pub(crate) struct Funding {
     pub(crate) tx_num: TxNum,
@@ -212,46 +221,60 @@ impl Query {
         Ok((tree.branch(height.as_usize()), tree.root()))
     }
 
-    /// The confirmed history rows of `scripthash`, within the limit, as
-    /// far as the chain reaches: a commit writes its rows a moment before
-    /// it extends the chain, and a rollback cuts the chain a moment after
-    /// it deletes its rows, so a row beyond the chain belongs to a block
-    /// that is not (or no longer) part of the answer's view. Skipping it
-    /// answers from the older (or newer) view instead of failing.
-    fn rows(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryRow>, Error> {
+    /// What one answer about `scripthash` sees of the chain and the
+    /// mempool: one consistent moment, so that no transaction is answered
+    /// both confirmed and unconfirmed (Electrum drops a server that does
+    /// that), nor neither.
+    ///
+    /// The mempool is read first, the chain's length right after:
+    /// - a transaction the mempool still lists but the chain (up to that
+    ///   length) confirms is answered once, as confirmed: the tracker drops
+    ///   those from the mempool only after the commit;
+    /// - a transaction the mempool no longer lists left it after the commit
+    ///   that confirmed it (the tracker keeps a transaction while the node
+    ///   is ahead of the index), so that commit is within the length read
+    ///   after.
+    fn script_view(&self, scripthash: &ScriptHash) -> Result<ScriptView, Error> {
+        let entries = self.mempool().entries_for(scripthash);
+        let visible = self.store.tx_count();
+        let mut mempool = Vec::with_capacity(entries.len());
+        for entry in entries {
+            if !self.confirmed_within(&entry.txid, visible)? {
+                mempool.push(entry);
+            }
+        }
+        Ok(ScriptView { visible, mempool })
+    }
+
+    /// The confirmed history rows of `scripthash`, within the limit, as far
+    /// as `visible` transactions reach: a commit writes its rows a moment
+    /// before it extends the chain, and a rollback cuts the chain a moment
+    /// after it deletes its rows, so a row beyond belongs to a block that
+    /// is not (or no longer) part of the answer's view. Skipping it answers
+    /// from that view instead of failing.
+    fn rows(&self, scripthash: &ScriptHash, visible: u64) -> Result<Vec<HistoryRow>, Error> {
         let mut rows = self
             .store
             .history(scripthash, self.config.history_entries_max)?
             .ok_or(Error::HistoryTooLarge {
                 limit: self.config.history_entries_max,
             })?;
-        let visible = self.store.tx_count();
         rows.retain(|row| row.tx_num.0 < visible);
         Ok(rows)
     }
 
-    /// Whether a transaction of the mempool is already in the chain: the
-    /// tracker drops those right after a commit, and until then an answer
-    /// lists such a transaction once, as confirmed (Electrum drops a server
-    /// that shows one transaction both ways).
+    /// Whether a transaction of the mempool is already in the chain (see
+    /// [`Self::script_view`]).
     pub(crate) fn is_confirmed(&self, txid: &Txid) -> Result<bool, Error> {
-        let visible = self.store.tx_count();
+        self.confirmed_within(txid, self.store.tx_count())
+    }
+
+    /// Whether `txid` is among the first `visible` transactions of the chain.
+    fn confirmed_within(&self, txid: &Txid, visible: u64) -> Result<bool, Error> {
         Ok(self
             .store
             .find_tx_num(txid)?
             .is_some_and(|tx_num| tx_num.0 < visible))
-    }
-
-    /// The mempool entries touching `scripthash` that are not confirmed.
-    fn mempool_entries(&self, scripthash: &ScriptHash) -> Result<Vec<Arc<MempoolEntry>>, Error> {
-        let entries = self.mempool().entries_for(scripthash);
-        let mut unconfirmed = Vec::with_capacity(entries.len());
-        for entry in entries {
-            if !self.is_confirmed(&entry.txid)? {
-                unconfirmed.push(entry);
-            }
-        }
-        Ok(unconfirmed)
     }
 
     /// The confirmed history then the mempool part, in protocol order.
@@ -259,7 +282,8 @@ impl Query {
     /// # Errors
     /// History too large, or a store error.
     pub fn history(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryEntry>, Error> {
-        let rows = self.rows(scripthash)?;
+        let view = self.script_view(scripthash)?;
+        let rows = self.rows(scripthash, view.visible)?;
         let mut history = Vec::new();
         let mut last = None;
         for row in rows {
@@ -278,7 +302,7 @@ impl Query {
                 fee: None,
             });
         }
-        history.extend(self.mempool_history(scripthash)?);
+        history.extend(self.sorted_mempool_history(&view.mempool));
         Ok(history)
     }
 
@@ -289,7 +313,11 @@ impl Query {
     /// # Errors
     /// A store error.
     pub fn mempool_history(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryEntry>, Error> {
-        let unconfirmed = self.mempool_entries(scripthash)?;
+        let view = self.script_view(scripthash)?;
+        Ok(self.sorted_mempool_history(&view.mempool))
+    }
+
+    fn sorted_mempool_history(&self, unconfirmed: &[Arc<MempoolEntry>]) -> Vec<HistoryEntry> {
         let mempool = self.mempool();
         let mut entries: Vec<(i64, String, HistoryEntry)> = unconfirmed
             .iter()
@@ -305,7 +333,7 @@ impl Query {
             .collect();
         drop(mempool);
         entries.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-        Ok(entries.into_iter().map(|(_, _, e)| e).collect())
+        entries.into_iter().map(|(_, _, e)| e).collect()
     }
 
     /// The Electrum status of `scripthash`, `None` for an unused script.
@@ -335,10 +363,14 @@ impl Query {
         self.statuses.invalidate(&[], true);
     }
 
-    /// The confirmed outputs of a script, each with the confirmed
-    /// transaction that spends it, if any.
-    pub(crate) fn confirmed_outputs(&self, scripthash: &ScriptHash) -> Result<Vec<Funding>, Error> {
-        let rows = self.rows(scripthash)?;
+    /// The confirmed outputs of a script (as far as `visible` transactions
+    /// reach), each with the confirmed transaction that spends it, if any.
+    pub(crate) fn confirmed_outputs(
+        &self,
+        scripthash: &ScriptHash,
+        visible: u64,
+    ) -> Result<Vec<Funding>, Error> {
+        let rows = self.rows(scripthash, visible)?;
         let mut funding = Vec::new();
         // (spent txid prefix, vout) -> indexes into `funding`.
         let mut by_outpoint: HashMap<([u8; SPENT_TXID_PREFIX_LEN], u32), Vec<usize>> =
@@ -439,14 +471,15 @@ impl Query {
     /// # Errors
     /// History too large, or a store or node error.
     pub fn balance(&self, scripthash: &ScriptHash) -> Result<Balance, Error> {
+        let view = self.script_view(scripthash)?;
         let confirmed = self
-            .confirmed_outputs(scripthash)?
+            .confirmed_outputs(scripthash, view.visible)?
             .iter()
             .filter(|f| f.spent_by.is_none())
             .map(|f| f.value)
             .sum();
         let mut unconfirmed = 0i64;
-        for entry in self.mempool_entries(scripthash)? {
+        for entry in &view.mempool {
             unconfirmed += entry
                 .funding
                 .iter()
@@ -472,8 +505,9 @@ impl Query {
     /// # Errors
     /// History too large, or a store or node error.
     pub fn unspent(&self, scripthash: &ScriptHash) -> Result<Vec<Utxo>, Error> {
-        let outputs = self.confirmed_outputs(scripthash)?;
-        let unconfirmed_entries = self.mempool_entries(scripthash)?;
+        let view = self.script_view(scripthash)?;
+        let outputs = self.confirmed_outputs(scripthash, view.visible)?;
+        let unconfirmed_entries = view.mempool;
         let mempool = self.mempool();
         let mut utxos = Vec::new();
         for f in outputs.iter().filter(|f| f.spent_by.is_none()) {

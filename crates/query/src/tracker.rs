@@ -126,6 +126,19 @@ impl Tracker {
                 .collect();
             (removed, added)
         };
+        // A transaction leaves the node's mempool when a block confirms
+        // it. If that block is not indexed yet, dropping the transaction
+        // now would leave it in no answer at all until the next update: it
+        // stays until the commit that confirms it drops it (above).
+        let removed = if !removed.is_empty() && source.best_block()?.1 != self.query.tip().1 {
+            tracing::debug!(
+                left = removed.len(),
+                "the node has a block the index has not: mempool removals wait for it"
+            );
+            Vec::new()
+        } else {
+            removed
+        };
         let mut touched = Vec::new();
         if removed.is_empty() && added.is_empty() {
             return Ok(touched);

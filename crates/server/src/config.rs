@@ -85,8 +85,10 @@ pub struct Limits {
     /// period, the spec's recommended minimum); must be at least 2016.
     pub headers_per_call_max: usize,
     /// When `sessions_max` sessions are connected, a newcomer takes the
-    /// place of the session idle the longest, if that one has sent nothing
-    /// for this long; otherwise it is refused. Default 60.
+    /// place of a connection that has sent nothing at all for 5 s
+    /// (`activity::SILENT_GRACE`), else of the session idle the longest if
+    /// that one has sent nothing for this long; otherwise it is refused.
+    /// Default 60.
     pub shed_idle_secs: u64,
     /// A session that sends nothing for this long is closed. Default 600
     /// (the spec's "roughly 10 minutes"; wallets ping more often).

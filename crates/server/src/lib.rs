@@ -11,13 +11,15 @@
 //! framing with a length cap), `tls` (certificates, reloaded when their
 //! files change), `transport` (the handshakes, and lines or WebSocket
 //! messages behind one interface), `session` (one connection, whatever its
-//! transport), `notifier` (the single owner of the subscription registry),
+//! transport), `fair` (handler slots, cheaper sessions' lines first), `activity` (which session a full server closes for a newcomer),
+//! `notifier` (the single owner of the subscription registry),
 //! `per_ip` (sessions per client address), `peers` (peer discovery: the
 //! peer list, its checks, our announcement). Every listener shares one set
 //! of limits, session permits, client memory budget and notifier.
 
 mod activity;
 mod config;
+mod fair;
 // The fuzz targets (`fuzz/`, feature `fuzzing`) drive the framer directly,
 // as a session does; it is no part of the crate's API.
 #[cfg(feature = "fuzzing")]
@@ -39,8 +41,9 @@ pub use osprey_electrum::PublicHost;
 pub use tls::{TlsFiles, RELOAD_CHECK_INTERVAL};
 pub use transport::ListenerKind;
 
-use activity::Activity;
+use activity::{Activity, SILENT_GRACE};
 use anyhow::Context;
+use fair::Scheduler;
 use notifier::Notifier;
 use osprey_core::ByteBudget;
 use osprey_electrum::{
@@ -76,6 +79,14 @@ const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 const SHED_WAIT: Duration = Duration::from_secs(2);
 /// How long a new connection's TLS and WebSocket handshakes may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Lines handled at once, per core: more than one, as a line may wait on
+/// the node (a transaction over RPC) rather than use a core. Beyond that,
+/// lines queue, by arrival delayed by their session's recent cost (`fair`).
+const HANDLER_SLOTS_PER_CORE: usize = 4;
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
 
 /// Serves Electrum clients on every listener `config` names until
 /// `shutdown` completes, then closes every session.
@@ -255,6 +266,7 @@ impl Server {
             activity: Activity::new(),
             client_memory,
             metrics,
+            scheduler: Scheduler::new(HANDLER_SLOTS_PER_CORE * cores()),
         });
         let permits = Arc::new(Semaphore::new(limits.sessions_max));
         let per_ip = PerIp::new(limits.sessions_per_ip_max);
@@ -294,7 +306,7 @@ impl Server {
                     let permit = match Arc::clone(&permits).try_acquire_owned() {
                         Ok(permit) => Some(permit),
                         // Full: the session idle the longest makes room.
-                        Err(_) if ctx.activity.shed_idlest(Duration::from_secs(limits.shed_idle_secs)) => {
+                        Err(_) if ctx.activity.shed_idlest(SILENT_GRACE, Duration::from_secs(limits.shed_idle_secs)) => {
                             tracing::info!(%peer, "full: closing the idlest session to make room");
                             None
                         }

@@ -6,13 +6,16 @@
 //! requests (lines, or WebSocket messages) and the session never sees how.
 //!
 //! Lines of one session run one at a time, in order; the next line is not
-//! read while one runs, which bounds a session's memory and CPU. What all
-//! sessions hold together (incomplete lines, replies and notifications
+//! read while one runs, which bounds a session's memory and CPU. Across
+//! sessions, a line waits for a handler slot, behind lines of sessions
+//! that cost the server less lately (`fair`). What all sessions hold
+//! together (incomplete lines, replies and notifications
 //! their client has not taken yet, subscriptions) is charged to one byte
 //! budget, `Limits::client_memory_bytes_max`.
 
 use crate::activity::{Activity, SessionActivity};
 use crate::config::Limits;
+use crate::fair::{Scheduler, SessionCost};
 use crate::framer::Frame;
 use crate::notifier::{Control, Queued, SessionHandle, SessionId};
 use crate::transport::Transport;
@@ -37,7 +40,14 @@ pub(crate) struct SessionContext {
     /// may hold in total (`Limits::client_memory_bytes_max`).
     pub client_memory: Arc<ByteBudget>,
     pub metrics: Arc<Metrics>,
+    /// Handler slots; a line waits for one behind cheaper sessions' lines.
+    pub scheduler: Arc<Scheduler>,
 }
+
+/// A line's handling: the session's state back, the outcome, the
+/// notifier's progress read when the line arrived, and how long the line
+/// held a handler slot. `None` if the handler panicked.
+type Handled = Option<(SessionState, osprey_electrum::Outcome, u64, Duration)>;
 
 /// Why a session ended, for the log.
 #[derive(Debug)]
@@ -177,9 +187,8 @@ async fn serve(
     // What the transport holds of requests not yet taken, charged to the
     // server-wide budget.
     let mut request_charge = Charge::new(&ctx.client_memory);
-    let mut running: Option<
-        tokio::task::JoinHandle<(SessionState, osprey_electrum::Outcome, u64)>,
-    > = None;
+    let mut running: Option<tokio::task::JoinHandle<Handled>> = None;
+    let mut cost = SessionCost::new();
     let mut eof = false;
     loop {
         if running.is_none() {
@@ -214,14 +223,24 @@ async fn serve(
                             }
                         }
                         incoming => {
-                            running = Some(tokio::task::spawn_blocking(move || {
-                                let outcome = match incoming {
-                                    Some(incoming) => {
-                                        dispatcher.handle_incoming(&mut session_state, incoming)
-                                    }
-                                    None => dispatcher.handle_line(&mut session_state, &line),
-                                };
-                                (session_state, outcome, seen)
+                            let scheduler = Arc::clone(&ctx.scheduler);
+                            let priority = cost.now();
+                            running = Some(tokio::spawn(async move {
+                                let slot = scheduler.acquire(priority).await;
+                                let started = std::time::Instant::now();
+                                let handled = tokio::task::spawn_blocking(move || {
+                                    let outcome = match incoming {
+                                        Some(incoming) => {
+                                            dispatcher.handle_incoming(&mut session_state, incoming)
+                                        }
+                                        None => dispatcher.handle_line(&mut session_state, &line),
+                                    };
+                                    (session_state, outcome)
+                                })
+                                .await;
+                                drop(slot);
+                                let (session_state, outcome) = handled.ok()?;
+                                Some((session_state, outcome, seen, started.elapsed()))
                             }));
                         }
                     }
@@ -250,10 +269,11 @@ async fn serve(
             _ = activity.shed.notified() => return End::Shed,
             joined = async { running.as_mut().expect("guarded by is_some").await }, if running.is_some() => {
                 running = None;
-                let Ok((session_state, outcome, seen)) = joined else {
+                let Ok(Some((session_state, outcome, seen, held))) = joined else {
                     tracing::error!("request handler panicked");
                     return End::HandlerPanicked;
                 };
+                cost.charge(held);
                 state = Some(session_state);
                 if let Err(end) = deliver(ctx, id, &mut writer, outcome, seen).await {
                     return end;

@@ -341,6 +341,54 @@ async fn a_full_server_makes_room_by_closing_the_idlest_session() {
     server.stop().await;
 }
 
+/// A connection that never sent a request makes room before a wallet that
+/// did, even one idle longer (waiting for notifications is normal): a flood
+/// of silent connections cannot keep wallets out.
+#[tokio::test]
+async fn a_full_server_closes_silent_connections_first() {
+    let server = TestServer::start(
+        Limits {
+            sessions_max: 2,
+            shed_idle_secs: 1,
+            ..Limits::default()
+        },
+        16,
+    )
+    .await;
+    let mut wallet = server.client().await;
+    assert!(wallet
+        .call("server.banner", json!([]))
+        .await
+        .get("result")
+        .is_some());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut silent = server.client().await;
+    // Both idle past a second; the wallet the longest.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut newcomer = server.client().await;
+    assert!(
+        newcomer
+            .call("server.banner", json!([]))
+            .await
+            .get("result")
+            .is_some(),
+        "the newcomer is served"
+    );
+    assert!(
+        silent.read().await.is_none(),
+        "the silent connection was closed"
+    );
+    assert!(
+        wallet
+            .call("server.banner", json!([]))
+            .await
+            .get("result")
+            .is_some(),
+        "the wallet goes on"
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn idle_sessions_are_closed() {
     let server = TestServer::start(
