@@ -38,7 +38,8 @@ else
   [ -z "${CI:-}" ] || exit 1
 fi
 phase "cargo test (workspace)"
-cargo test --release --workspace
+# No crate has doc examples: rustdoc is not run for none.
+cargo test --release --workspace --lib --bins --tests
 phase "cargo test --features short-prefixes (oracle and functional suites with 1-byte prefixes)"
 cargo test --release --features osprey-store/short-prefixes -p osprey-query --test oracle
 cargo test --release --features short-prefixes --test it

@@ -435,20 +435,40 @@ impl Query {
 
     /// Where the node keeps a confirmed transaction's bytes.
     pub(crate) fn location(&self, tx_num: TxNum) -> Result<TxLocation, Error> {
-        let beyond_tip = || Error::Internal(format!("tx_num {tx_num} beyond the tip"));
-        let (height, position) = self.store.locate(tx_num).ok_or_else(beyond_tip)?;
-        let (_, offset, len) = self.store.tx_span(tx_num)?.ok_or_else(beyond_tip)?;
-        let block_hash = self
-            .store
-            .block_hash(height)
-            .ok_or(Error::BlockNotFound(height))?;
-        Ok(TxLocation {
+        self.located(tx_num)?
+            .ok_or_else(|| Error::Internal(format!("tx_num {tx_num} beyond the tip")))
+    }
+
+    /// Where the node keeps transaction `tx_num`'s bytes; `None` when its
+    /// block is not in the chain: one being committed (its rows come a
+    /// moment before the chain grows) or undone right now.
+    fn located(&self, tx_num: TxNum) -> Result<Option<TxLocation>, Error> {
+        let Some((height, position)) = self.store.locate(tx_num) else {
+            return Ok(None);
+        };
+        let Some((_, offset, len)) = self.store.tx_span(tx_num)? else {
+            return Ok(None);
+        };
+        let Some(block_hash) = self.store.block_hash(height) else {
+            return Ok(None);
+        };
+        Ok(Some(TxLocation {
             block_hash,
             height,
             position,
             offset,
             len,
-        })
+        }))
+    }
+
+    /// Where a confirmed transaction's bytes are; `None` when `txid` is not
+    /// in the chain this answer sees, so that a request racing a commit or
+    /// a reorg gets "not found", never an internal error.
+    fn confirmed_location(&self, txid: &Txid) -> Result<Option<TxLocation>, Error> {
+        match self.store.find_tx_num(txid)? {
+            Some(tx_num) => self.located(tx_num),
+            None => Ok(None),
+        }
     }
 
     pub(crate) fn confirmed_transaction(
@@ -566,13 +586,10 @@ impl Query {
         if let Some(entry) = self.mempool().get(txid) {
             return Ok(serialize(&entry.tx));
         }
-        let tx_num = self
-            .store
-            .find_tx_num(txid)?
+        let location = self
+            .confirmed_location(txid)?
             .ok_or(Error::TxNotFound(*txid))?;
-        Ok(self
-            .source
-            .transaction(txid, Some(self.location(tx_num)?))?)
+        Ok(self.source.transaction(txid, Some(location))?)
     }
 
     /// The node's verbose JSON of a transaction.
@@ -580,9 +597,12 @@ impl Query {
     /// # Errors
     /// When the transaction is unknown or the source has no node.
     pub fn transaction_verbose(&self, txid: &Txid) -> Result<serde_json::Value, Error> {
-        let location = match self.store.find_tx_num(txid)? {
-            Some(tx_num) => Some(self.location(tx_num)?),
-            None if self.mempool().get(txid).is_some() => None,
+        // The mempool first: a transaction leaves it only after the
+        // commit that confirms it (see `script_view`).
+        let in_mempool = self.mempool().get(txid).is_some();
+        let location = match self.confirmed_location(txid)? {
+            Some(location) => Some(location),
+            None if in_mempool => None,
             None => return Err(Error::TxNotFound(*txid)),
         };
         Ok(self.source.transaction_verbose(txid, location)?)
@@ -593,11 +613,9 @@ impl Query {
     /// # Errors
     /// When the transaction is not confirmed (at `height`, if given).
     pub fn merkle(&self, txid: &Txid, height: Option<Height>) -> Result<TxMerkle, Error> {
-        let tx_num = self
-            .store
-            .find_tx_num(txid)?
+        let location = self
+            .confirmed_location(txid)?
             .ok_or(Error::TxNotFound(*txid))?;
-        let location = self.location(tx_num)?;
         if height.is_some_and(|h| h != location.height) {
             return Err(Error::BadRequest(format!(
                 "transaction {txid} is not in block {}",

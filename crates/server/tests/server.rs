@@ -127,6 +127,14 @@ struct Client {
 }
 
 impl Client {
+    /// Whether the server answers a request of this session.
+    async fn is_served(&mut self) -> bool {
+        self.call("server.banner", json!([]))
+            .await
+            .get("result")
+            .is_some()
+    }
+
     fn new(stream: TcpStream) -> Client {
         let (r, w) = stream.into_split();
         Client {
@@ -290,50 +298,20 @@ async fn extra_sessions_are_refused_politely() {
 /// rather than lock new wallets out until idle sessions time out.
 #[tokio::test]
 async fn a_full_server_makes_room_by_closing_the_idlest_session() {
-    let server = TestServer::start(
-        Limits {
-            sessions_max: 2,
-            shed_idle_secs: 1,
-            ..Limits::default()
-        },
-        16,
-    )
-    .await;
+    let server = full_at_two_sessions().await;
     let mut idlest = server.client().await;
-    assert!(idlest
-        .call("server.banner", json!([]))
-        .await
-        .get("result")
-        .is_some());
+    assert!(idlest.is_served().await);
     let mut other = server.client().await;
     tokio::time::sleep(Duration::from_millis(1200)).await;
     // Both idle past a second; the first the longest.
-    assert!(other
-        .call("server.banner", json!([]))
-        .await
-        .get("result")
-        .is_some());
+    assert!(other.is_served().await);
     let mut newcomer = server.client().await;
-    assert!(
-        newcomer
-            .call("server.banner", json!([]))
-            .await
-            .get("result")
-            .is_some(),
-        "the newcomer is served"
-    );
+    assert!(newcomer.is_served().await, "the newcomer is served");
     assert!(
         idlest.read().await.is_none(),
         "the idlest session was closed"
     );
-    assert!(
-        other
-            .call("server.banner", json!([]))
-            .await
-            .get("result")
-            .is_some(),
-        "the other session goes on"
-    );
+    assert!(other.is_served().await, "the other session goes on");
     // Nobody idle past a second now: the next one is refused.
     let mut refused = server.client().await;
     let r = refused.read().await.expect("an error line");
@@ -346,7 +324,26 @@ async fn a_full_server_makes_room_by_closing_the_idlest_session() {
 /// of silent connections cannot keep wallets out.
 #[tokio::test]
 async fn a_full_server_closes_silent_connections_first() {
-    let server = TestServer::start(
+    let server = full_at_two_sessions().await;
+    let mut wallet = server.client().await;
+    assert!(wallet.is_served().await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut silent = server.client().await;
+    // Both idle past a second; the wallet the longest.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut newcomer = server.client().await;
+    assert!(newcomer.is_served().await, "the newcomer is served");
+    assert!(
+        silent.read().await.is_none(),
+        "the silent connection was closed"
+    );
+    assert!(wallet.is_served().await, "the wallet goes on");
+    server.stop().await;
+}
+
+/// A server full at two sessions, which sheds sessions idle for a second.
+async fn full_at_two_sessions() -> TestServer {
+    TestServer::start(
         Limits {
             sessions_max: 2,
             shed_idle_secs: 1,
@@ -354,39 +351,7 @@ async fn a_full_server_closes_silent_connections_first() {
         },
         16,
     )
-    .await;
-    let mut wallet = server.client().await;
-    assert!(wallet
-        .call("server.banner", json!([]))
-        .await
-        .get("result")
-        .is_some());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut silent = server.client().await;
-    // Both idle past a second; the wallet the longest.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let mut newcomer = server.client().await;
-    assert!(
-        newcomer
-            .call("server.banner", json!([]))
-            .await
-            .get("result")
-            .is_some(),
-        "the newcomer is served"
-    );
-    assert!(
-        silent.read().await.is_none(),
-        "the silent connection was closed"
-    );
-    assert!(
-        wallet
-            .call("server.banner", json!([]))
-            .await
-            .get("result")
-            .is_some(),
-        "the wallet goes on"
-    );
-    server.stop().await;
+    .await
 }
 
 #[tokio::test]
