@@ -247,3 +247,69 @@ impl Tracker {
         Ok(bitcoin::consensus::deserialize(&raw).ok())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bitcoin::Amount;
+    use osprey_chain::{ChainSource, Daemon};
+    use osprey_core::Network;
+    use osprey_indexer::IndexerConfig;
+    use osprey_store::{Store, StoreConfig};
+    use osprey_testenv::{BtcdNode, Node, ScriptKind, TestWallet};
+
+    /// A payment the node mined into a block the index has not reached yet
+    /// stays in the mempool's answers until that block is indexed: dropped
+    /// at once (as the node's mempool drops it), it would be in no answer
+    /// at all in between. The mempool poll is run alone here, which is the
+    /// moment a block found between the sync and the poll creates.
+    #[test]
+    fn a_mined_payment_stays_unconfirmed_until_its_block_is_indexed() {
+        let node = BtcdNode::start().expect("btcd");
+        node.generate(105).expect("mining");
+        let mut wallet = TestWallet::new();
+        wallet.sync(&node).expect("wallet sync");
+        let payee = wallet.new_script(ScriptKind::P2wpkh);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source: Arc<dyn ChainSource> = Arc::new(
+            Daemon::connect(
+                &node.rpc_addr().to_string(),
+                node.rpc_auth(),
+                Network::Regtest,
+            )
+            .expect("connecting to btcd"),
+        );
+        let store = Arc::new(
+            Store::open(&dir.path().join("db"), "regtest", StoreConfig::default()).expect("store"),
+        );
+        let indexer = Indexer::new(
+            Arc::clone(&store),
+            Arc::clone(&source),
+            IndexerConfig::default(),
+        );
+        let query = Arc::new(Query::new(store, source, Default::default()));
+        let mut tracker = Tracker::new(indexer, Arc::clone(&query));
+
+        let tx = wallet
+            .send(payee.clone(), Amount::from_sat(100_000))
+            .expect("paying");
+        let txid = node.send_raw_transaction(&tx).expect("broadcast");
+        tracker.update(&mut |_| {}).expect("update");
+        let scripthash = ScriptHash::from_script(payee.as_bytes());
+        let history = || -> Vec<(Txid, i64)> {
+            let history = query.history(&scripthash).expect("history");
+            history.iter().map(|e| (e.txid, e.height)).collect()
+        };
+        assert_eq!(history(), [(txid, 0)], "in the mempool");
+
+        node.generate(1).expect("mining");
+        assert!(node.mempool_txids().expect("mempool").is_empty());
+        tracker
+            .update_mempool(&mut Vec::new())
+            .expect("mempool poll");
+        assert_eq!(history(), [(txid, 0)], "still unconfirmed, not gone");
+
+        tracker.update(&mut |_| {}).expect("update");
+        assert_eq!(history(), [(txid, 106)], "confirmed once indexed");
+    }
+}
