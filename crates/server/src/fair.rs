@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// How fast a session's cost is forgiven.
-pub(crate) const COST_HALF_LIFE: Duration = Duration::from_secs(10);
+const COST_HALF_LIFE: Duration = Duration::from_secs(10);
 
 /// Handler slots and the requests waiting for one.
 pub(crate) struct Scheduler {
