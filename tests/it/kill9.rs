@@ -316,7 +316,7 @@ fn index_digest(node: &osprey_testenv::BtcdNode, dir: &Path, db: &Path) -> (u64,
 /// kills.
 #[test]
 fn kill9_soak_every_restart_equals_a_fresh_index() {
-    use crate::common::blocks::submit_block_on;
+    use osprey_testenv::submit_block_on;
     use osprey_testenv::Node as _;
     let seed = seed("kill9_soak");
     let mut rng = Rng::new(seed);

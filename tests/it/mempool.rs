@@ -13,8 +13,8 @@ use osprey_testenv::{Node, ScriptKind, TestWallet};
 use serde_json::{json, Value};
 
 use crate::common::answers::wait_answers_match_node;
-use crate::common::blocks::submit_block_on;
 use crate::common::{scripthash, start_btcd, NodeView, Osprey, OspreyConfig, Session};
+use osprey_testenv::submit_block_on;
 
 const SETTLE: Duration = Duration::from_secs(30);
 

@@ -15,10 +15,10 @@ use electrum_client::ElectrumApi;
 use osprey_testenv::{mining_address, Node, ScriptKind, TestWallet};
 use serde_json::{json, Value};
 
-use crate::common::blocks::burn_script;
 use crate::common::merkle::{branch_of, fold, from_display_hex, root, to_display_hex};
 use crate::common::oracle::{btc_to_sat, confirmed_height_by_rpc};
 use crate::common::{scripthash, start_btcd, wait_until, NodeView, Osprey, OspreyConfig, Session};
+use osprey_testenv::burn_script;
 
 /// Height the chain is mined to first: past segwit activation (432 on btcd
 /// regtest) and past 2016 blocks, so one `blockchain.block.headers` call

@@ -14,13 +14,13 @@ use serde_json::json;
 use crate::common::answers::{
     assert_chain_matches_node, assert_same_answers, collect_chain, wait_answers_match_node,
 };
-use crate::common::blocks::{burn_script, submit_block_on};
 use crate::common::merkle::{root, to_display_hex};
 use crate::common::oracle::confirmed_height_by_rpc;
 use crate::common::{
     collect_answers, scripthash, start_btcd, wait_until, NodeView, Osprey, OspreyConfig,
     SYNC_TIMEOUT,
 };
+use osprey_testenv::{burn_script, submit_block_on};
 
 /// Every output script the node knows of now, plus `extra`, deduplicated.
 fn scripts_of(view: &NodeView, extra: &[ScriptBuf]) -> Vec<ScriptBuf> {

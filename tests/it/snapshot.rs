@@ -12,9 +12,9 @@ use osprey_testenv::{BtcdNode, Node, ScriptKind, TestWallet};
 use crate::common::answers::{
     assert_chain_matches_node, assert_same_answers, collect_chain, wait_answers_match_node,
 };
-use crate::common::blocks::submit_block_on;
 use crate::common::command::{run_osprey, CommandOutput};
 use crate::common::{start_btcd, NodeView, Osprey, OspreyConfig};
+use osprey_testenv::submit_block_on;
 
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
 

@@ -9,6 +9,8 @@ mod mempool;
 mod merkle;
 mod outpoint;
 mod query;
+#[cfg(test)]
+mod race;
 mod status_cache;
 mod tracker;
 

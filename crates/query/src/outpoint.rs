@@ -50,12 +50,16 @@ impl Query {
         outpoint: &OutPoint,
         script_hint: Option<&ScriptHash>,
     ) -> Result<OutpointAnswer, Error> {
+        // The mempool first, the chain's length right after, as
+        // `Query::script_view` does: a funding transaction the mempool no
+        // longer lists left it after the commit that confirmed it.
+        let unconfirmed = self.mempool_outpoint_status(outpoint);
         let visible = self.store().tx_count();
         match self.store().find_tx_num(&outpoint.txid)? {
             Some(tx_num) if tx_num.0 < visible => {
                 self.confirmed_outpoint_status(outpoint, tx_num, script_hint)
             }
-            _ => Ok(self.mempool_outpoint_status(outpoint)),
+            _ => Ok(unconfirmed),
         }
     }
 

@@ -236,6 +236,8 @@ impl Query {
     ///   after.
     fn script_view(&self, scripthash: &ScriptHash) -> Result<ScriptView, Error> {
         let entries = self.mempool().entries_for(scripthash);
+        #[cfg(test)]
+        crate::race::window();
         let visible = self.store.tx_count();
         let mut mempool = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -464,10 +466,26 @@ impl Query {
     /// Where a confirmed transaction's bytes are; `None` when `txid` is not
     /// in the chain this answer sees, so that a request racing a commit or
     /// a reorg gets "not found", never an internal error.
+    ///
+    /// A reorg between finding `txid`'s number and locating that number
+    /// can give the number to another transaction of the new branch: the
+    /// txid is read again after the location, so a location is never
+    /// answered for a transaction it does not hold.
     fn confirmed_location(&self, txid: &Txid) -> Result<Option<TxLocation>, Error> {
-        match self.store.find_tx_num(txid)? {
-            Some(tx_num) => self.located(tx_num),
-            None => Ok(None),
+        let Some(tx_num) = self.store.find_tx_num(txid)? else {
+            return Ok(None);
+        };
+        #[cfg(test)]
+        crate::race::window();
+        let Some(location) = self.located(tx_num)? else {
+            return Ok(None);
+        };
+        match self.store.txid(tx_num) {
+            Ok(now) if now == *txid => Ok(Some(location)),
+            Ok(_) => Ok(None),
+            // A rollback cut the txids file since the location was read.
+            Err(_) if self.store.locate(tx_num).is_none() => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -622,7 +640,12 @@ impl Query {
                 height.expect("checked above")
             )));
         }
-        let branch = self.block_branch(location.height, location.position)?.1;
+        let (at_position, branch) = self.block_branch(location.height, location.position)?;
+        if at_position != *txid {
+            // A reorg since the location was read: the block now there
+            // holds another transaction at that position.
+            return Err(Error::TxNotFound(*txid));
+        }
         Ok(TxMerkle {
             block_height: location.height,
             block_hash: location.block_hash,

@@ -249,7 +249,7 @@ impl Tracker {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use bitcoin::Amount;
     use osprey_chain::{ChainSource, Daemon};
@@ -258,18 +258,9 @@ mod tests {
     use osprey_store::{Store, StoreConfig};
     use osprey_testenv::{BtcdNode, Node, ScriptKind, TestWallet};
 
-    /// A payment the node mined into a block the index has not reached yet
-    /// stays in the mempool's answers until that block is indexed: dropped
-    /// at once (as the node's mempool drops it), it would be in no answer
-    /// at all in between. The mempool poll is run alone here, which is the
-    /// moment a block found between the sync and the poll creates.
-    #[test]
-    fn a_mined_payment_stays_unconfirmed_until_its_block_is_indexed() {
-        let node = BtcdNode::start().expect("btcd");
-        node.generate(105).expect("mining");
-        let mut wallet = TestWallet::new();
-        wallet.sync(&node).expect("wallet sync");
-        let payee = wallet.new_script(ScriptKind::P2wpkh);
+    /// A new index of `node` (nothing indexed yet): its directory, its
+    /// queries and the tracker that keeps it up to date.
+    pub(crate) fn tracking(node: &BtcdNode) -> (tempfile::TempDir, Arc<Query>, Tracker) {
         let dir = tempfile::tempdir().expect("tempdir");
         let source: Arc<dyn ChainSource> = Arc::new(
             Daemon::connect(
@@ -288,7 +279,23 @@ mod tests {
             IndexerConfig::default(),
         );
         let query = Arc::new(Query::new(store, source, Default::default()));
-        let mut tracker = Tracker::new(indexer, Arc::clone(&query));
+        let tracker = Tracker::new(indexer, Arc::clone(&query));
+        (dir, query, tracker)
+    }
+
+    /// A payment the node mined into a block the index has not reached yet
+    /// stays in the mempool's answers until that block is indexed: dropped
+    /// at once (as the node's mempool drops it), it would be in no answer
+    /// at all in between. The mempool poll is run alone here, which is the
+    /// moment a block found between the sync and the poll creates.
+    #[test]
+    fn a_mined_payment_stays_unconfirmed_until_its_block_is_indexed() {
+        let node = BtcdNode::start().expect("btcd");
+        node.generate(105).expect("mining");
+        let mut wallet = TestWallet::new();
+        wallet.sync(&node).expect("wallet sync");
+        let payee = wallet.new_script(ScriptKind::P2wpkh);
+        let (_dir, query, mut tracker) = tracking(&node);
 
         let tx = wallet
             .send(payee.clone(), Amount::from_sat(100_000))

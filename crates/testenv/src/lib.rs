@@ -5,10 +5,12 @@
 //! [`ChainFixture`]s: generated chains to read or to load into a node.
 //! Never used by production code (`publish = false`).
 
+mod blocks;
 mod fixture;
 mod node;
 mod wallet;
 
+pub use blocks::{burn_script, submit_block_on};
 pub use fixture::ChainFixture;
 
 pub use node::{

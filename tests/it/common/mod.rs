@@ -1,14 +1,13 @@
 //! The harness shared by the functional tests: the Osprey child process
 //! ([`Osprey`]), raw JSON-RPC sessions ([`Session`]), the node's own view of
 //! the chain and mempool from which expected answers are computed
-//! ([`NodeView`]), hand-built blocks for reorgs ([`blocks`]), and the
-//! collection of one server's answers about a set of scripts ([`answers`]),
-//! and one-shot `osprey` subcommands ([`command`]). Nodes come from
-//! `osprey-testenv`. Expected answers never come from Osprey's index or
-//! code (the kill test only watches a flat file's size as a trigger).
+//! ([`NodeView`]), the collection of one server's answers about a set of
+//! scripts ([`answers`]), and one-shot `osprey` subcommands ([`command`]).
+//! Nodes, and hand-built blocks for reorgs, come from `osprey-testenv`.
+//! Expected answers never come from Osprey's index or code (the kill test
+//! only watches a flat file's size as a trigger).
 
 pub mod answers;
-pub mod blocks;
 pub mod command;
 pub mod merkle;
 pub mod oracle;

@@ -5,6 +5,7 @@
 //! and handed to the node with `submitblock`. Blocks below segwit
 //! activation only (no witness commitment is written).
 
+use crate::node::{mining_address, Node};
 use bitcoin::absolute::LockTime;
 use bitcoin::block::{Header, Version};
 use bitcoin::hashes::Hash;
@@ -14,7 +15,6 @@ use bitcoin::{
     Amount, Block, BlockHash, CompactTarget, OutPoint, ScriptBuf, Sequence, Transaction, TxIn,
     TxMerkleNode, TxOut, Witness,
 };
-use osprey_testenv::{mining_address, Node};
 use serde_json::{json, Value};
 
 /// Regtest's proof-of-work limit; regtest never retargets.
