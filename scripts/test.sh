@@ -2,8 +2,9 @@
 # The whole test suite, from a fresh machine: installs what it needs
 # (clang for RocksDB, btcd for the functional tests), then checks
 # formatting and lints, runs every unit, integration and functional test,
-# and runs the functional suite again with 1-byte key prefixes so that
-# prefix collisions are everywhere (answers must not change).
+# runs the functional suite again with 1-byte key prefixes so that
+# prefix collisions are everywhere (answers must not change), and runs
+# each fuzz target briefly.
 set -euo pipefail
 # Everything builds with the release profile: one RocksDB compile serves the
 # tests, the benchmarks and `scripts/run.sh`.
@@ -43,4 +44,6 @@ cargo test --release --workspace --lib --bins --tests
 phase "cargo test --features short-prefixes (oracle and functional suites with 1-byte prefixes)"
 cargo test --release --features osprey-store/short-prefixes -p osprey-query --test oracle
 cargo test --release --features short-prefixes --test it
+phase "fuzz: every cargo-fuzz target for 10 s from its seeds (scripts/fuzz.sh; longer runs by hand)"
+FUZZ_SANITIZER=none scripts/fuzz.sh 10
 phase "done"
