@@ -62,6 +62,11 @@ pub struct StoreMetrics {
 pub struct SessionMetrics {
     pub connected: IntGauge,
     pub accepted: IntCounter,
+    /// Connections turned away: the server was full, or their address had
+    /// too many sessions.
+    pub refused: IntCounter,
+    /// Idle sessions closed to make room for a new connection.
+    pub shed: IntCounter,
     /// Distinct script hashes with at least one subscriber.
     pub subscribed_scripthashes: IntGauge,
     /// (session, script hash) pairs.
@@ -227,6 +232,14 @@ impl Metrics {
         let sessions = SessionMetrics {
             connected: r.gauge("osprey_sessions", "Electrum sessions connected"),
             accepted: r.counter("osprey_sessions_total", "Electrum sessions accepted"),
+            refused: r.counter(
+                "osprey_sessions_refused_total",
+                "Connections refused: the server was full, or their address had too many sessions",
+            ),
+            shed: r.counter(
+                "osprey_sessions_shed_total",
+                "Idle sessions closed to make room for a new connection",
+            ),
             subscribed_scripthashes: r.gauge(
                 "osprey_subscribed_scripthashes",
                 "Distinct script hashes with at least one subscriber",

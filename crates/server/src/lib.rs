@@ -296,6 +296,7 @@ impl Server {
                         Ok(slot) => slot,
                         Err(max) => {
                             tracing::warn!(%peer, sessions_per_ip_max = max, "refusing connection: too many sessions from its address");
+                            ctx.metrics.sessions.refused.inc();
                             let error = RpcError::ServerBusy(format!(
                                 "{max} sessions from your address already, the most allowed"
                             ));
@@ -308,10 +309,12 @@ impl Server {
                         // Full: the session idle the longest makes room.
                         Err(_) if ctx.activity.shed_idlest(SILENT_GRACE, Duration::from_secs(limits.shed_idle_secs)) => {
                             tracing::info!(%peer, "full: closing the idlest session to make room");
+                            ctx.metrics.sessions.shed.inc();
                             None
                         }
                         Err(_) => {
                             tracing::warn!(%peer, sessions_max = limits.sessions_max, "refusing connection: too many sessions");
+                            ctx.metrics.sessions.refused.inc();
                             tokio::spawn(refuse(kind, stream, tls.clone(), limits.clone(), server_full(limits.sessions_max)));
                             continue;
                         }
@@ -330,6 +333,8 @@ impl Server {
                                 None => match tokio::time::timeout(SHED_WAIT, permits.acquire_owned()).await {
                                     Ok(Ok(permit)) => permit,
                                     _ => {
+                                        // The shed session had not gone yet.
+                                        ctx.metrics.sessions.refused.inc();
                                         let error = server_full(ctx.limits.sessions_max);
                                         return refuse(kind, stream, tls, ctx.limits.clone(), error).await;
                                     }

@@ -10,6 +10,7 @@ use bitcoin::Txid;
 use osprey_core::{Height, Network, ScriptHash, StatusHash};
 use osprey_electrum::fake::{fake_header, FakeBackend};
 use osprey_electrum::Backend;
+use osprey_metrics::Metrics;
 use osprey_query::{Change, HistoryEntry};
 use osprey_server::{Limits, ListenerKind, PeerConfig, Server, ServerConfig, TlsFiles};
 use serde_json::{json, Value};
@@ -32,6 +33,7 @@ struct TestServer {
     wss_addr: Option<std::net::SocketAddr>,
     backend: Arc<FakeBackend>,
     changes: broadcast::Sender<Arc<Change>>,
+    metrics: Arc<Metrics>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<anyhow::Result<()>>,
 }
@@ -57,7 +59,11 @@ impl TestServer {
         let backend = Arc::new(FakeBackend::with_tip(100));
         let (changes, feed) = broadcast::channel(feed_capacity);
         let dyn_backend: Arc<dyn Backend> = backend.clone();
-        let server = Server::bind_with(config, dyn_backend, feed).await.unwrap();
+        let metrics = Arc::new(Metrics::new(&osprey_electrum::METHODS));
+        let server = Server::bind_with(config, dyn_backend, feed)
+            .await
+            .unwrap()
+            .with_metrics(Arc::clone(&metrics));
         let addr = server.local_addr().unwrap();
         let tls_addr = server.listener_addr(ListenerKind::Tls);
         let ws_addr = server.listener_addr(ListenerKind::Ws);
@@ -73,6 +79,7 @@ impl TestServer {
             wss_addr,
             backend,
             changes,
+            metrics,
             stop: Some(stop),
             task,
         }
@@ -316,6 +323,8 @@ async fn a_full_server_makes_room_by_closing_the_idlest_session() {
     let mut refused = server.client().await;
     let r = refused.read().await.expect("an error line");
     assert_eq!(r["error"]["code"], -102);
+    let sessions = &server.metrics.sessions;
+    assert_eq!((sessions.shed.get(), sessions.refused.get()), (1, 1));
     server.stop().await;
 }
 
@@ -1004,6 +1013,7 @@ async fn sessions_per_address_are_capped_but_localhost_is_exempt() {
         "{message}"
     );
     assert!(third.read().await.is_none(), "then closed");
+    assert_eq!(server.metrics.sessions.refused.get(), 1, "counted");
     assert_eq!(
         second.call("server.banner", json!([])).await["result"],
         "test banner",
