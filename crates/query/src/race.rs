@@ -30,11 +30,11 @@ pub(crate) fn step_pending() -> bool {
 
 mod tests {
     use super::*;
-    use crate::tracker::tests::tracking;
+    use crate::tracker::tests::{funded_node, tracking};
     use crate::{Balance, Error, Tracker};
     use bitcoin::{Amount, Txid};
     use osprey_core::ScriptHash;
-    use osprey_testenv::{submit_block_on, BtcdNode, Node, ScriptKind, TestWallet};
+    use osprey_testenv::{submit_block_on, Node};
     use std::sync::{Arc, Mutex};
 
     /// Arms the next window with one round of the tracker: the index
@@ -58,11 +58,7 @@ mod tests {
     /// chain after it. Read the other way round, the payment is in neither.
     #[test]
     fn script_answers_racing_a_commit_see_a_payment_once() {
-        let node = BtcdNode::start().expect("btcd");
-        node.generate(105).expect("mining");
-        let mut wallet = TestWallet::new();
-        wallet.sync(&node).expect("wallet sync");
-        let payee = wallet.new_script(ScriptKind::P2wpkh);
+        let (node, mut wallet, payee) = funded_node();
         let scripthash = ScriptHash::from_script(payee.as_bytes());
         let (_dir, query, tracker) = tracking(&node);
         let tracker = Arc::new(Mutex::new(tracker));
@@ -117,11 +113,8 @@ mod tests {
     /// answer must be "not found", never a proof of that coinbase.
     #[test]
     fn a_merkle_proof_racing_a_reorg_is_never_of_another_transaction() {
-        let node = Arc::new(BtcdNode::start().expect("btcd"));
-        node.generate(105).expect("mining");
-        let mut wallet = TestWallet::new();
-        wallet.sync(&*node).expect("wallet sync");
-        let payee = wallet.new_script(ScriptKind::P2wpkh);
+        let (node, mut wallet, payee) = funded_node();
+        let node = Arc::new(node);
         let (_dir, query, tracker) = tracking(&node);
         let tracker = Arc::new(Mutex::new(tracker));
 

@@ -251,7 +251,7 @@ impl Tracker {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use bitcoin::Amount;
+    use bitcoin::{Amount, ScriptBuf};
     use osprey_chain::{ChainSource, Daemon};
     use osprey_core::Network;
     use osprey_indexer::IndexerConfig;
@@ -283,6 +283,17 @@ pub(crate) mod tests {
         (dir, query, tracker)
     }
 
+    /// A btcd node 105 blocks high, a wallet holding its spendable
+    /// coinbases, and a new script of that wallet to pay.
+    pub(crate) fn funded_node() -> (BtcdNode, TestWallet, ScriptBuf) {
+        let node = BtcdNode::start().expect("btcd");
+        node.generate(105).expect("mining");
+        let mut wallet = TestWallet::new();
+        wallet.sync(&node).expect("wallet sync");
+        let payee = wallet.new_script(ScriptKind::P2wpkh);
+        (node, wallet, payee)
+    }
+
     /// A payment the node mined into a block the index has not reached yet
     /// stays in the mempool's answers until that block is indexed: dropped
     /// at once (as the node's mempool drops it), it would be in no answer
@@ -290,11 +301,7 @@ pub(crate) mod tests {
     /// moment a block found between the sync and the poll creates.
     #[test]
     fn a_mined_payment_stays_unconfirmed_until_its_block_is_indexed() {
-        let node = BtcdNode::start().expect("btcd");
-        node.generate(105).expect("mining");
-        let mut wallet = TestWallet::new();
-        wallet.sync(&node).expect("wallet sync");
-        let payee = wallet.new_script(ScriptKind::P2wpkh);
+        let (node, mut wallet, payee) = funded_node();
         let (_dir, query, mut tracker) = tracking(&node);
 
         let tx = wallet
