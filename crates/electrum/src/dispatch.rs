@@ -8,7 +8,9 @@
 use crate::backend::Backend;
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Call, Incoming, Message};
-use crate::request::{Request, ScriptKey, ScriptMethod, METHODS};
+use crate::request::{
+    Request, ScriptKey, ScriptMethod, HEADERS_SUBSCRIBE, METHODS, OUTPOINT_SUBSCRIBE,
+};
 use crate::server::{PeerFeatures, Peers, ServerInfo};
 use crate::session::{SessionState, SubscriptionBudget};
 use crate::version::ProtocolVersion;
@@ -169,6 +171,23 @@ fn reply_too_large(bytes: &str, max: usize) -> RpcError {
     RpcError::LimitExceeded(format!(
         "response of {bytes} bytes exceeds the limit of {max} (ask for less at a time)"
     ))
+}
+
+/// Whether a batch holding a call of `method` must run in order: the
+/// session state it changes (the protocol version, subscriptions) can
+/// change the answers of the requests after it. Told by name, so that each
+/// request is parsed once; a malformed call of these methods runs in order
+/// too, which is only slower.
+fn runs_in_order(method: &str) -> bool {
+    matches!(
+        method,
+        "server.version"
+            | HEADERS_SUBSCRIBE
+            | "blockchain.scripthash.unsubscribe"
+            | "blockchain.scriptpubkey.unsubscribe"
+            | OUTPOINT_SUBSCRIBE
+            | "blockchain.outpoint.unsubscribe"
+    )
 }
 
 /// A request's method and when its handling started, for its metrics.
@@ -378,20 +397,9 @@ impl Dispatcher {
         out: &mut Outcome,
     ) -> Vec<Value> {
         let protocol = state.protocol();
-        let ordered_only = messages.iter().any(|m| match m {
-            Message::Call(call) => matches!(
-                Request::parse(&call.method, &call.params, protocol),
-                Ok(Request::ServerVersion { .. }
-                    | Request::HeadersSubscribe
-                    | Request::Script {
-                        method: ScriptMethod::Unsubscribe,
-                        ..
-                    }
-                    | Request::OutpointSubscribe { .. }
-                    | Request::OutpointUnsubscribe { .. })
-            ),
-            _ => false,
-        });
+        let ordered_only = messages
+            .iter()
+            .any(|m| matches!(m, Message::Call(call) if runs_in_order(&call.method)));
         let cores_free = self.handling.load(Ordering::Relaxed) <= self.cores;
         let size = ReplySize::new(self.config.reply_bytes_max);
         let Some(pool) = self
@@ -777,5 +785,23 @@ impl Dispatcher {
                 "a request that changes the session was run as a query".into(),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every method named in `runs_in_order` is one the server knows: a
+    /// misspelt name would let a batch that changes the session run in
+    /// parallel.
+    #[test]
+    fn methods_that_run_in_order_are_served_methods() {
+        let in_order: Vec<&str> = METHODS
+            .iter()
+            .copied()
+            .filter(|m| runs_in_order(m))
+            .collect();
+        assert_eq!(in_order.len(), 6, "{in_order:?}");
     }
 }
