@@ -1,7 +1,7 @@
 //! Test-only: one step run between two reads of an answer, to put a commit
 //! or a reorg exactly in the window whose safety the order of those reads
 //! is meant to ensure. Real commits race answers only for microseconds,
-//! too briefly to hit from outside; in release builds this does not exist.
+//! too briefly to hit from outside. Compiled only into the crate's tests.
 
 use std::cell::RefCell;
 
