@@ -296,11 +296,10 @@ impl Server {
                         Ok(slot) => slot,
                         Err(max) => {
                             tracing::warn!(%peer, sessions_per_ip_max = max, "refusing connection: too many sessions from its address");
-                            ctx.metrics.sessions.refused.inc();
                             let error = RpcError::ServerBusy(format!(
                                 "{max} sessions from your address already, the most allowed"
                             ));
-                            tokio::spawn(refuse(kind, stream, tls.clone(), limits.clone(), error));
+                            tokio::spawn(refuse(kind, stream, tls.clone(), &ctx, error));
                             continue;
                         }
                     };
@@ -314,8 +313,7 @@ impl Server {
                         }
                         Err(_) => {
                             tracing::warn!(%peer, sessions_max = limits.sessions_max, "refusing connection: too many sessions");
-                            ctx.metrics.sessions.refused.inc();
-                            tokio::spawn(refuse(kind, stream, tls.clone(), limits.clone(), server_full(limits.sessions_max)));
+                            tokio::spawn(refuse(kind, stream, tls.clone(), &ctx, server_full(limits.sessions_max)));
                             continue;
                         }
                     };
@@ -334,9 +332,8 @@ impl Server {
                                     Ok(Ok(permit)) => permit,
                                     _ => {
                                         // The shed session had not gone yet.
-                                        ctx.metrics.sessions.refused.inc();
                                         let error = server_full(ctx.limits.sessions_max);
-                                        return refuse(kind, stream, tls, ctx.limits.clone(), error).await;
+                                        return refuse(kind, stream, tls, &ctx, error).await;
                                     }
                                 },
                             };
@@ -427,22 +424,28 @@ fn server_full(sessions_max: usize) -> RpcError {
 }
 
 /// Tells a refused connection why, in `error`, its only line (after its
-/// handshakes, so that a TLS or WebSocket client can read it).
-async fn refuse(
+/// handshakes, so that a TLS or WebSocket client can read it). Every
+/// refusal goes through here, so it is counted here, at once.
+fn refuse(
     kind: ListenerKind,
     stream: TcpStream,
     tls: Option<Arc<Tls>>,
-    limits: Limits,
+    ctx: &SessionContext,
     error: RpcError,
-) {
-    let Some(mut transport) = handshake(kind, stream, tls.as_deref(), &limits).await else {
-        return;
-    };
-    let line = osprey_electrum::jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
-    let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, async {
-        transport.write_line(&line).await?;
-        transport.flush().await?;
-        transport.close().await
-    })
-    .await;
+) -> impl Future<Output = ()> + Send + 'static {
+    ctx.metrics.sessions.refused.inc();
+    let limits = ctx.limits.clone();
+    async move {
+        let Some(mut transport) = handshake(kind, stream, tls.as_deref(), &limits).await else {
+            return;
+        };
+        let line =
+            osprey_electrum::jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
+        let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, async {
+            transport.write_line(&line).await?;
+            transport.flush().await?;
+            transport.close().await
+        })
+        .await;
+    }
 }
