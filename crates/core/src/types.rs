@@ -83,14 +83,53 @@ pub enum ParseHashError {
     Hex(String),
 }
 
+/// Parses 64 hex digits (either case) into 32 bytes in reverse order, as
+/// hashes are shown. Hand-rolled rather than `hex` then a reverse: a wallet
+/// sends one per request, and this was a visible part of answering a
+/// reconnecting wallet's subscriptions.
 fn parse_reversed_hex(s: &str) -> Result<[u8; 32], ParseHashError> {
-    if s.len() != 64 {
+    let digits = s.as_bytes();
+    if digits.len() != 64 {
         return Err(ParseHashError::Length(s.len()));
     }
     let mut bytes = [0u8; 32];
-    hex::decode_to_slice(s, &mut bytes).map_err(|e| ParseHashError::Hex(e.to_string()))?;
-    bytes.reverse();
+    for (i, pair) in digits.chunks_exact(2).enumerate() {
+        let (Some(high), Some(low)) = (hex_digit(pair[0]), hex_digit(pair[1])) else {
+            let at = 2 * i + usize::from(hex_digit(pair[0]).is_some());
+            // The first bad byte starts a character: every byte before it
+            // is an ASCII digit.
+            let c = s.get(at..).and_then(|rest| rest.chars().next());
+            let c = c.unwrap_or(char::REPLACEMENT_CHARACTER);
+            return Err(ParseHashError::Hex(format!(
+                "invalid character {c:?} at position {at}"
+            )));
+        };
+        bytes[31 - i] = high << 4 | low;
+    }
     Ok(bytes)
+}
+
+/// The value of each byte as a hex digit; `INVALID` for a non-digit.
+const HEX_DIGITS: [u8; 256] = {
+    let mut table = [INVALID; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        table[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+const INVALID: u8 = 0xff;
+
+fn hex_digit(c: u8) -> Option<u8> {
+    let value = HEX_DIGITS[usize::from(c)];
+    (value != INVALID).then_some(value)
 }
 
 impl FromStr for ScriptHash {
@@ -166,10 +205,43 @@ mod tests {
     #[test]
     fn script_hash_parse_rejects_bad_input() {
         assert_eq!("ab".parse::<ScriptHash>(), Err(ParseHashError::Length(2)));
-        assert!(matches!(
+        assert_eq!(
             "zz".repeat(32).parse::<ScriptHash>(),
+            Err(ParseHashError::Hex(
+                "invalid character 'z' at position 0".into()
+            ))
+        );
+        // Every position of a digit pair, and a multi-byte character (64
+        // bytes long, but not 64 digits).
+        for at in 0..64 {
+            let mut s = "0".repeat(64);
+            s.replace_range(at..=at, "g");
+            assert_eq!(
+                s.parse::<ScriptHash>(),
+                Err(ParseHashError::Hex(format!(
+                    "invalid character 'g' at position {at}"
+                )))
+            );
+        }
+        let s = format!("é{}", "0".repeat(62));
+        assert!(matches!(
+            s.parse::<ScriptHash>(),
             Err(ParseHashError::Hex(_))
         ));
+    }
+
+    /// Parsing agrees with the `hex` crate, reversed, on every digit in
+    /// every position, in both cases.
+    #[test]
+    fn script_hash_parse_is_reversed_hex() {
+        let digits = "0123456789abcdefABCDEF";
+        for start in 0..digits.len() {
+            let s: String = digits.chars().cycle().skip(start).take(64).collect();
+            let mut want = [0u8; 32];
+            hex::decode_to_slice(&s, &mut want).unwrap();
+            want.reverse();
+            assert_eq!(s.parse::<ScriptHash>().unwrap().0, want, "{s}");
+        }
     }
 
     /// The "Status Example" of protocol-basics: three confirmed transactions

@@ -3,7 +3,9 @@
 //! `params`); knows nothing of methods or their parameters (see `request`).
 
 use crate::error::RpcError;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{json, Map, Value};
+use std::fmt;
 
 /// The parameters of a call: absent, by position, or by name.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,12 +54,12 @@ pub fn parse_line(line: &[u8], batch_requests_max: usize) -> Incoming {
     if line.iter().all(u8::is_ascii_whitespace) {
         return Incoming::Empty;
     }
-    let value: Value = match serde_json::from_slice(line) {
-        Ok(value) => value,
+    let parsed: Line = match serde_json::from_slice(line) {
+        Ok(parsed) => parsed,
         Err(e) => return Incoming::Error(RpcError::Parse(e.to_string())),
     };
-    match value {
-        Value::Array(items) => {
+    match parsed {
+        Line::Batch(items) => {
             if items.is_empty() {
                 return Incoming::Error(RpcError::InvalidRequest("empty batch".into()));
             }
@@ -87,35 +89,35 @@ pub fn parse_line(line: &[u8], batch_requests_max: usize) -> Incoming {
             }
             Incoming::Batch(items.into_iter().map(parse_message).collect())
         }
-        other => Incoming::Single(parse_message(other)),
+        Line::Single(item) => Incoming::Single(parse_message(item)),
     }
 }
 
-fn parse_message(value: Value) -> Message {
-    let Value::Object(mut obj) = value else {
+fn parse_message(item: Item) -> Message {
+    let Item::Object(envelope) = item else {
         return invalid(Value::Null, "expected a request object");
     };
-    let id = match obj.remove("id") {
+    let id = match envelope.id {
         None => None,
         Some(id @ (Value::Null | Value::Number(_) | Value::String(_))) => Some(id),
         Some(_) => return invalid(Value::Null, "id must be a string, a number or null"),
     };
     let reply_id = id.clone().unwrap_or(Value::Null);
-    if !obj.contains_key("method") && (obj.contains_key("result") || obj.contains_key("error")) {
+    if envelope.method.is_none() && envelope.result_or_error {
         return Message::Response;
     }
-    match obj.get("jsonrpc") {
+    match envelope.jsonrpc {
         // JSON-RPC 1.0 clients send no version or "1.0"; both are served.
         None => {}
         Some(Value::String(v)) if v == "2.0" || v == "1.0" => {}
         Some(_) => return invalid(reply_id, "jsonrpc must be \"2.0\""),
     }
-    let method = match obj.remove("method") {
+    let method = match envelope.method {
         Some(Value::String(method)) => method,
         Some(_) => return invalid(reply_id, "method must be a string"),
         None => return invalid(reply_id, "missing method"),
     };
-    let params = match obj.remove("params") {
+    let params = match envelope.params {
         None | Some(Value::Null) => Params::None,
         Some(Value::Array(items)) => Params::Positional(items),
         Some(Value::Object(map)) => Params::Named(map),
@@ -127,6 +129,158 @@ fn parse_message(value: Value) -> Message {
         }
     };
     Message::Call(Call { id, method, params })
+}
+
+/// A line as read: one element, or a batch of them.
+enum Line {
+    Single(Item),
+    Batch(Vec<Item>),
+}
+
+/// One element of a line: an object (a request, or a response sent to
+/// us), or anything else, which is an invalid request.
+enum Item {
+    Object(Envelope),
+    Other,
+}
+
+/// The members of an object this layer reads; the others are skipped.
+/// Read straight into this rather than into a `Value` map: a map costs an
+/// allocation per key, and the envelope was most of the parsing of a
+/// reconnecting wallet's batches. Same meaning as a map: a member given
+/// twice counts with its last value.
+#[derive(Default)]
+struct Envelope {
+    id: Option<Value>,
+    jsonrpc: Option<Value>,
+    method: Option<Value>,
+    params: Option<Value>,
+    /// Whether a `result` or `error` member is present.
+    result_or_error: bool,
+}
+
+/// An envelope member's name.
+enum Member {
+    Id,
+    Jsonrpc,
+    Method,
+    Params,
+    ResultOrError,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Member {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Names;
+        impl Visitor<'_> for Names {
+            type Value = Member;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E: de::Error>(self, name: &str) -> Result<Member, E> {
+                Ok(match name {
+                    "id" => Member::Id,
+                    "jsonrpc" => Member::Jsonrpc,
+                    "method" => Member::Method,
+                    "params" => Member::Params,
+                    "result" | "error" => Member::ResultOrError,
+                    _ => Member::Other,
+                })
+            }
+        }
+        deserializer.deserialize_identifier(Names)
+    }
+}
+
+/// Reads any JSON value as a [`Line`] or an [`Item`] (`batch`: whether an
+/// array is a batch, as it is at the top of a line).
+struct Elements {
+    batch: bool,
+}
+
+/// What [`Elements`] read.
+enum Element {
+    Object(Envelope),
+    Array(Vec<Item>),
+    Other,
+}
+
+impl<'de> Visitor<'de> for Elements {
+    type Value = Element;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Element, E> {
+        Ok(Element::Other)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Element, E> {
+        Ok(Element::Other)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Element, E> {
+        Ok(Element::Other)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Element, E> {
+        Ok(Element::Other)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Element, E> {
+        Ok(Element::Other)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Element, E> {
+        Ok(Element::Other)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Element, A::Error> {
+        if !self.batch {
+            while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+            return Ok(Element::Other);
+        }
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        while let Some(item) = seq.next_element::<Item>()? {
+            items.push(item);
+        }
+        Ok(Element::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Element, A::Error> {
+        let mut envelope = Envelope::default();
+        while let Some(member) = map.next_key::<Member>()? {
+            match member {
+                Member::Id => envelope.id = Some(map.next_value()?),
+                Member::Jsonrpc => envelope.jsonrpc = Some(map.next_value()?),
+                Member::Method => envelope.method = Some(map.next_value()?),
+                Member::Params => envelope.params = Some(map.next_value()?),
+                Member::ResultOrError => {
+                    map.next_value::<de::IgnoredAny>()?;
+                    envelope.result_or_error = true;
+                }
+                Member::Other => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Element::Object(envelope))
+    }
+}
+
+impl<'de> Deserialize<'de> for Item {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(
+            match deserializer.deserialize_any(Elements { batch: false })? {
+                Element::Object(envelope) => Item::Object(envelope),
+                Element::Array(_) | Element::Other => Item::Other,
+            },
+        )
+    }
+}
+
+impl<'de> Deserialize<'de> for Line {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(
+            match deserializer.deserialize_any(Elements { batch: true })? {
+                Element::Object(envelope) => Line::Single(Item::Object(envelope)),
+                Element::Array(items) => Line::Batch(items),
+                Element::Other => Line::Single(Item::Other),
+            },
+        )
+    }
 }
 
 fn invalid(id: Value, why: &str) -> Message {
@@ -142,6 +296,30 @@ pub fn response(id: Value, outcome: Result<Value, RpcError>) -> Value {
         Ok(result) => json!({"jsonrpc": "2.0", "result": result, "id": id}),
         Err(error) => json!({"jsonrpc": "2.0", "error": error.to_json(), "id": id}),
     }
+}
+
+/// Appends the response object for a request to `line`, as
+/// [`response`]`(id, outcome).to_string()` would write it (members in the
+/// same order) without building the map first: the hot path of cached
+/// subscriptions writes fifty of these a batch.
+pub fn write_response(line: &mut Vec<u8>, id: &Value, outcome: Result<&Value, &RpcError>) {
+    // Writing to a Vec cannot fail, nor can serializing a Value.
+    match outcome {
+        Ok(result) => {
+            line.extend_from_slice(b"{\"id\":");
+            let _ = serde_json::to_writer(&mut *line, id);
+            line.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"result\":");
+            let _ = serde_json::to_writer(&mut *line, result);
+        }
+        Err(error) => {
+            line.extend_from_slice(b"{\"error\":");
+            let _ = serde_json::to_writer(&mut *line, &error.to_json());
+            line.extend_from_slice(b",\"id\":");
+            let _ = serde_json::to_writer(&mut *line, id);
+            line.extend_from_slice(b",\"jsonrpc\":\"2.0\"");
+        }
+    }
+    line.push(b'}');
 }
 
 /// The same answer with every result replaced by `error`, each under its
@@ -241,6 +419,61 @@ mod tests {
         assert_eq!(single(r#"{"id":3,"result":null}"#), Message::Response);
     }
 
+    /// The envelope is read member by member, with a JSON object's
+    /// meaning: the last of repeated members counts, escaped names are
+    /// names, unknown members (however deep) are skipped, and only a
+    /// string is a version.
+    #[test]
+    fn envelopes_mean_what_a_json_object_means() {
+        let call = |line: &str| match single(line) {
+            Message::Call(call) => call,
+            other => panic!("{line}: {other:?}"),
+        };
+        assert_eq!(call(r#"{"id":1,"id":2,"method":"a"}"#).id, Some(json!(2)));
+        assert_eq!(call(r#"{"\u0069d":5,"method":"a"}"#).id, Some(json!(5)));
+        assert_eq!(call(r#"{"id":1.5,"method":"a"}"#).id, Some(json!(1.5)));
+        let deep = call(r#"{"id":1,"x":{"y":[1,{"z":null}]},"method":"a","params":["b"]}"#);
+        assert_eq!(
+            (deep.method.as_str(), deep.params),
+            ("a", Params::Positional(vec![json!("b")]))
+        );
+        assert_eq!(
+            call(r#"{"id":1,"method":"a","method":"b","result":1}"#).method,
+            "b",
+            "a call that also has a result is still a call"
+        );
+        assert_eq!(single(r#"{"id":1,"error":null}"#), Message::Response);
+        for line in [
+            r#"{"id":1,"jsonrpc":null,"method":"a"}"#,
+            "null",
+            "true",
+            "\"x\"",
+        ] {
+            let Message::Invalid { error, .. } = single(line) else {
+                panic!("{line}")
+            };
+            assert_eq!(error.code(), -32600, "{line}");
+        }
+        match parse_line(br#"[[{"id":1,"method":"a"}],{"id":2,"method":"a"}]"#, 10) {
+            Incoming::Batch(items) => {
+                assert!(
+                    matches!(
+                        &items[0],
+                        Message::Invalid {
+                            id: Value::Null,
+                            ..
+                        }
+                    ),
+                    "an array in a batch is not a request"
+                );
+                assert!(
+                    matches!(&items[1], Message::Call(Call { id: Some(id), .. }) if *id == json!(2))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn batches_are_bounded_and_never_empty() {
         match parse_line(br#"[{"id":1,"method":"a"},7]"#, 10) {
@@ -274,6 +507,21 @@ mod tests {
                 );
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Written in place, a response is the same text as the object
+    /// [`response`] builds, serialized.
+    #[test]
+    fn written_responses_are_the_built_ones() {
+        let error = RpcError::InvalidParams("bad \"x\"".into());
+        for id in [json!(7), json!("a\"b"), Value::Null, json!(1.5)] {
+            for outcome in [Ok(json!("ab")), Ok(Value::Null), Err(error.clone())] {
+                let mut line = Vec::new();
+                write_response(&mut line, &id, outcome.as_ref());
+                let built = response(id.clone(), outcome.clone()).to_string();
+                assert_eq!(String::from_utf8(line).unwrap(), built);
+            }
         }
     }
 

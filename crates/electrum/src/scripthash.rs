@@ -49,7 +49,7 @@ pub fn unspent_json(utxos: &[Utxo]) -> Value {
 
 /// A status is a hex string, or null for a script with no history.
 pub fn status_json(status: Option<StatusHash>) -> Value {
-    status.map_or(Value::Null, |s| Value::String(s.to_string()))
+    status.map_or(Value::Null, |s| Value::String(osprey_core::to_hex(&s.0)))
 }
 
 /// Returns the serialized status notification, `[scripthash, status]` (or

@@ -3,6 +3,7 @@
 
 use crate::dispatch::{DispatchConfig, Dispatcher, Effect, Outcome};
 use crate::fake::{fake_header, FakeBackend};
+use crate::request::{ScriptForm, ScriptKey};
 use crate::server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};
 use crate::session::SessionState;
 use bitcoin::hashes::Hash;
@@ -748,58 +749,130 @@ fn batches_run_in_parallel_but_answer_and_subscribe_in_request_order() {
     assert_eq!(h.state.subscription_count(), 1);
 }
 
-/// A batch of subscriptions whose statuses are all cached may be answered
-/// where blocking is not allowed: it is recognised, computes no status, and
-/// answers and subscribes exactly like the general path.
+/// A line of subscriptions whose statuses are all cached is answered where
+/// blocking is not allowed: it computes no status, and answers and
+/// subscribes exactly like the general path, the per-session cap (2 here)
+/// included. Any other line is given back untouched, with no effect.
 #[test]
 fn cached_subscriptions_are_answered_without_computing_statuses() {
-    let mut h = Harness::at("1.4");
-    let sh: ScriptHash = SH.parse().unwrap();
-    let other = "11".repeat(32);
-    h.backend.update(|s| {
-        s.histories.insert(
-            sh,
-            vec![HistoryEntry {
-                txid: txid(1),
-                height: 5,
-                fee: None,
-            }],
-        );
-        s.cached.insert(sh);
-    });
-    let batch = json!([
-        {"id": 1, "method": "blockchain.scripthash.subscribe", "params": [SH]},
-        {"id": 2, "method": "blockchain.scripthash.subscribe", "params": [other]},
-    ])
-    .to_string();
-    let incoming = h.dispatcher.parse(batch.as_bytes());
-    assert!(
-        !h.dispatcher.answers_from_cache(&h.state, &incoming),
-        "the second status is not cached"
-    );
-    let cached = json!([{"id": 1, "method": "blockchain.scripthash.subscribe", "params": [SH]}]);
-    let incoming = h.dispatcher.parse(cached.to_string().as_bytes());
-    assert!(h.dispatcher.answers_from_cache(&h.state, &incoming));
-    let calls = h.backend.update(|s| s.status_calls);
-    let out = h.dispatcher.handle_incoming(&mut h.state, incoming);
+    let mut fast = Harness::at("1.4");
+    let mut general = Harness::at("1.4");
+    let used: ScriptHash = SH.parse().unwrap();
+    let unused = "11".repeat(32);
+    let third = "22".repeat(32);
+    for h in [&fast, &general] {
+        h.backend.update(|s| {
+            s.histories.insert(
+                used,
+                vec![HistoryEntry {
+                    txid: txid(1),
+                    height: 5,
+                    fee: None,
+                }],
+            );
+            s.cached.insert(used);
+            s.cached.insert(unused.parse().unwrap());
+            s.cached.insert(third.parse().unwrap());
+        });
+    }
+    let subscribe = |id: u32, sh: &str| json!({"id": id, "method": "blockchain.scripthash.subscribe", "params": [sh]});
+
+    let uncached = json!([subscribe(1, SH), subscribe(2, &"33".repeat(32))]).to_string();
+    let incoming = fast.dispatcher.parse(uncached.as_bytes());
+    let back = fast
+        .dispatcher
+        .answer_from_cache(&mut fast.state, incoming.clone())
+        .expect_err("the second status is not cached");
+    assert_eq!(back, incoming);
+    assert_eq!(fast.state.subscription_count(), 0, "nothing subscribed");
+    let version = json!({"id": 9, "method": "server.version", "params": []}).to_string();
+    let incoming = fast.dispatcher.parse(version.as_bytes());
+    let back = fast
+        .dispatcher
+        .answer_from_cache(&mut fast.state, incoming.clone())
+        .expect_err("not a subscription");
+    assert_eq!(back, incoming);
+
+    let calls = fast.backend.update(|s| s.status_calls);
+    for line in [
+        subscribe(1, SH).to_string(),
+        json!([
+            subscribe(2, &unused),
+            subscribe(3, &third),
+            subscribe(4, SH)
+        ])
+        .to_string(),
+    ] {
+        let incoming = fast.dispatcher.parse(line.as_bytes());
+        let answered = fast
+            .dispatcher
+            .answer_from_cache(&mut fast.state, incoming)
+            .expect("every status is cached");
+        let expected = general.line(&line);
+        assert_eq!(answered.response, expected.response, "{line}");
+        assert_eq!(answered.effects, expected.effects, "{line}");
+    }
     assert_eq!(
-        h.backend.update(|s| s.status_calls),
+        fast.backend.update(|s| s.status_calls),
         calls,
         "no status computed"
     );
+    let replies: Value = serde_json::from_str(
+        general
+            .line(&subscribe(5, SH).to_string())
+            .response
+            .as_deref()
+            .unwrap(),
+    )
+    .unwrap();
     let want = StatusHash::of_history([(&txid(1), 5)]).unwrap().to_string();
-    let reply: Value = serde_json::from_str(out.response.as_deref().unwrap()).unwrap();
-    assert_eq!(reply[0]["result"], json!(want));
-    assert!(matches!(
-        out.effects.as_slice(),
-        [Effect::Subscribed { key, status: Some(_) }] if key.scripthash == sh
-    ));
-    let version = json!({"id": 9, "method": "server.version", "params": []}).to_string();
-    let incoming = h.dispatcher.parse(version.as_bytes());
-    assert!(
-        !h.dispatcher.answers_from_cache(&h.state, &incoming),
-        "not a subscription"
-    );
+    assert_eq!(replies["result"], json!(want));
+    assert_eq!(fast.state.subscription_count(), 2);
+    assert!(fast.state.is_subscribed(&ScriptKey {
+        scripthash: used,
+        form: ScriptForm::ScriptHash,
+    }));
+}
+
+/// Cached subscriptions whose answers together pass `reply_bytes_max` (a
+/// batch limit raised far above the reply limit) are refused as the general
+/// path refuses them.
+#[test]
+fn cached_subscriptions_over_the_reply_limit_are_refused_alike() {
+    let backend = Arc::new(FakeBackend::with_tip(3000));
+    let hashes: Vec<String> = (1..=3).map(|i| format!("{i:02x}").repeat(32)).collect();
+    backend.update(|s| {
+        for sh in &hashes {
+            s.cached.insert(sh.parse().unwrap());
+        }
+    });
+    let limited = DispatchConfig {
+        reply_bytes_max: 100,
+        subscriptions_per_session_max: 10,
+        ..config()
+    };
+    let dispatcher = Dispatcher::new(backend.clone(), limited);
+    let batch = Value::Array(
+        hashes
+            .iter()
+            .enumerate()
+            .map(|(id, sh)| json!({"id": id, "method": "blockchain.scripthash.subscribe", "params": [sh]}))
+            .collect(),
+    )
+    .to_string();
+    let mut fast = SessionState::new();
+    let incoming = dispatcher.parse(batch.as_bytes());
+    let answered = dispatcher
+        .answer_from_cache(&mut fast, incoming)
+        .expect("every status is cached");
+    let general = dispatcher.handle_line(&mut SessionState::new(), batch.as_bytes());
+    assert_eq!(answered.response, general.response);
+    assert_eq!(answered.effects, general.effects);
+    let answers: Value = serde_json::from_str(answered.response.as_deref().unwrap()).unwrap();
+    for (id, answer) in answers.as_array().unwrap().iter().enumerate() {
+        assert_eq!(answer["id"], id);
+        assert_eq!(answer["error"]["code"], -101, "{answer}");
+    }
 }
 
 /// A response line over `reply_bytes_max` (1 MiB here, the least allowed)

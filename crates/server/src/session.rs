@@ -67,7 +67,7 @@ enum End {
 }
 
 /// Lines up to this size are parsed on the session's own task, to see
-/// whether they can be answered there (see [`Dispatcher::answers_from_cache`]).
+/// whether they can be answered there (see [`Dispatcher::answer_from_cache`]).
 const INLINE_LINE_BYTES_MAX: usize = 64 * 1024;
 /// Queued notifications written before the next flush.
 const NOTIFICATIONS_PER_FLUSH: usize = 256;
@@ -210,40 +210,44 @@ async fn serve(
                     // A small line that only asks for cached statuses (a
                     // wallet reconnecting) is answered right here: handing
                     // it to a blocking thread would cost more than the work.
-                    let incoming =
-                        (line.len() <= INLINE_LINE_BYTES_MAX).then(|| dispatcher.parse(&line));
-                    match incoming {
-                        Some(incoming)
-                            if dispatcher.answers_from_cache(&session_state, &incoming) =>
-                        {
-                            let outcome = dispatcher.handle_incoming(&mut session_state, incoming);
-                            state = Some(session_state);
-                            if let Err(end) = deliver(ctx, id, &mut writer, outcome, seen).await {
-                                return end;
+                    let incoming = match (line.len() <= INLINE_LINE_BYTES_MAX)
+                        .then(|| dispatcher.parse(&line))
+                    {
+                        Some(incoming) => {
+                            match dispatcher.answer_from_cache(&mut session_state, incoming) {
+                                Ok(outcome) => {
+                                    state = Some(session_state);
+                                    if let Err(end) =
+                                        deliver(ctx, id, &mut writer, outcome, seen).await
+                                    {
+                                        return end;
+                                    }
+                                    continue;
+                                }
+                                Err(incoming) => Some(incoming),
                             }
                         }
-                        incoming => {
-                            let scheduler = Arc::clone(&ctx.scheduler);
-                            let priority = cost.now();
-                            running = Some(tokio::spawn(async move {
-                                let slot = scheduler.acquire(priority).await;
-                                let started = std::time::Instant::now();
-                                let handled = tokio::task::spawn_blocking(move || {
-                                    let outcome = match incoming {
-                                        Some(incoming) => {
-                                            dispatcher.handle_incoming(&mut session_state, incoming)
-                                        }
-                                        None => dispatcher.handle_line(&mut session_state, &line),
-                                    };
-                                    (session_state, outcome)
-                                })
-                                .await;
-                                drop(slot);
-                                let (session_state, outcome) = handled.ok()?;
-                                Some((session_state, outcome, seen, started.elapsed()))
-                            }));
-                        }
-                    }
+                        None => None,
+                    };
+                    let scheduler = Arc::clone(&ctx.scheduler);
+                    let priority = cost.now();
+                    running = Some(tokio::spawn(async move {
+                        let slot = scheduler.acquire(priority).await;
+                        let started = std::time::Instant::now();
+                        let handled = tokio::task::spawn_blocking(move || {
+                            let outcome = match incoming {
+                                Some(incoming) => {
+                                    dispatcher.handle_incoming(&mut session_state, incoming)
+                                }
+                                None => dispatcher.handle_line(&mut session_state, &line),
+                            };
+                            (session_state, outcome)
+                        })
+                        .await;
+                        drop(slot);
+                        let (session_state, outcome) = handled.ok()?;
+                        Some((session_state, outcome, seen, started.elapsed()))
+                    }));
                     continue;
                 }
                 Some(Frame::TooLong) => {
