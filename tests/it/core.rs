@@ -293,6 +293,15 @@ fn core_without_rest_reads_its_files_or_json_rpc() {
     );
     assert_block_source(&files, "files");
     assert_block_source(&over_rpc, "rpc");
+    // Batches take fewer threads when transactions cost no round trip.
+    for (server, from) in [(&files, "local files"), (&over_rpc, "the node")] {
+        let want = format!("requests at once (transactions from {from})");
+        assert!(
+            server.log().contains(&want),
+            "osprey should have logged {want:?}; log:\n{}",
+            server.log_tail(40)
+        );
+    }
     let view = NodeView::load(&node);
     let scripts = view.scripts();
     let from_files = wait_answers_match_node("files", files.addr, &view, &scripts, SETTLE);

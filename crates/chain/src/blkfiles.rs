@@ -147,6 +147,10 @@ impl BlkFiles {
 }
 
 impl ChainSource for BlkFiles {
+    fn transactions_are_local(&self) -> bool {
+        true
+    }
+
     fn best_block(&self) -> Result<(Height, BlockHash), Error> {
         let &(_, tip) = self
             .blocks

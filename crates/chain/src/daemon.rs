@@ -716,6 +716,10 @@ impl ChainSource for Daemon {
         }
     }
 
+    fn transactions_are_local(&self) -> bool {
+        self.files.is_some()
+    }
+
     fn transaction(&self, txid: &Txid, location: Option<TxLocation>) -> Result<Vec<u8>, Error> {
         if let (Some(loc), Some(files)) = (location, &self.files) {
             if let Some(pos) = files.block_position(&loc.block_hash)? {

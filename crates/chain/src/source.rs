@@ -81,6 +81,12 @@ pub trait ChainSource: Send + Sync {
     /// When a block or a spent output cannot be had.
     fn blocks(&self, blocks: &[(Height, BlockHash)]) -> Result<Vec<BlockWithPrevouts>, Error>;
 
+    /// Whether confirmed transactions are read from files on this machine
+    /// (the node's blk files), not asked of the node over the network.
+    fn transactions_are_local(&self) -> bool {
+        false
+    }
+
     /// Raw bytes of a transaction; `location` is set for confirmed ones.
     ///
     /// # Errors

@@ -50,6 +50,11 @@ pub trait Backend: Send + Sync + 'static {
         script_hint: Option<&ScriptHash>,
     ) -> Result<OutpointAnswer, Error>;
     fn transaction(&self, txid: &Txid) -> Result<Vec<u8>, Error>;
+    /// Whether confirmed transactions are read from local files rather
+    /// than asked of the node (see [`crate::Dispatcher::new`]).
+    fn transactions_are_local(&self) -> bool {
+        false
+    }
     fn transaction_verbose(&self, txid: &Txid) -> Result<serde_json::Value, Error>;
     fn merkle(&self, txid: &Txid, height: Option<Height>) -> Result<TxMerkle, Error>;
     fn id_from_pos(&self, height: Height, pos: u32) -> Result<(Txid, Vec<TxMerkleNode>), Error>;

@@ -65,6 +65,10 @@ impl Backend for Query {
         Query::transaction(self, txid)
     }
 
+    fn transactions_are_local(&self) -> bool {
+        self.source().transactions_are_local()
+    }
+
     fn transaction_verbose(&self, txid: &Txid) -> Result<serde_json::Value, Error> {
         Query::transaction_verbose(self, txid)
     }
