@@ -88,10 +88,10 @@ const BATCH_WORKERS_REMOTE: usize = 8;
 /// transactions are read from local files: the work is then reads of the
 /// page cache or the disk. Idle rayon workers spin before they sleep, and
 /// eight of them on two cores took CPU from the ones working: with two per
-/// core, a cold initial load took about 7% less time and many wallets got
-/// about 12% more requests/s (lab m, 5 alternating rounds; one per core was
-/// a little faster still, but leaves no thread to run while one waits on
-/// a disk read).
+/// core, a cold initial load took 7-10% less time and many wallets got
+/// 3-12% more requests/s (lab m, two sets of 5 alternating rounds). One
+/// per core was a little faster still, but leaves no thread to run while
+/// one waits on a disk read.
 const BATCH_WORKERS_PER_CORE_LOCAL: usize = 2;
 
 /// Answers lines for any number of sessions.
