@@ -36,6 +36,13 @@ pub struct OutpointAnswer {
     pub scripthash: Option<ScriptHash>,
 }
 
+/// What an outpoint answer read first: the chain's length, and the
+/// mempool's spender of the outpoint, read before that length.
+struct Seen {
+    visible: u64,
+    mempool_spender: Option<(Txid, i64)>,
+}
+
 impl Query {
     /// The status of `outpoint`. `script_hint` is the script hash the
     /// caller believes the output pays (from a client's `spk_hint`, or
@@ -51,13 +58,20 @@ impl Query {
         script_hint: Option<&ScriptHash>,
     ) -> Result<OutpointAnswer, Error> {
         // The mempool first, the chain's length right after, as
-        // `Query::script_view` does: a funding transaction the mempool no
-        // longer lists left it after the commit that confirmed it.
+        // `Query::script_view` does: a transaction the mempool no longer
+        // lists (the funding one, or a spender) left it after the commit
+        // that confirmed it, so the chain read up to that length has it.
         let unconfirmed = self.mempool_outpoint_status(outpoint);
-        let visible = self.store().tx_count();
+        let mempool_spender = self.mempool_spender(outpoint);
+        #[cfg(test)]
+        crate::race::window();
+        let seen = Seen {
+            visible: self.store().tx_count(),
+            mempool_spender,
+        };
         match self.store().find_tx_num(&outpoint.txid)? {
-            Some(tx_num) if tx_num.0 < visible => {
-                self.confirmed_outpoint_status(outpoint, tx_num, script_hint)
+            Some(tx_num) if tx_num.0 < seen.visible => {
+                self.confirmed_outpoint_status(outpoint, tx_num, script_hint, &seen)
             }
             _ => Ok(unconfirmed),
         }
@@ -69,6 +83,7 @@ impl Query {
         outpoint: &OutPoint,
         tx_num: TxNum,
         script_hint: Option<&ScriptHash>,
+        seen: &Seen,
     ) -> Result<OutpointAnswer, Error> {
         let Some((height, _)) = self.store().locate(tx_num) else {
             // A rollback cut the chain since the txid was looked up.
@@ -77,8 +92,8 @@ impl Query {
         let funding_height = Some(i64::from(height.0));
         // The hinted script, if one of its funding rows is this output.
         if let Some(scripthash) = script_hint {
-            if let Some(output) = self.confirmed_output(scripthash, outpoint)? {
-                return self.with_spender(outpoint, *scripthash, funding_height, output.spent_by);
+            if let Some(output) = self.confirmed_output(scripthash, outpoint, seen.visible)? {
+                return self.with_spender(*scripthash, funding_height, output.spent_by, seen);
             }
         }
         let tx = self.confirmed_transaction(&outpoint.txid, tx_num)?;
@@ -90,32 +105,34 @@ impl Query {
         // No funding row (an `OP_RETURN` output, the genesis coinbase): an
         // output nothing can spend.
         let spent_by = self
-            .confirmed_output(&scripthash, outpoint)?
+            .confirmed_output(&scripthash, outpoint, seen.visible)?
             .and_then(|output| output.spent_by);
-        self.with_spender(outpoint, scripthash, funding_height, spent_by)
+        self.with_spender(scripthash, funding_height, spent_by, seen)
     }
 
-    /// `outpoint` among the confirmed outputs of `scripthash`, with its
-    /// confirmed spender; `None` when the script has no such output.
+    /// `outpoint` among the confirmed outputs of `scripthash` (as far as
+    /// `visible` transactions reach), with its confirmed spender; `None`
+    /// when the script has no such output.
     fn confirmed_output(
         &self,
         scripthash: &ScriptHash,
         outpoint: &OutPoint,
+        visible: u64,
     ) -> Result<Option<Funding>, Error> {
         Ok(self
-            .confirmed_outputs(scripthash, self.store().tx_count())?
+            .confirmed_outputs(scripthash, visible)?
             .into_iter()
             .find(|f| f.txid == outpoint.txid && f.vout == outpoint.vout))
     }
 
     /// Completes an answer for a known output: the confirmed spender, else
-    /// one in the mempool.
+    /// the one the mempool had.
     fn with_spender(
         &self,
-        outpoint: &OutPoint,
         scripthash: ScriptHash,
         height: Option<i64>,
         spent_by: Option<TxNum>,
+        seen: &Seen,
     ) -> Result<OutpointAnswer, Error> {
         let mut spender = None;
         if let Some(tx_num) = spent_by {
@@ -125,7 +142,13 @@ impl Query {
             }
         }
         if spender.is_none() {
-            spender = self.mempool_spender(outpoint)?;
+            spender = match seen.mempool_spender {
+                // Confirmed within what the rows were read up to (the
+                // tracker drops a transaction from the mempool right after
+                // the commit): the chain's rows answer, not the mempool.
+                Some((txid, _)) if self.confirmed_within(&txid, seen.visible)? => None,
+                spender => spender,
+            };
         }
         Ok(OutpointAnswer {
             status: OutpointStatus { height, spender },
@@ -134,20 +157,12 @@ impl Query {
     }
 
     /// The unconfirmed transaction spending `outpoint`, with its height.
-    fn mempool_spender(&self, outpoint: &OutPoint) -> Result<Option<(Txid, i64)>, Error> {
-        let spender = {
-            let mempool = self.mempool();
-            mempool
-                .spender(outpoint)
-                .and_then(|txid| mempool.get(txid))
-                .map(|entry| (entry.txid, mempool.height(entry)))
-        };
-        match spender {
-            // Confirmed already (the tracker drops it right after the
-            // commit): the chain's rows answer, not the mempool.
-            Some((txid, _)) if self.is_confirmed(&txid)? => Ok(None),
-            spender => Ok(spender),
-        }
+    fn mempool_spender(&self, outpoint: &OutPoint) -> Option<(Txid, i64)> {
+        let mempool = self.mempool();
+        mempool
+            .spender(outpoint)
+            .and_then(|txid| mempool.get(txid))
+            .map(|entry| (entry.txid, mempool.height(entry)))
     }
 
     /// An outpoint whose funding transaction is not confirmed: in the

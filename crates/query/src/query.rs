@@ -265,14 +265,8 @@ impl Query {
         Ok(rows)
     }
 
-    /// Whether a transaction of the mempool is already in the chain (see
-    /// [`Self::script_view`]).
-    pub(crate) fn is_confirmed(&self, txid: &Txid) -> Result<bool, Error> {
-        self.confirmed_within(txid, self.store.tx_count())
-    }
-
     /// Whether `txid` is among the first `visible` transactions of the chain.
-    fn confirmed_within(&self, txid: &Txid, visible: u64) -> Result<bool, Error> {
+    pub(crate) fn confirmed_within(&self, txid: &Txid, visible: u64) -> Result<bool, Error> {
         Ok(self
             .store
             .find_tx_num(txid)?

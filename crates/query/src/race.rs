@@ -34,7 +34,7 @@ mod tests {
     use crate::{Balance, Error, Tracker};
     use bitcoin::{Amount, Txid};
     use osprey_core::ScriptHash;
-    use osprey_testenv::{submit_block_on, Node};
+    use osprey_testenv::{submit_block_on, Node, ScriptKind};
     use std::sync::{Arc, Mutex};
 
     /// Arms the next window with one round of the tracker: the index
@@ -105,6 +105,55 @@ mod tests {
             }
             assert!(!step_pending(), "{answer}: the commit came mid-answer");
         }
+    }
+
+    /// A confirmed output whose spender is in the mempool, then mined by
+    /// the node; the commit and the mempool update come in the middle of
+    /// the outpoint's answer (1.7 draft). The answer must name the spender,
+    /// confirmed: the mempool was read before the commit, the chain after
+    /// it. Read the other way round, the output is answered unspent.
+    #[test]
+    fn an_outpoint_answer_racing_a_commit_sees_its_spender() {
+        let (node, mut wallet, _) = funded_node();
+        // Not a witness script: btcd's regtest has no segwit at this height.
+        let payee = wallet.new_script(ScriptKind::P2pkh);
+        let (_dir, query, tracker) = tracking(&node);
+        let tracker = Arc::new(Mutex::new(tracker));
+
+        let funding = wallet
+            .send(payee.clone(), Amount::from_sat(100_000))
+            .expect("paying");
+        let funding_txid = node.send_raw_transaction(&funding).expect("broadcast");
+        node.generate(1).expect("mining");
+        wallet.sync(&node).expect("wallet sync");
+        let outpoint = wallet
+            .coins()
+            .find(|c| c.outpoint.txid == funding_txid && c.spend.txout.script_pubkey == payee)
+            .expect("the payment is a coin of the wallet")
+            .outpoint;
+        let spender = wallet
+            .spend(&[outpoint], &[(payee, Amount::from_sat(90_000))])
+            .expect("spending the payment");
+        let spender_txid = node.send_raw_transaction(&spender).expect("broadcast");
+        tracker.lock().unwrap().update(&mut |_| {}).expect("update");
+        let before = query.outpoint_status(&outpoint, None).expect("status");
+        assert_eq!(before.status.height, Some(106));
+        assert_eq!(
+            before.status.spender,
+            Some((spender_txid, 0)),
+            "in the mempool"
+        );
+
+        node.generate(1).expect("mining the spender");
+        update_at_next_window(&tracker);
+        let answer = query.outpoint_status(&outpoint, None).expect("status");
+        assert!(!step_pending(), "the commit came mid-answer");
+        assert_eq!(answer.status.height, Some(106));
+        assert_eq!(
+            answer.status.spender,
+            Some((spender_txid, 107)),
+            "the spender, confirmed"
+        );
     }
 
     /// A confirmed payment whose block a reorg replaces, in the middle of
