@@ -777,21 +777,20 @@ fn cached_subscriptions_are_answered_without_computing_statuses() {
     }
     let subscribe = |id: u32, sh: &str| json!({"id": id, "method": "blockchain.scripthash.subscribe", "params": [sh]});
 
-    let uncached = json!([subscribe(1, SH), subscribe(2, &"33".repeat(32))]).to_string();
-    let incoming = fast.dispatcher.parse(uncached.as_bytes());
-    let back = fast
-        .dispatcher
-        .answer_from_cache(&mut fast.state, incoming.clone())
-        .expect_err("the second status is not cached");
-    assert_eq!(back, incoming);
+    let uncached = json!([subscribe(1, SH), subscribe(2, &"33".repeat(32))]);
+    let version = json!({"id": 9, "method": "server.version", "params": []});
+    for (line, why) in [
+        (uncached, "the second status is not cached"),
+        (version, "not a subscription"),
+    ] {
+        let incoming = fast.dispatcher.parse(line.to_string().as_bytes());
+        let back = fast
+            .dispatcher
+            .answer_from_cache(&mut fast.state, incoming.clone())
+            .expect_err(why);
+        assert_eq!(back, incoming, "{why}");
+    }
     assert_eq!(fast.state.subscription_count(), 0, "nothing subscribed");
-    let version = json!({"id": 9, "method": "server.version", "params": []}).to_string();
-    let incoming = fast.dispatcher.parse(version.as_bytes());
-    let back = fast
-        .dispatcher
-        .answer_from_cache(&mut fast.state, incoming.clone())
-        .expect_err("not a subscription");
-    assert_eq!(back, incoming);
 
     let calls = fast.backend.update(|s| s.status_calls);
     for line in [
