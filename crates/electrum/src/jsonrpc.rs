@@ -144,11 +144,14 @@ enum Item {
     Other,
 }
 
-/// The members of an object this layer reads; the others are skipped.
-/// Read straight into this rather than into a `Value` map: a map costs an
-/// allocation per key, and the envelope was most of the parsing of a
-/// reconnecting wallet's batches. Same meaning as a map: a member given
-/// twice counts with its last value.
+/// The members of an object this layer reads; the others are parsed and
+/// dropped. Read straight into this rather than into a `Value` map: a map
+/// costs an allocation per key, and the envelope was most of the parsing
+/// of a reconnecting wallet's batches. Same meaning as a map: a member
+/// given twice counts with its last value. Skipped values are parsed as
+/// `Value`s all the same, not `IgnoredAny`: that one lets through what a
+/// `Value` refuses (invalid UTF-8 in a string, a number out of range), and
+/// a line must be refused exactly when it is not JSON.
 #[derive(Default)]
 struct Envelope {
     id: Option<Value>,
@@ -230,7 +233,7 @@ impl<'de> Visitor<'de> for Elements {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Element, A::Error> {
         if !self.batch {
-            while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+            while seq.next_element::<Value>()?.is_some() {}
             return Ok(Element::Other);
         }
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
@@ -248,11 +251,11 @@ impl<'de> Visitor<'de> for Elements {
                 Member::Method => envelope.method = Some(map.next_value()?),
                 Member::Params => envelope.params = Some(map.next_value()?),
                 Member::ResultOrError => {
-                    map.next_value::<de::IgnoredAny>()?;
+                    map.next_value::<Value>()?;
                     envelope.result_or_error = true;
                 }
                 Member::Other => {
-                    map.next_value::<de::IgnoredAny>()?;
+                    map.next_value::<Value>()?;
                 }
             }
         }
@@ -387,6 +390,21 @@ mod tests {
             parse_line(&[0xff, 0xfe], 10),
             Incoming::Error(RpcError::Parse(_))
         ));
+        // Not JSON anywhere, a member nobody reads included (found by
+        // fuzzing: skipped unread, these lines were served).
+        let mut bad_utf8 = br#"[{"id":1,"method":"a","x":"#.to_vec();
+        bad_utf8.extend_from_slice(b"\"\x92\"}]");
+        for line in [
+            bad_utf8,
+            br#"{"id":1,"method":"a","x":1e400}"#.to_vec(),
+            br#"[[1e400],{"id":1,"method":"a"}]"#.to_vec(),
+        ] {
+            assert!(
+                matches!(parse_line(&line, 10), Incoming::Error(RpcError::Parse(_))),
+                "{}",
+                String::from_utf8_lossy(&line)
+            );
+        }
         assert_eq!(parse_line(b"  \r", 10), Incoming::Empty);
     }
 
