@@ -107,10 +107,27 @@ pub struct ConfigArgs {
     /// announce --public-hosts to), comma-separated HOST:tPORT[:sPORT]
     #[arg(long, env = "OSPREY_PEERS")]
     pub peers: Option<String>,
-    /// Concurrent sessions from one IP address; 127.0.0.1 and ::1 (Tor, a
-    /// local proxy) are exempt [default: 12]
+    /// Concurrent sessions from one IP address; addresses in
+    /// --trusted-subnets are exempt [default: 12]
     #[arg(long, env = "OSPREY_SESSIONS_PER_IP_MAX")]
     pub sessions_per_ip_max: Option<usize>,
+    /// Client networks exempt from --sessions-per-ip-max, comma-separated
+    /// CIDR, e.g. a Tor container's 10.21.0.0/16 (giving a list replaces
+    /// the default) [default: 127.0.0.1/32,::1/128]
+    #[arg(long, env = "OSPREY_TRUSTED_SUBNETS")]
+    pub trusted_subnets: Option<String>,
+    /// Threads that index and answer wallets [default: the cores available]
+    #[arg(long, env = "OSPREY_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
+    /// RocksDB's block cache in MiB: more keeps more of the index in memory
+    /// for wallets' lookups [default: 256]
+    #[arg(long, env = "OSPREY_DB_CACHE_MB")]
+    pub db_cache_mb: Option<usize>,
+    /// Rebuild the index by itself when it was written in another format
+    /// (after an upgrade or a downgrade); false: refuse to start instead
+    /// [default: true]
+    #[arg(long, env = "OSPREY_REINDEX_ON_FORMAT_CHANGE")]
+    pub reindex_on_format_change: Option<bool>,
     /// Where Electrum clients connect over TLS, e.g. 0.0.0.0:50002 (off unless set)
     #[arg(long, env = "OSPREY_ELECTRUM_TLS_ADDR")]
     pub electrum_tls_addr: Option<String>,
@@ -172,6 +189,11 @@ pub struct Config {
     pub public_hosts: Vec<osprey_server::PublicHost>,
     pub peers: Vec<osprey_server::PublicHost>,
     pub sessions_per_ip_max: usize,
+    pub trusted_subnets: Vec<osprey_server::Subnet>,
+    pub worker_threads: usize,
+    /// RocksDB's block cache.
+    pub db_cache_bytes: usize,
+    pub reindex_on_format_change: bool,
     pub electrum_tls_addr: Option<SocketAddr>,
     pub electrum_ws_addr: Option<SocketAddr>,
     pub electrum_wss_addr: Option<SocketAddr>,
@@ -415,6 +437,28 @@ impl ConfigArgs {
                     .or(file.sessions_per_ip_max)
                     .unwrap_or(limits.sessions_per_ip_max),
             )?,
+            trusted_subnets: match self.trusted_subnets.clone().or(file.trusted_subnets) {
+                Some(list) => subnet_list(&list)?,
+                None => limits.trusted_subnets,
+            },
+            worker_threads: positive(
+                "worker_threads",
+                self.worker_threads
+                    .or(file.worker_threads)
+                    .unwrap_or(limits.worker_threads),
+            )?,
+            db_cache_bytes: positive(
+                "db_cache_mb",
+                self.db_cache_mb
+                    .or(file.db_cache_mb)
+                    .unwrap_or(store.cache_bytes >> 20),
+            )?
+            .checked_mul(1 << 20)
+            .context("db_cache_mb is too large")?,
+            reindex_on_format_change: self
+                .reindex_on_format_change
+                .or(file.reindex_on_format_change)
+                .unwrap_or(true),
             electrum_tls_addr,
             electrum_ws_addr,
             electrum_wss_addr,
@@ -434,6 +478,17 @@ fn host_list(name: &str, list: Option<String>) -> anyhow::Result<Vec<osprey_serv
         .map(|item| {
             item.parse()
                 .map_err(|e: String| anyhow::anyhow!("{name}: {e}"))
+        })
+        .collect()
+}
+
+/// Parses `trusted_subnets`: comma-separated CIDR networks.
+fn subnet_list(list: &str) -> anyhow::Result<Vec<osprey_server::Subnet>> {
+    list.split(',')
+        .filter(|item| !item.trim().is_empty())
+        .map(|item| {
+            item.parse()
+                .map_err(|e: String| anyhow::anyhow!("trusted_subnets: {e}"))
         })
         .collect()
 }
@@ -567,6 +622,14 @@ mod tests {
             "banner" => config.banner.clone(),
             "client_memory_bytes_max" => config.client_memory_bytes_max.to_string(),
             "sessions_per_ip_max" => config.sessions_per_ip_max.to_string(),
+            "trusted_subnets" => config
+                .trusted_subnets
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            "db_cache_mb" => (config.db_cache_bytes >> 20).to_string(),
+            "reindex_on_format_change" => config.reindex_on_format_change.to_string(),
             "block_source" => match &config.chain {
                 ChainConfig::Node {
                     block_source: osprey_chain::BlockSourceChoice::Auto,
@@ -577,7 +640,7 @@ mod tests {
             "conf" | "db_dir" | "daemon_dir" | "daemon_rpc_addr" | "cookie_file" | "auth"
             | "blocks_dir" | "electrum_rpc_addr" | "reindex" | "public_hosts" | "peers"
             | "electrum_tls_addr" | "tls_cert_file" | "tls_key_file" | "electrum_ws_addr"
-            | "electrum_wss_addr" | "monitoring_addr" => return None,
+            | "electrum_wss_addr" | "monitoring_addr" | "worker_threads" => return None,
             other => panic!("setting {other} is new: say here what its default resolves to"),
         })
     }

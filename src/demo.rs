@@ -144,7 +144,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         "  Stop with Ctrl-C.".into(),
     ]
     .join("\n");
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let runtime = serve::runtime(&config)?;
     {
         let stop = Arc::clone(&stop);
         runtime.spawn(async move {

@@ -16,20 +16,45 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-/// Opens the index (wiping it first with `--reindex`).
+/// Opens the index: deleted first with `--reindex`, and rebuilt from
+/// scratch when it is in another format than this build's (an upgrade or
+/// a downgrade of Osprey) unless `reindex_on_format_change` is off. Either
+/// way only the index's own files are deleted (`osprey_store::remove_index`).
 fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
-    if config.reindex && config.db_path.exists() {
+    if config.reindex {
         tracing::warn!(path = %config.db_path.display(), "--reindex: deleting the index");
-        std::fs::remove_dir_all(&config.db_path)
-            .with_context(|| format!("deleting {}", config.db_path.display()))?;
+        remove_index(&config.db_path)?;
     }
     let store_config = StoreConfig {
         reorg_depth_max: config.reorg_depth_max,
+        cache_bytes: config.db_cache_bytes,
         ..StoreConfig::default()
     };
-    let store = Store::open(&config.db_path, config.network.name(), store_config)
-        .with_context(|| format!("opening index at {}", config.db_path.display()))?;
+    let open = || Store::open(&config.db_path, config.network.name(), store_config.clone());
+    let store = match open() {
+        Err(osprey_store::Error::Schema {
+            found, expected, ..
+        }) if config.reindex_on_format_change => {
+            tracing::warn!(
+                path = %config.db_path.display(),
+                "the index is in format {found}, this build writes format {expected}: \
+                 deleting it and indexing again (reindex_on_format_change = false refuses instead)"
+            );
+            remove_index(&config.db_path)?;
+            open()
+        }
+        other => other,
+    }
+    .with_context(|| format!("opening index at {}", config.db_path.display()))?;
     Ok(Arc::new(store))
+}
+
+/// Deletes the index in `path`, and only it, saying what went.
+fn remove_index(path: &Path) -> anyhow::Result<()> {
+    let removed = osprey_store::remove_index(path)
+        .with_context(|| format!("deleting the index in {}", path.display()))?;
+    tracing::info!(files = removed.len(), path = %path.display(), "index deleted");
+    Ok(())
 }
 
 /// Connects to the chain source, waiting (with one log line per attempt)
@@ -117,11 +142,46 @@ fn describe_node(
             "txindex: needed, btcd serves no undo data so spent outputs come from getrawtransaction ({has})"
         ),
     };
-    vec![
+    let mut lines = vec![
         format!("node: {} at {rpc_addr}", daemon.node_version()),
         format!("block source: {source} ({chosen})"),
         txindex,
-    ]
+    ];
+    if let (Some(reason), Some(dir)) = (daemon.files_refused(), blocks_dir) {
+        lines.push(files_refused_line(
+            reason,
+            dir,
+            daemon.block_source(),
+            unreadable(dir),
+        ));
+    }
+    lines
+}
+
+/// Whether `dir` (the node's blocks directory) or its first block file
+/// exists but is refused to this process.
+fn unreadable(dir: &Path) -> bool {
+    let denied = |r: std::io::Result<()>| matches!(r, Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied);
+    denied(std::fs::read_dir(dir).map(drop))
+        || denied(std::fs::File::open(dir.join("blk00000.dat")).map(drop))
+}
+
+/// The startup line that says why Core's block files are not read, which
+/// source is used instead, and, when only permissions stand in the way,
+/// how to grant them: Core writes its files readable by its own user only
+/// (umask 077) unless started with `-sysperms`.
+fn files_refused_line(reason: &str, dir: &Path, fallback: BlockSource, unreadable: bool) -> String {
+    let advice = if unreadable {
+        format!(
+            ". To read them (faster, and it spares the node): start bitcoind with -sysperms so that its files are group-readable, \
+             make {} and its files readable by bitcoind's group (chmod -R g+rX), and add Osprey's user to that group \
+             (usermod -aG bitcoin osprey)",
+            dir.display()
+        )
+    } else {
+        String::new()
+    };
+    format!("block files: not read, {reason}; using {fallback} instead{advice}")
 }
 
 /// Bytes of the files under `dir` (0 for what cannot be read).
@@ -155,6 +215,11 @@ fn log_startup(
     for line in about_source {
         tracing::info!("{line}");
     }
+    tracing::info!(
+        "resources: {} worker threads, {} MiB of RocksDB block cache",
+        config.worker_threads,
+        config.db_cache_bytes >> 20
+    );
     let state = match store.tip() {
         Some((height, _)) => format!("at height {height}"),
         None => "new".to_string(),
@@ -186,8 +251,27 @@ pub struct Parts {
     monitoring: Option<Monitoring>,
 }
 
+/// The async runtime that serves wallets, on `worker_threads` threads.
+pub fn runtime(config: &Config) -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
 /// The index, the chain source and what serves from them, as `config` says.
 pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<Parts> {
+    // Block parsing and the sort before each commit run on rayon's global
+    // pool: `worker_threads` of them, so a small board keeps cores for its
+    // node. Only the first call sets it; a process builds once.
+    if let Err(e) = rayon::ThreadPoolBuilder::new()
+        .num_threads(config.worker_threads)
+        .thread_name(|i| format!("index-{i}"))
+        .build_global()
+    {
+        tracing::debug!("indexing threads were set already: {e}");
+    }
     let store = open_store(config)?;
     let (source, about_source) = connect_source(config, stop)?;
     let metrics = Arc::new(Metrics::new(&osprey_electrum::METHODS));
@@ -284,7 +368,7 @@ pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::
 /// `osprey serve`: initial sync, then serve while following the tip.
 pub fn serve(config: Config) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let runtime = runtime(&config)?;
     {
         let stop = Arc::clone(&stop);
         runtime.spawn(async move {
@@ -319,6 +403,8 @@ pub fn run_server(
         sessions_max: config.sessions_max,
         client_memory_bytes_max: config.client_memory_bytes_max,
         sessions_per_ip_max: config.sessions_per_ip_max,
+        trusted_subnets: config.trusted_subnets.clone(),
+        worker_threads: config.worker_threads,
         ..osprey_server::Limits::default()
     };
     limits.validate().context("invalid server limits")?;

@@ -68,7 +68,7 @@ fn assert_block_source(osprey: &Osprey, source: &str) {
 ///    from the files and answers like the node and R.
 #[test]
 fn core_files_index_survives_kills_a_reorg_and_a_restart() {
-    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions { rest: true }) else {
+    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions::default()) else {
         return;
     };
     let seed = seed("core");
@@ -252,7 +252,10 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
 /// transactions included.
 #[test]
 fn core_without_rest_reads_its_files_or_json_rpc() {
-    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions { rest: false }) else {
+    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions {
+        rest: false,
+        ..BitcoindOptions::default()
+    }) else {
         return;
     };
     let mut wallet = TestWallet::new();

@@ -20,6 +20,7 @@
 //! | `packaging`   | the systemd unit passes `systemd-analyze verify`; its limits fit the defaults |
 //! | `listeners`   | TLS (a kept self-signed certificate) and WebSocket listeners serve the node's chain |
 //! | `monitoring`  | the startup lines, the sync summary and `/metrics` say what is true |
+//! | `startup`     | unworkable nodes refused in one line; another index format rebuilt, nothing else deleted |
 //!
 //! btcd is found through `$OSPREY_BTCD`, the PATH or `~/go/bin/btcd`; a test
 //! that cannot find it fails with the command that installs it. bitcoind is
@@ -45,3 +46,4 @@ mod protocol;
 mod reorg;
 mod restart;
 mod snapshot;
+mod startup;

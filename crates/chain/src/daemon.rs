@@ -78,6 +78,8 @@ pub struct Daemon {
     block_source: BlockSource,
     /// Core's block files, when readable ([`BlockSource::Files`]).
     files: Option<CoreBlockFiles>,
+    /// Why Core's block files are not read, when `auto` wanted them.
+    files_refused: Option<String>,
     /// Whether the node serves binary REST blocks and spent outputs: the
     /// fallback for blocks the files do not give.
     rest: bool,
@@ -95,6 +97,30 @@ const REST_REQUESTS_IN_FLIGHT: usize = 4;
 /// JSON-RPC code for "method not found".
 const RPC_METHOD_NOT_FOUND: i64 = -32601;
 
+/// Refuses a pruned node: Osprey indexes every block from genesis, and a
+/// pruned node has deleted most of them (and deletes each new one's
+/// predecessors as it goes). A node that cannot say (an old btcd without
+/// `getblockchaininfo`) is taken as unpruned, which btcd always is.
+fn refuse_pruned(rpc: &RpcClient) -> Result<(), Error> {
+    let info: Value = match rpc.call("getblockchaininfo", &[]) {
+        Ok(info) => info,
+        Err(e) if e.is_transient() => return Err(e),
+        Err(_) => return Ok(()),
+    };
+    if info.get("pruned").and_then(Value::as_bool) != Some(true) {
+        return Ok(());
+    }
+    let kept_from = info
+        .get("pruneheight")
+        .and_then(Value::as_u64)
+        .map_or_else(String::new, |h| {
+            format!(" (it keeps blocks from height {h} on)")
+        });
+    Err(Error::persistent(format!(
+        "the node is pruned{kept_from}: Osprey indexes every block from genesis, so it needs a node started without -prune (the index itself stays small)"
+    )))
+}
+
 impl Daemon {
     /// Connects to the node at `addr`, tells Bitcoin Core from btcd and
     /// checks that it serves `network`.
@@ -106,10 +132,18 @@ impl Daemon {
         let rpc = RpcClient::new(addr, auth);
         let genesis: BlockHash = rpc.call("getblockhash", &[json!(0)])?;
         if genesis != network.genesis_hash() {
+            let on = Network::ALL
+                .into_iter()
+                .find(|n| n.genesis_hash() == genesis)
+                .map_or_else(
+                    || format!("a chain Osprey does not know (genesis {genesis})"),
+                    |n| n.name().to_string(),
+                );
             return Err(Error::persistent(format!(
-                "node at {addr} is not on {network}: its genesis block is {genesis}"
+                "the node is on {on}, not {network}: set network to match the node, or daemon_rpc_addr to a {network} node"
             )));
         }
+        refuse_pruned(&rpc)?;
         let kind = match rpc.call::<Value>("getnetworkinfo", &[]) {
             Ok(info) => NodeKind::BitcoinCore {
                 version: info.get("version").and_then(Value::as_u64).unwrap_or(0),
@@ -124,6 +158,7 @@ impl Daemon {
             network,
             block_source: BlockSource::Rpc,
             files: None,
+            files_refused: None,
             rest: false,
             blockpart: AtomicBool::new(matches!(kind, NodeKind::BitcoinCore { .. })),
             fee_fallback_logged: AtomicBool::new(false),
@@ -180,6 +215,12 @@ impl Daemon {
         self.block_source
     }
 
+    /// Why `auto` did not take Core's block files, when it wanted them
+    /// (the directory is missing, unreadable, or another network's).
+    pub fn files_refused(&self) -> Option<&str> {
+        self.files_refused.as_deref()
+    }
+
     /// Picks where blocks come from: with [`BlockSourceChoice::Auto`],
     /// Core's own files when `blocks_dir` (`<datadir>/<network>/blocks`)
     /// can be read, else binary REST when the node serves it (spent outputs
@@ -210,7 +251,7 @@ impl Daemon {
                 match CoreBlockFiles::open(dir, self.network) {
                     Ok(files) => Some(files),
                     Err(e) if choice == BlockSourceChoice::Auto => {
-                        tracing::debug!("not reading Core's block files: {e}");
+                        self.files_refused = Some(e.to_string());
                         None
                     }
                     Err(e) => {

@@ -43,6 +43,9 @@ pub struct DispatchConfig {
     /// The server-wide budget subscriptions are charged to (see
     /// [`crate::session::SUBSCRIPTION_BYTES`]); `None`: not counted.
     pub subscription_budget: Option<SubscriptionBudget>,
+    /// Cores the server may keep busy (`worker_threads`): sizes the batch
+    /// pool, and past this many requests in hand batches run in order.
+    pub cores: usize,
 }
 
 /// A change to the session's subscriptions, for the server's notifier.
@@ -217,7 +220,7 @@ struct CallTimer {
 
 impl Dispatcher {
     pub fn new(backend: Arc<dyn Backend>, config: DispatchConfig) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let cores = config.cores.max(1);
         let (workers, from) = if backend.transactions_are_local() {
             (BATCH_WORKERS_PER_CORE_LOCAL * cores, "local files")
         } else {

@@ -38,6 +38,7 @@ fn config() -> DispatchConfig {
         subscription_budget: None,
         subscriptions_per_session_max: 2,
         pong_len_max: 64,
+        cores: std::thread::available_parallelism().map_or(1, usize::from),
     }
 }
 

@@ -3,6 +3,7 @@
 //! Plain structs: the binary fills them from its own config layers, and
 //! takes the defaults from here.
 
+pub use crate::per_ip::Subnet;
 use crate::tls::TlsFiles;
 use osprey_core::Network;
 use osprey_electrum::PublicHost;
@@ -111,10 +112,19 @@ pub struct Limits {
     pub client_memory_bytes_max: usize,
     /// Most concurrent sessions from one IP address. Default 12 (Fulcrum's
     /// `max_clients_per_ip`: a wallet opens one, a NAT shares a few); an
-    /// extra connection gets a -102 error line and is closed. 127.0.0.1
-    /// and ::1 are exempt: a local Tor daemon or reverse proxy connects
-    /// from there on behalf of every client (see `per_ip`).
+    /// extra connection gets a -102 error line and is closed. Addresses in
+    /// `trusted_subnets` are exempt.
     pub sessions_per_ip_max: usize,
+    /// Client addresses left out of the per-address cap: a Tor daemon or
+    /// reverse proxy connects from there on behalf of every client behind
+    /// it. Default 127.0.0.1/32 and ::1/128 (Fulcrum's default
+    /// `subnets_to_exclude_from_per_ip_limits`); a node package whose Tor
+    /// runs in another container names that container's network.
+    pub trusted_subnets: Vec<Subnet>,
+    /// Cores the server may keep busy: request handlers in hand at once
+    /// (`HANDLER_SLOTS_PER_CORE` each) and batch workers. Default: the
+    /// cores this process may use.
+    pub worker_threads: usize,
 }
 
 impl Default for Limits {
@@ -132,6 +142,8 @@ impl Default for Limits {
             outgoing_queue_max: 10_000,
             client_memory_bytes_max: 512 << 20,
             sessions_per_ip_max: 12,
+            trusted_subnets: Subnet::LOOPBACK.to_vec(),
+            worker_threads: std::thread::available_parallelism().map_or(1, usize::from),
         }
     }
 }
@@ -153,7 +165,7 @@ impl Limits {
     /// # Errors
     /// `TooSmall` naming the first limit below its minimum.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(&'static str, u64, u64); 12] = [
+        let checks: [(&'static str, u64, u64); 13] = [
             ("line_bytes_max", 1024, self.line_bytes_max as u64),
             // Room for the largest answer of all: 2,016 headers as hex.
             ("reply_bytes_max", 1 << 20, self.reply_bytes_max as u64),
@@ -179,6 +191,7 @@ impl Limits {
                 self.client_memory_bytes_max as u64,
             ),
             ("sessions_per_ip_max", 1, self.sessions_per_ip_max as u64),
+            ("worker_threads", 1, self.worker_threads as u64),
         ];
         for (name, min, value) in checks {
             if value < min {

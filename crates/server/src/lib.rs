@@ -35,7 +35,7 @@ mod session;
 mod tls;
 mod transport;
 
-pub use config::{ConfigError, Limits, PeerConfig, ServerConfig};
+pub use config::{ConfigError, Limits, PeerConfig, ServerConfig, Subnet};
 /// How `PeerConfig` names a host; the binary parses settings into it.
 pub use osprey_electrum::PublicHost;
 pub use tls::{TlsFiles, RELOAD_CHECK_INTERVAL};
@@ -83,10 +83,6 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// the node (a transaction over RPC) rather than use a core. Beyond that,
 /// lines queue, by arrival delayed by their session's recent cost (`fair`).
 const HANDLER_SLOTS_PER_CORE: usize = 4;
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
-}
 
 /// Serves Electrum clients on every listener `config` names until
 /// `shutdown` completes, then closes every session.
@@ -233,6 +229,7 @@ impl Server {
                         budget: Arc::clone(&client_memory),
                         keep_free: limits.line_bytes_max + limits.reply_bytes_max,
                     }),
+                    cores: limits.worker_threads,
                 },
             )
             .with_peers(Arc::new(peer_list.clone()))
@@ -266,10 +263,10 @@ impl Server {
             activity: Activity::new(),
             client_memory,
             metrics,
-            scheduler: Scheduler::new(HANDLER_SLOTS_PER_CORE * cores()),
+            scheduler: Scheduler::new(HANDLER_SLOTS_PER_CORE * limits.worker_threads),
         });
         let permits = Arc::new(Semaphore::new(limits.sessions_max));
-        let per_ip = PerIp::new(limits.sessions_per_ip_max);
+        let per_ip = PerIp::new(limits.sessions_per_ip_max, limits.trusted_subnets.clone());
         let mut sessions = JoinSet::new();
         let mut next_id: u64 = 0;
         for (kind, listener) in &listeners {

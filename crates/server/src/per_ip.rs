@@ -3,22 +3,111 @@
 //! whole `sessions_max`. Counts only; the accept loop refuses, the session
 //! task holds a slot and gives it back when it ends.
 //!
-//! Exempt: 127.0.0.1 and ::1 (also as IPv4-mapped IPv6), as in Fulcrum's
-//! default `subnets_to_exclude_from_per_ip_limits`. A local Tor daemon or a
-//! reverse proxy connects from there on behalf of every client behind it.
-//! The rest of 127.0.0.0/8 is counted like any address: nothing connects
-//! from there unless set up to, and it lets tests reach the cap from
-//! 127.0.0.2.
+//! Exempt: the `trusted_subnets`, by default 127.0.0.1/32 and ::1/128 (also
+//! as IPv4-mapped IPv6), as in Fulcrum's default
+//! `subnets_to_exclude_from_per_ip_limits`. A Tor daemon or a reverse proxy
+//! connects from there on behalf of every client behind it; in a node
+//! package it is often another container, whose network the operator names.
+//! The rest of 127.0.0.0/8 is counted like any address by default: nothing
+//! connects from there unless set up to, and it lets tests reach the cap
+//! from 127.0.0.2.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
-/// Whether sessions from `ip` are left out of the per-address count.
-pub(crate) fn is_exempt(ip: IpAddr) -> bool {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => v4 == Ipv4Addr::LOCALHOST,
-        IpAddr::V6(v6) => v6 == Ipv6Addr::LOCALHOST,
+/// An IP network in CIDR notation, `ADDRESS/PREFIX_LENGTH`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subnet {
+    /// The network's address, host bits zero.
+    network: IpAddr,
+    prefix_len: u8,
+}
+
+impl Subnet {
+    /// 127.0.0.1/32 and ::1/128: a local Tor daemon or proxy.
+    pub const LOOPBACK: [Subnet; 2] = [
+        Subnet {
+            network: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            prefix_len: 32,
+        },
+        Subnet {
+            network: IpAddr::V6(Ipv6Addr::LOCALHOST),
+            prefix_len: 128,
+        },
+    ];
+
+    /// Whether `ip` (an IPv4-mapped IPv6 address as its IPv4 one) is in
+    /// this network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.network, ip.to_canonical()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => mask_v4(ip, self.prefix_len) == u32::from(net),
+            (IpAddr::V6(net), IpAddr::V6(ip)) => mask_v6(ip, self.prefix_len) == u128::from(net),
+            _ => false,
+        }
+    }
+}
+
+fn mask_v4(ip: Ipv4Addr, prefix_len: u8) -> u32 {
+    u32::from(ip)
+        & u32::MAX
+            .checked_shl(32 - u32::from(prefix_len))
+            .unwrap_or(0)
+}
+
+fn mask_v6(ip: Ipv6Addr, prefix_len: u8) -> u128 {
+    u128::from(ip)
+        & u128::MAX
+            .checked_shl(128 - u32::from(prefix_len))
+            .unwrap_or(0)
+}
+
+impl FromStr for Subnet {
+    type Err = String;
+
+    /// `10.21.0.0/16`, `fd00::/8`, or a bare address (a network of one).
+    /// Host bits must be zero: `10.21.21.9/16` is refused rather than read
+    /// as a network its writer may not have meant.
+    fn from_str(s: &str) -> Result<Subnet, String> {
+        let s = s.trim();
+        let (addr, len) = match s.split_once('/') {
+            Some((addr, len)) => (addr, Some(len)),
+            None => (s, None),
+        };
+        let network: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("{s:?}: {addr:?} is not an IP address"))?;
+        let network = network.to_canonical();
+        let bits: u8 = if network.is_ipv4() { 32 } else { 128 };
+        let prefix_len = match len {
+            None => bits,
+            Some(len) => len
+                .parse::<u8>()
+                .ok()
+                .filter(|l| *l <= bits)
+                .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {bits}"))?,
+        };
+        let masked = match network {
+            IpAddr::V4(v4) => mask_v4(v4, prefix_len) == u32::from(v4),
+            IpAddr::V6(v6) => mask_v6(v6, prefix_len) == u128::from(v6),
+        };
+        if !masked {
+            return Err(format!(
+                "{s:?}: the address has bits set past the /{prefix_len} prefix"
+            ));
+        }
+        Ok(Subnet {
+            network,
+            prefix_len,
+        })
+    }
+}
+
+impl fmt::Display for Subnet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix_len)
     }
 }
 
@@ -26,6 +115,7 @@ pub(crate) fn is_exempt(ip: IpAddr) -> bool {
 /// session, so its size is bounded by the sessions (no leak).
 pub(crate) struct PerIp {
     max: usize,
+    trusted: Vec<Subnet>,
     counts: Mutex<HashMap<IpAddr, usize>>,
 }
 
@@ -37,9 +127,10 @@ pub(crate) struct IpSlot {
 }
 
 impl PerIp {
-    pub fn new(max: usize) -> Arc<PerIp> {
+    pub fn new(max: usize, trusted: Vec<Subnet>) -> Arc<PerIp> {
         Arc::new(PerIp {
             max,
+            trusted,
             counts: Mutex::new(HashMap::new()),
         })
     }
@@ -50,7 +141,7 @@ impl PerIp {
     /// The cap, when `ip` already holds that many sessions.
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<IpSlot, usize> {
         let ip = ip.to_canonical();
-        if is_exempt(ip) {
+        if self.trusted.iter().any(|net| net.contains(ip)) {
             return Ok(IpSlot {
                 table: Arc::clone(self),
                 ip: None,
@@ -100,10 +191,19 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn subnet(s: &str) -> Subnet {
+        s.parse().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Whether `ip` is exempt under the default trusted subnets.
+    fn exempt_by_default(ip: IpAddr) -> bool {
+        Subnet::LOOPBACK.iter().any(|net| net.contains(ip))
+    }
+
     #[test]
-    fn only_the_local_proxy_addresses_are_exempt() {
+    fn only_the_local_proxy_addresses_are_exempt_by_default() {
         for exempt in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {
-            assert!(is_exempt(ip(exempt)), "{exempt}");
+            assert!(exempt_by_default(ip(exempt)), "{exempt}");
         }
         for counted in [
             "127.0.0.2",
@@ -115,13 +215,75 @@ mod tests {
             "fe80::1",
             "::",
         ] {
-            assert!(!is_exempt(ip(counted)), "{counted}");
+            assert!(!exempt_by_default(ip(counted)), "{counted}");
+        }
+        assert_eq!(
+            Subnet::LOOPBACK.map(|net| net.to_string()),
+            ["127.0.0.1/32", "::1/128"]
+        );
+    }
+
+    #[test]
+    fn subnets_hold_exactly_their_addresses() {
+        let docker = subnet("10.21.0.0/16");
+        for inside in [
+            "10.21.0.0",
+            "10.21.21.9",
+            "10.21.255.255",
+            "::ffff:10.21.1.1",
+        ] {
+            assert!(docker.contains(ip(inside)), "{inside}");
+        }
+        for outside in ["10.22.0.0", "10.20.255.255", "11.21.0.1", "::a15:101"] {
+            assert!(!docker.contains(ip(outside)), "{outside}");
+        }
+        let ula = subnet("fd00::/8");
+        assert!(ula.contains(ip("fdab::1")));
+        assert!(!ula.contains(ip("fe80::1")));
+        assert!(!ula.contains(ip("10.0.0.1")), "no IPv4 in an IPv6 network");
+        let everyone = subnet("0.0.0.0/0");
+        assert!(everyone.contains(ip("203.0.113.7")));
+        assert!(!everyone.contains(ip("2001:db8::1")));
+        assert!(subnet("::/0").contains(ip("2001:db8::1")));
+        // A bare address is a network of one; a mapped one is its IPv4.
+        assert_eq!(subnet("10.21.21.9"), subnet("10.21.21.9/32"));
+        assert_eq!(subnet("::ffff:10.21.21.9"), subnet("10.21.21.9/32"));
+        assert!(!subnet("10.21.21.9").contains(ip("10.21.21.10")));
+    }
+
+    #[test]
+    fn malformed_subnets_are_refused_with_a_reason() {
+        for (bad, reason) in [
+            ("10.21.21.9/16", "bits set past the /16 prefix"),
+            ("10.0.0.0/33", "prefix length must be 0 to 32"),
+            ("fd00::/129", "prefix length must be 0 to 128"),
+            ("10.0.0.0/x", "prefix length"),
+            ("tor-container/24", "is not an IP address"),
+            ("", "is not an IP address"),
+        ] {
+            let err = bad.parse::<Subnet>().unwrap_err();
+            assert!(err.contains(reason), "{bad:?}: {err}");
         }
     }
 
     #[test]
+    fn a_trusted_subnet_is_left_out_of_the_count() {
+        let table = PerIp::new(1, vec![subnet("10.21.0.0/16")]);
+        let tor: Vec<IpSlot> = (0..20)
+            .map(|_| table.admit(ip("10.21.21.11")).unwrap())
+            .collect();
+        assert_eq!(table.addresses(), 0);
+        let _one = table.admit(ip("10.22.0.1")).unwrap();
+        assert_eq!(table.admit(ip("10.22.0.1")).err(), Some(1));
+        // Loopback is no longer trusted once the list is given.
+        let _local = table.admit(ip("127.0.0.1")).unwrap();
+        assert_eq!(table.admit(ip("127.0.0.1")).err(), Some(1));
+        drop(tor);
+    }
+
+    #[test]
     fn the_cap_holds_per_address_and_slots_come_back() {
-        let table = PerIp::new(2);
+        let table = PerIp::new(2, Subnet::LOOPBACK.to_vec());
         let a1 = table.admit(ip("203.0.113.7")).unwrap();
         let _a2 = table.admit(ip("203.0.113.7")).unwrap();
         assert_eq!(table.admit(ip("203.0.113.7")).err(), Some(2));

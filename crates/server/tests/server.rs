@@ -1037,6 +1037,60 @@ async fn sessions_per_address_are_capped_but_localhost_is_exempt() {
     server.stop().await;
 }
 
+/// With `trusted_subnets` given (a Tor container's network, here
+/// 127.0.0.2/31), its addresses hold any number of sessions, and the
+/// default exemption is gone: 127.0.0.1 is capped like anyone.
+#[tokio::test]
+async fn trusted_subnets_replace_the_exempt_addresses() {
+    let server = TestServer::start(
+        Limits {
+            sessions_per_ip_max: 2,
+            trusted_subnets: vec!["127.0.0.2/31".parse().unwrap()],
+            ..Limits::default()
+        },
+        16,
+    )
+    .await;
+    let mut tor = Vec::new();
+    for from in ["127.0.0.2", "127.0.0.3"] {
+        for _ in 0..4 {
+            let mut c = server.client_from(from).await;
+            assert_eq!(
+                c.call("server.banner", json!([])).await["result"],
+                "test banner",
+                "from {from}"
+            );
+            tor.push(c);
+        }
+    }
+    let mut local = Vec::new();
+    for _ in 0..2 {
+        let mut c = server.client().await;
+        assert_eq!(
+            c.call("server.banner", json!([])).await["result"],
+            "test banner"
+        );
+        local.push(c);
+    }
+    let mut third = server.client().await;
+    let r = third.read().await.expect("an error line");
+    assert_eq!(r["error"]["code"], -102, "{r}");
+    let mut outside = Vec::new();
+    for _ in 0..2 {
+        let mut c = server.client_from("127.0.0.4").await;
+        assert_eq!(
+            c.call("server.banner", json!([])).await["result"],
+            "test banner"
+        );
+        outside.push(c);
+    }
+    let mut past = server.client_from("127.0.0.4").await;
+    let r = past.read().await.expect("an error line");
+    assert_eq!(r["error"]["code"], -102, "127.0.0.4 is outside /31: {r}");
+    assert_eq!(server.metrics.sessions.refused.get(), 2);
+    server.stop().await;
+}
+
 /// A port free on 127.0.0.1 now (a server must know its public port
 /// before it binds).
 fn free_port() -> u16 {

@@ -17,7 +17,10 @@
 
 pub mod codec;
 mod flat;
+mod layout;
 pub mod snapshot;
+
+pub use layout::remove_index;
 
 use bitcoin::block::Header;
 use bitcoin::consensus::{deserialize, serialize};
@@ -33,7 +36,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 
 /// Bumped whenever any key, value or file layout changes; a database with
-/// another version is refused and must be rebuilt (`--reindex`).
+/// another version is refused ([`Error::Schema`]) and must be rebuilt,
+/// which `osprey serve` does by itself unless told not to.
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// The prefix configuration is part of the format: a database built with
@@ -52,6 +56,8 @@ const CF_META: &str = "meta";
 const CF_HISTORY: &str = "history";
 const CF_TXID: &str = "txid";
 const CF_UNDO: &str = "undo";
+/// Every column family of this format.
+const ALL_CFS: [&str; 4] = [CF_META, CF_HISTORY, CF_TXID, CF_UNDO];
 /// Column families whose rows arrive in random key order, the ones a bulk
 /// load leaves uncompacted.
 const BULK_CFS: [&str; 2] = [CF_HISTORY, CF_TXID];
@@ -70,7 +76,7 @@ pub enum Error {
     },
     #[error(transparent)]
     Codec(#[from] CodecError),
-    #[error("index at {path} has format {found}, this build writes format {expected}: delete it or start with --reindex")]
+    #[error("index at {path} has format {found}, this build writes format {expected}: rebuild it with --reindex (or leave reindex_on_format_change on)")]
     Schema {
         path: PathBuf,
         found: String,
@@ -197,7 +203,22 @@ impl Store {
             move |source| Error::File { path, source }
         };
         std::fs::create_dir_all(dir).map_err(file_err(dir))?;
-        let db_path = dir.join("rocksdb");
+        let db_path = dir.join(layout::ROCKSDB_DIR);
+        // A format that dropped or renamed a column family would make the
+        // open below fail with RocksDB's "column families not opened":
+        // that is a format change too, and must say so.
+        if let Ok(found) = DB::list_cf(&Options::default(), &db_path) {
+            if let Some(foreign) = found
+                .iter()
+                .find(|cf| !ALL_CFS.contains(&cf.as_str()) && cf.as_str() != "default")
+            {
+                return Err(Error::Schema {
+                    path: dir.to_path_buf(),
+                    found: format!("with column family {foreign:?}"),
+                    expected: osprey_core::to_hex(&schema_tag()),
+                });
+            }
+        }
         // No fallocate (a DB option the Rust API only takes as a string):
         // RocksDB would reserve 1.1x a memtable for each WAL and a whole
         // target file for each SST being written, which showed as ~36 MB of

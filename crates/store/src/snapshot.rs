@@ -12,6 +12,7 @@
 //! This module knows the tar layout and the store's files; whether the tip
 //! is in the node's best chain is for the caller, which knows the node.
 
+use crate::layout::{FLAT_FILES, ROCKSDB_DIR};
 use crate::{schema_tag, Error, Result, Store, CF_META, META_NETWORK, SCHEMA_VERSION};
 use bitcoin::hashes::{sha256, Hash, HashEngine};
 use bitcoin::BlockHash;
@@ -31,17 +32,6 @@ const MANIFEST_BYTES_MAX: u64 = 4 << 20;
 
 /// Bytes read and written at a time.
 const COPY_BUFFER_BYTES: usize = 1 << 20;
-
-/// The directory of the RocksDB files, in the index and in a snapshot.
-const ROCKSDB_DIR: &str = "rocksdb";
-
-/// The flat files and their record sizes (see `Store::open`).
-const FLAT_FILES: [(&str, u64); 4] = [
-    ("headers.dat", 80),
-    ("txcounts.dat", 8),
-    ("txids.dat", 32),
-    ("txends.dat", 4),
-];
 
 /// What a snapshot holds, written as its first entry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -201,6 +201,84 @@ fn wrong_network_or_schema_is_refused() {
     assert!(err.to_string().contains("--reindex"));
 }
 
+/// A format without one of today's column families, or with one today's
+/// does not know, is a format change, not a RocksDB error.
+#[test]
+fn a_foreign_column_family_is_a_format_change() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap());
+    {
+        let mut opts = Options::default();
+        opts.create_missing_column_families(true);
+        let mut cfs: Vec<&str> = ALL_CFS.to_vec();
+        cfs.push("history_v3");
+        drop(DB::open_cf(&opts, dir.path().join("rocksdb"), cfs).unwrap());
+    }
+    let err = Store::open(dir.path(), "regtest", StoreConfig::default())
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, Error::Schema { ref found, .. } if found.contains("history_v3")),
+        "{err}"
+    );
+}
+
+/// `remove_index` deletes the index and nothing beside it: another
+/// program's files in the same directory (electrs keeps its RocksDB files
+/// right in `<db_dir>/bitcoin`) survive, and so does the directory.
+#[test]
+fn remove_index_deletes_only_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("bitcoin");
+    let store = Store::open(&index, "regtest", StoreConfig::default()).unwrap();
+    store
+        .apply(&blocks(0, 3, None, 0, 0), true, Height(2))
+        .unwrap();
+    drop(store);
+    let foreign = ["CURRENT", "000012.sst", "electrs/LOG"];
+    for name in foreign {
+        let path = index.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, name).unwrap();
+    }
+    let removed = remove_index(&index).unwrap();
+    assert_eq!(
+        removed.len(),
+        5,
+        "rocksdb/ and four flat files: {removed:?}"
+    );
+    let mut left: Vec<String> = walk(&index);
+    left.sort();
+    assert_eq!(left, ["000012.sst", "CURRENT", "electrs/LOG"]);
+    for name in foreign {
+        assert_eq!(std::fs::read_to_string(index.join(name)).unwrap(), name);
+    }
+    // Alone, the index goes with its directory; a second call finds nothing.
+    let alone = dir.path().join("regtest");
+    drop(Store::open(&alone, "regtest", StoreConfig::default()).unwrap());
+    assert_eq!(remove_index(&alone).unwrap().last(), Some(&alone));
+    assert!(!alone.exists());
+    assert_eq!(
+        remove_index(&alone).unwrap(),
+        Vec::<std::path::PathBuf>::new()
+    );
+}
+
+/// The files under `dir`, relative to it.
+fn walk(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            found.extend(walk(&path).into_iter().map(|f| format!("{name}/{f}")));
+        } else {
+            found.push(name);
+        }
+    }
+    found
+}
+
 #[test]
 fn sort_key_orders_like_the_key_bytes() {
     // Keys of 1 to 20 bytes drawn from a few byte values (zeros included,

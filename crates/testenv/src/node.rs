@@ -411,11 +411,16 @@ pub struct BitcoindNode {
 pub struct BitcoindOptions {
     /// `-rest=1`: binary REST on the RPC port.
     pub rest: bool,
+    /// `-prune=550`: a pruned node (550 MiB, the least Core takes).
+    pub prune: bool,
 }
 
 impl Default for BitcoindOptions {
     fn default() -> Self {
-        BitcoindOptions { rest: true }
+        BitcoindOptions {
+            rest: true,
+            prune: false,
+        }
     }
 }
 
@@ -498,6 +503,7 @@ impl BitcoindNode {
                 .arg("-rpcallowip=127.0.0.1")
                 .arg(format!("-rpcauth={}", rpcauth(RPC_USER, RPC_PASS)))
                 .arg(format!("-rest={}", u8::from(options.rest)))
+                .arg(format!("-prune={}", if options.prune { 550 } else { 0 }))
                 .args([
                     "-server",
                     "-listen",

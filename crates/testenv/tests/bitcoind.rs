@@ -105,7 +105,7 @@ fn tip_of(query: &Query) -> (u32, BlockHash) {
 /// wakes on a block.
 #[test]
 fn core_files_rest_and_rpc_build_the_same_index_and_follow_a_reorg() {
-    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions { rest: true }) else {
+    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions::default()) else {
         return;
     };
     make_chain(&node);
@@ -218,7 +218,10 @@ fn core_files_rest_and_rpc_build_the_same_index_and_follow_a_reorg() {
 /// (`getrawtransaction` with the block hash).
 #[test]
 fn core_without_rest_indexes_over_rpc_and_serves_transactions_without_txindex() {
-    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions { rest: false }) else {
+    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions {
+        rest: false,
+        ..BitcoindOptions::default()
+    }) else {
         return;
     };
     make_chain(&node);
@@ -249,7 +252,7 @@ fn core_without_rest_indexes_over_rpc_and_serves_transactions_without_txindex() 
 /// says: paid in the mempool, confirmed, back in the mempool after a reorg.
 #[test]
 fn cached_statuses_follow_the_mempool_blocks_and_reorgs() {
-    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions { rest: true }) else {
+    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions::default()) else {
         return;
     };
     let mut wallet = make_chain(&node);
