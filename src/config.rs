@@ -9,11 +9,14 @@
 //! come from the crates that enforce them (`Limits`, `QueryConfig`,
 //! `StoreConfig`). A test checks that the README's table says the same.
 
+mod electrs;
+
 use anyhow::{bail, Context};
 use clap::Args;
 use osprey_core::Network;
 use serde::Deserialize;
-use std::net::SocketAddr;
+use std::fmt::Debug;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
 /// Flags of `osprey serve` and `osprey index`; each can also be set as an
@@ -149,6 +152,120 @@ pub struct ConfigArgs {
     /// 127.0.0.1:4224 (electrs' port) [default: off]
     #[arg(long, env = "OSPREY_MONITORING_ADDR")]
     pub monitoring_addr: Option<String>,
+    /// Also read every file in this directory, in name order, before
+    /// --conf (electrs' --conf-dir)
+    #[arg(long, env = "OSPREY_CONF_DIR")]
+    #[serde(skip)]
+    pub conf_dir: Option<PathBuf>,
+    /// Do not read ./osprey.toml (electrs' --skip-default-conf-files)
+    #[arg(long, env = "OSPREY_SKIP_DEFAULT_CONF_FILES")]
+    #[serde(skip)]
+    pub skip_default_conf_files: bool,
+
+    // electrs' names, hidden from --help: see `electrs::SETTINGS` for what
+    // Osprey does with each.
+    /// electrs' name of --banner
+    #[arg(long, env = "OSPREY_SERVER_BANNER", hide = true)]
+    pub server_banner: Option<String>,
+    /// electrs' name of --log-filter
+    #[arg(long, env = "OSPREY_LOG_FILTERS", hide = true)]
+    pub log_filters: Option<String>,
+    /// electrs' --history-entries-max, 0 for no limit
+    #[arg(long, env = "OSPREY_INDEX_LOOKUP_LIMIT", hide = true)]
+    pub index_lookup_limit: Option<usize>,
+    /// electrs' --poll-interval-ms, in seconds
+    #[arg(long, env = "OSPREY_WAIT_DURATION_SECS", hide = true)]
+    pub wait_duration_secs: Option<u64>,
+    /// electrs: index to the tip, then exit
+    #[arg(long, env = "OSPREY_SYNC_ONCE", hide = true)]
+    #[serde(default)]
+    pub sync_once: bool,
+    #[arg(short = 'v', long, env = "OSPREY_VERBOSE", action = clap::ArgAction::Count, hide = true)]
+    #[serde(default)]
+    pub verbose: u8,
+    #[arg(long, env = "OSPREY_TIMESTAMP", hide = true)]
+    #[serde(default)]
+    pub timestamp: bool,
+    /// `auto_reindex = true|false` in the file, `--auto-reindex BOOL`
+    #[arg(long, env = "OSPREY_AUTO_REINDEX", hide = true)]
+    pub auto_reindex: Option<bool>,
+    /// electrs' flag form of `auto_reindex = false`
+    #[arg(long, hide = true)]
+    #[serde(skip)]
+    pub no_auto_reindex: bool,
+    #[arg(long, env = "OSPREY_DB_LOG_DIR", hide = true)]
+    pub db_log_dir: Option<PathBuf>,
+    #[arg(long, env = "OSPREY_DB_PARALLELISM", hide = true)]
+    pub db_parallelism: Option<u8>,
+    #[arg(long, env = "OSPREY_JSONRPC_TIMEOUT_SECS", hide = true)]
+    pub jsonrpc_timeout_secs: Option<u64>,
+    #[arg(long, env = "OSPREY_IGNORE_MEMPOOL", hide = true)]
+    #[serde(default)]
+    pub ignore_mempool: bool,
+    #[arg(long, env = "OSPREY_DISABLE_ELECTRUM_RPC", hide = true)]
+    #[serde(default)]
+    pub disable_electrum_rpc: bool,
+    #[arg(long, env = "OSPREY_SKIP_BLOCK_DOWNLOAD_WAIT", hide = true)]
+    #[serde(default)]
+    pub skip_block_download_wait: bool,
+    /// Any value but false, no, off or 0 counts as set: images often define
+    /// an `OSPREY_VERSION` variable of their own, which must not stop startup.
+    #[arg(long, env = "OSPREY_VERSION", hide = true, value_parser = clap::builder::FalseyValueParser::new())]
+    #[serde(default)]
+    pub version: bool,
+    #[arg(long, env = "OSPREY_REINDEX_LAST_BLOCKS", hide = true)]
+    pub reindex_last_blocks: Option<usize>,
+    #[arg(long, env = "OSPREY_DAEMON_P2P_ADDR", hide = true)]
+    pub daemon_p2p_addr: Option<String>,
+    #[arg(long, env = "OSPREY_INDEX_BATCH_SIZE", hide = true)]
+    pub index_batch_size: Option<usize>,
+    #[arg(long, env = "OSPREY_SIGNET_MAGIC", hide = true)]
+    pub signet_magic: Option<String>,
+    #[arg(long, env = "OSPREY_MAGIC", hide = true)]
+    pub magic: Option<String>,
+    #[arg(long, env = "OSPREY_COOKIE", hide = true, hide_env_values = true)]
+    pub cookie: Option<String>,
+    #[arg(long, env = "OSPREY_JSONRPC_IMPORT", hide = true)]
+    #[serde(default)]
+    pub jsonrpc_import: bool,
+    #[arg(long, env = "OSPREY_BULK_INDEX_THREADS", hide = true)]
+    pub bulk_index_threads: Option<usize>,
+    #[arg(long, env = "OSPREY_TX_CACHE_SIZE_MB", hide = true)]
+    pub tx_cache_size_mb: Option<f64>,
+    #[arg(long, env = "OSPREY_BLOCKTXIDS_CACHE_SIZE_MB", hide = true)]
+    pub blocktxids_cache_size_mb: Option<f64>,
+    #[arg(long, env = "OSPREY_TXID_LIMIT", hide = true)]
+    pub txid_limit: Option<usize>,
+}
+
+impl ConfigArgs {
+    /// Whether electrs setting `key`, one Osprey ignores, is set here (a
+    /// switch that is off asks for what Osprey does anyway).
+    fn sets_ignored(&self, key: &str) -> bool {
+        match key {
+            "verbose" => self.verbose > 0,
+            "timestamp" => self.timestamp,
+            "db_log_dir" => self.db_log_dir.is_some(),
+            "db_parallelism" => self.db_parallelism.is_some(),
+            "jsonrpc_timeout_secs" => self.jsonrpc_timeout_secs.is_some(),
+            "ignore_mempool" => self.ignore_mempool,
+            "disable_electrum_rpc" => self.disable_electrum_rpc,
+            "skip_block_download_wait" => self.skip_block_download_wait,
+            "version" => self.version,
+            "reindex_last_blocks" => self.reindex_last_blocks.is_some(),
+            "daemon_p2p_addr" => self.daemon_p2p_addr.is_some(),
+            "index_batch_size" => self.index_batch_size.is_some(),
+            "signet_magic" => self.signet_magic.is_some(),
+            "magic" => self.magic.is_some(),
+            "cookie" => self.cookie.is_some(),
+            "jsonrpc_import" => self.jsonrpc_import,
+            "bulk_index_threads" => self.bulk_index_threads.is_some(),
+            "tx_cache_size_mb" => self.tx_cache_size_mb.is_some(),
+            "blocktxids_cache_size_mb" => self.blocktxids_cache_size_mb.is_some(),
+            "txid_limit" => self.txid_limit.is_some(),
+            other => panic!("electrs setting {other} is not one Osprey ignores"),
+        }
+    }
 }
 
 /// Where the chain comes from.
@@ -201,6 +318,11 @@ pub struct Config {
     pub tls: Option<osprey_server::TlsFiles>,
     /// Where `/metrics` is served; `None`: nowhere.
     pub monitoring_addr: Option<SocketAddr>,
+    /// `osprey serve` indexes to the tip and exits (electrs' `sync_once`).
+    pub sync_once: bool,
+    /// One line per setting that was accepted but is not honoured, for
+    /// the caller to log once logging is up.
+    pub warnings: Vec<String>,
 }
 
 impl ConfigArgs {
@@ -210,12 +332,60 @@ impl ConfigArgs {
     /// A missing or malformed config file, an unknown key, or a value that
     /// does not parse, each named in the message.
     pub fn resolve(&self) -> anyhow::Result<Config> {
-        let file = match &self.conf {
-            Some(path) => read_file(path)?,
-            None if Path::new("osprey.toml").exists() => read_file(Path::new("osprey.toml"))?,
-            None => ConfigArgs::default(),
-        };
-        self.over(file)
+        let files = self.config_files()?;
+        let mut config = self.over(read_files(&files)?)?;
+        if !self.skip_default_conf_files {
+            let read: Vec<PathBuf> = files.iter().filter_map(|p| p.canonicalize().ok()).collect();
+            let home = home_dir();
+            let electrs_files = [
+                Some(PathBuf::from("/etc/electrs/config.toml")),
+                home.map(|home| home.join(".electrs/config.toml")),
+                Some(PathBuf::from("electrs.toml")),
+            ];
+            for path in electrs_files.into_iter().flatten() {
+                if path.canonicalize().is_ok_and(|path| !read.contains(&path)) {
+                    config.warnings.push(format!(
+                        "{} exists: electrs reads it by default, Osprey does not (pass --conf {0} to use it)",
+                        path.display()
+                    ));
+                }
+            }
+        }
+        // electrs names its index directory as Osprey does (db_dir/bitcoin,
+        // db_dir/testnet4, ...), RocksDB's files directly in it; Osprey's
+        // own RocksDB is in its rocksdb/ sub-directory.
+        if config.db_path.join("CURRENT").is_file() {
+            config.warnings.push(format!(
+                "db_dir: {} holds an electrs index, which Osprey does not read: Osprey builds its own beside it (rocksdb/ and *.dat); delete electrs' files there once electrs is gone (Osprey's --reindex and format rebuilds delete only its own)",
+                config.db_path.display()
+            ));
+        }
+        Ok(config)
+    }
+
+    /// The config files to read, lowest precedence first: ./osprey.toml
+    /// unless --conf or --skip-default-conf-files is given, every file of
+    /// --conf-dir in name order, then --conf.
+    fn config_files(&self) -> anyhow::Result<Vec<PathBuf>> {
+        let mut files = Vec::new();
+        let default = Path::new("osprey.toml");
+        if self.conf.is_none() && !self.skip_default_conf_files && default.exists() {
+            files.push(default.to_path_buf());
+        }
+        if let Some(dir) = &self.conf_dir {
+            let mut in_dir = std::fs::read_dir(dir)
+                .and_then(|entries| {
+                    entries
+                        .map(|entry| entry.map(|e| e.path()))
+                        .collect::<std::io::Result<Vec<PathBuf>>>()
+                })
+                .with_context(|| format!("reading conf_dir {}", dir.display()))?;
+            in_dir.retain(|path| path.is_file());
+            in_dir.sort();
+            files.extend(in_dir);
+        }
+        files.extend(self.conf.clone());
+        Ok(files)
     }
 
     /// Layers these settings over `file`'s, then over the defaults.
@@ -226,6 +396,37 @@ impl ConfigArgs {
         let limits = osprey_server::Limits::default();
         let query = osprey_query::QueryConfig::default();
         let store = osprey_store::StoreConfig::default();
+        let warnings = electrs::SETTINGS
+            .iter()
+            .filter_map(|(key, _)| {
+                let warning = electrs::warning(key)?;
+                (self.sets_ignored(key) || file.sets_ignored(key)).then_some(warning)
+            })
+            .collect();
+        // Osprey's setting or its electrs name, one layer at a time, so
+        // that a flag of either name overrides the file's.
+        let reindex_on_format_change = self
+            .reindex_on_format_change_either()?
+            .or(file.reindex_on_format_change_either()?)
+            .unwrap_or(true);
+        let banner = self
+            .banner_either()?
+            .or(file.banner_either()?)
+            .unwrap_or_else(|| "Welcome to Osprey".into());
+        let log_filter = self
+            .log_filter_either()?
+            .or(file.log_filter_either()?)
+            .unwrap_or_else(|| "info".into());
+        let history_entries_max = self
+            .history_entries_max_either()?
+            .or(file.history_entries_max_either()?)
+            .unwrap_or(query.history_entries_max);
+        let poll_interval_ms = self
+            .poll_interval_ms_either()?
+            .or(file.poll_interval_ms_either()?)
+            .unwrap_or(1000)
+            .max(10);
+        let sync_once = self.sync_once || file.sync_once;
         let network: Network = match self.network.clone().or(file.network) {
             Some(name) => name
                 .parse()
@@ -303,9 +504,7 @@ impl ConfigArgs {
             .clone()
             .or(file.electrum_rpc_addr)
             .unwrap_or_else(|| format!("127.0.0.1:{}", network.default_electrum_port()));
-        let electrum_rpc_addr = electrum
-            .parse()
-            .with_context(|| format!("electrum_rpc_addr {electrum:?} is not an IP:PORT address"))?;
+        let electrum_rpc_addr = resolve_addr("electrum_rpc_addr", &electrum)?;
         let optional_addr = |name: &str, value: Option<String>| {
             value
                 .map(|v| {
@@ -348,13 +547,12 @@ impl ConfigArgs {
                 "give both tls_cert_file and tls_key_file, or neither for a self-signed certificate"
             ),
         };
-        let monitoring_addr =
-            match self.monitoring_addr.clone().or(file.monitoring_addr) {
-                Some(addr) => Some(addr.parse().with_context(|| {
-                    format!("monitoring_addr {addr:?} is not an IP:PORT address")
-                })?),
-                None => None,
-            };
+        let monitoring_addr = self
+            .monitoring_addr
+            .clone()
+            .or(file.monitoring_addr)
+            .map(|addr| resolve_addr("monitoring_addr", &addr))
+            .transpose()?;
         let positive = |name: &str, v: usize| {
             if v == 0 {
                 bail!("{name} must be at least 1");
@@ -366,18 +564,9 @@ impl ConfigArgs {
             db_path: db_dir.join(network.name()),
             chain,
             electrum_rpc_addr,
-            log_filter: self
-                .log_filter
-                .clone()
-                .or(file.log_filter)
-                .unwrap_or_else(|| "info".into()),
+            log_filter,
             reindex: self.reindex,
-            history_entries_max: positive(
-                "history_entries_max",
-                self.history_entries_max
-                    .or(file.history_entries_max)
-                    .unwrap_or(query.history_entries_max),
-            )?,
+            history_entries_max: positive("history_entries_max", history_entries_max)?,
             line_bytes_max: positive(
                 "line_bytes_max",
                 self.line_bytes_max
@@ -412,16 +601,8 @@ impl ConfigArgs {
                 .reorg_depth_max
                 .or(file.reorg_depth_max)
                 .unwrap_or(store.reorg_depth_max),
-            poll_interval_ms: self
-                .poll_interval_ms
-                .or(file.poll_interval_ms)
-                .unwrap_or(1000)
-                .max(10),
-            banner: self
-                .banner
-                .clone()
-                .or(file.banner)
-                .unwrap_or_else(|| "Welcome to Osprey".into()),
+            poll_interval_ms,
+            banner,
             client_memory_bytes_max: self
                 .client_memory_bytes_max
                 .or(file.client_memory_bytes_max)
@@ -437,7 +618,11 @@ impl ConfigArgs {
                     .or(file.sessions_per_ip_max)
                     .unwrap_or(limits.sessions_per_ip_max),
             )?,
-            trusted_subnets: match self.trusted_subnets.clone().or(file.trusted_subnets) {
+            trusted_subnets: match self
+                .trusted_subnets
+                .clone()
+                .or(file.trusted_subnets.clone())
+            {
                 Some(list) => subnet_list(&list)?,
                 None => limits.trusted_subnets,
             },
@@ -455,17 +640,93 @@ impl ConfigArgs {
             )?
             .checked_mul(1 << 20)
             .context("db_cache_mb is too large")?,
-            reindex_on_format_change: self
-                .reindex_on_format_change
-                .or(file.reindex_on_format_change)
-                .unwrap_or(true),
+            reindex_on_format_change,
             electrum_tls_addr,
             electrum_ws_addr,
             electrum_wss_addr,
             tls,
             monitoring_addr,
+            sync_once,
+            warnings,
         })
     }
+
+    fn banner_either(&self) -> anyhow::Result<Option<String>> {
+        either(
+            ("banner", self.banner.clone()),
+            ("server_banner", self.server_banner.clone()),
+        )
+    }
+
+    fn log_filter_either(&self) -> anyhow::Result<Option<String>> {
+        either(
+            ("log_filter", self.log_filter.clone()),
+            ("log_filters", self.log_filters.clone()),
+        )
+    }
+
+    fn history_entries_max_either(&self) -> anyhow::Result<Option<usize>> {
+        // electrs: "0 - disable the limit".
+        let electrs = self
+            .index_lookup_limit
+            .map(|limit| if limit == 0 { usize::MAX } else { limit });
+        either(
+            ("history_entries_max", self.history_entries_max),
+            ("index_lookup_limit", electrs),
+        )
+    }
+
+    fn reindex_on_format_change_either(&self) -> anyhow::Result<Option<bool>> {
+        // electrs' flag form `--no-auto-reindex` is `auto_reindex = false`.
+        let electrs = match (self.auto_reindex, self.no_auto_reindex) {
+            (Some(true), true) => bail!("auto_reindex is true, yet --no-auto-reindex is given"),
+            (_, true) => Some(false),
+            (value, false) => value,
+        };
+        either(
+            ("reindex_on_format_change", self.reindex_on_format_change),
+            ("auto_reindex", electrs),
+        )
+    }
+
+    fn poll_interval_ms_either(&self) -> anyhow::Result<Option<u64>> {
+        let electrs = self
+            .wait_duration_secs
+            .map(|secs| secs.saturating_mul(1000));
+        either(
+            ("poll_interval_ms", self.poll_interval_ms),
+            ("wait_duration_secs", electrs),
+        )
+    }
+}
+
+/// A setting given by its Osprey name or its electrs name (converted to
+/// Osprey's unit) in one layer: both must agree.
+fn either<T: PartialEq + Debug>(
+    (osprey_key, osprey): (&str, Option<T>),
+    (electrs_key, electrs): (&str, Option<T>),
+) -> anyhow::Result<Option<T>> {
+    match (osprey, electrs) {
+        (Some(a), Some(b)) if a != b => bail!(
+            "{osprey_key} ({a:?}) and electrs' {electrs_key} (as {osprey_key}: {b:?}) disagree: give one of them"
+        ),
+        (a, b) => Ok(a.or(b)),
+    }
+}
+
+/// An `IP:PORT` address, or `HOST:PORT` resolved to its first address as
+/// electrs does for its addresses.
+fn resolve_addr(name: &str, value: &str) -> anyhow::Result<SocketAddr> {
+    if let Ok(addr) = value.parse() {
+        return Ok(addr);
+    }
+    value
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .with_context(|| {
+            format!("{name} {value:?} is neither IP:PORT nor a HOST:PORT that resolves")
+        })
 }
 
 /// Parses a comma-separated list of `HOST[:tPORT][:sPORT]`.
@@ -505,10 +766,22 @@ fn peer_list(list: Option<String>) -> anyhow::Result<Vec<osprey_server::PublicHo
     Ok(peers)
 }
 
-fn read_file(path: &Path) -> anyhow::Result<ConfigArgs> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading config file {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
+/// Reads `paths` in order, a later file's keys over an earlier's; each
+/// file is checked on its own so that an error names it.
+fn read_files(paths: &[PathBuf]) -> anyhow::Result<ConfigArgs> {
+    let mut merged = toml::Table::new();
+    for path in paths {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        toml::from_str::<ConfigArgs>(&text)
+            .with_context(|| format!("config file {}", path.display()))?;
+        let table: toml::Table =
+            toml::from_str(&text).with_context(|| format!("config file {}", path.display()))?;
+        merged.extend(table);
+    }
+    toml::Value::Table(merged)
+        .try_into()
+        .context("config files")
 }
 
 fn home_dir() -> Option<PathBuf> {
@@ -637,10 +910,26 @@ mod tests {
                 } => "auto".to_string(),
                 other => format!("{other:?}"),
             },
-            "conf" | "db_dir" | "daemon_dir" | "daemon_rpc_addr" | "cookie_file" | "auth"
-            | "blocks_dir" | "electrum_rpc_addr" | "reindex" | "public_hosts" | "peers"
-            | "electrum_tls_addr" | "tls_cert_file" | "tls_key_file" | "electrum_ws_addr"
-            | "electrum_wss_addr" | "monitoring_addr" | "worker_threads" => return None,
+            "conf"
+            | "db_dir"
+            | "daemon_dir"
+            | "daemon_rpc_addr"
+            | "cookie_file"
+            | "auth"
+            | "blocks_dir"
+            | "electrum_rpc_addr"
+            | "reindex"
+            | "public_hosts"
+            | "peers"
+            | "electrum_tls_addr"
+            | "tls_cert_file"
+            | "tls_key_file"
+            | "electrum_ws_addr"
+            | "electrum_wss_addr"
+            | "monitoring_addr"
+            | "conf_dir"
+            | "skip_default_conf_files"
+            | "worker_threads" => return None,
             other => panic!("setting {other} is new: say here what its default resolves to"),
         })
     }
@@ -673,7 +962,8 @@ mod tests {
         let command = ConfigArgs::augment_args(clap::Command::new("osprey"));
         let flags: Vec<&clap::Arg> = command
             .get_arguments()
-            .filter(|arg| arg.get_long().is_some())
+            // electrs' names are hidden, and listed under "Replacing electrs".
+            .filter(|arg| arg.get_long().is_some() && !arg.is_hide_set())
             .collect();
         let mut documented: Vec<&str> = rows.iter().map(|row| row[0].as_str()).collect();
         let mut declared: Vec<String> = flags
@@ -888,5 +1178,410 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// electrs' documented example config, committed verbatim from
+    /// romanz/electrs `doc/config_example.toml` (see tests/data/electrs/).
+    const ELECTRS_EXAMPLE: &str = include_str!("../tests/data/electrs/config_example.toml");
+    /// electrs' configure_me spec, committed verbatim from romanz/electrs
+    /// `internal/config_specification.toml`.
+    const ELECTRS_SPEC: &str = include_str!("../tests/data/electrs/config_specification.toml");
+
+    fn from_toml(text: &str) -> anyhow::Result<Config> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("electrs.toml");
+        std::fs::write(&path, text).unwrap();
+        ConfigArgs::default().over(read_files(&[path])?)
+    }
+
+    #[test]
+    fn electrs_example_config_starts_osprey_with_its_values() {
+        let c = from_toml(ELECTRS_EXAMPLE).unwrap();
+        assert_eq!(c.network, Network::Bitcoin);
+        assert_eq!(
+            c.db_path,
+            PathBuf::from("/some/fast/storage/with/big/size/bitcoin"),
+            "electrs' db_dir/<network> too"
+        );
+        match &c.chain {
+            ChainConfig::Node { rpc_addr, auth, .. } => {
+                assert_eq!(rpc_addr, "127.0.0.1:8332");
+                assert!(
+                    matches!(auth, osprey_chain::rpc::Auth::CookieFile(p) if p == Path::new("/var/run/bitcoin-mainnet/cookie")),
+                    "{auth:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(c.electrum_rpc_addr, "127.0.0.1:50001".parse().unwrap());
+        assert_eq!(c.log_filter, "INFO");
+        tracing_subscriber::EnvFilter::try_new(&c.log_filter).expect("electrs' level names");
+        assert_eq!(c.warnings, Vec::<String>::new(), "every key is honoured");
+    }
+
+    /// The file Start9's electrs package writes, with its defaults
+    /// (Start9Labs/electrs-startos `startos/fileModels/electrs.toml.ts` and
+    /// `configDefaults` in `startos/utils.ts`, before bc5ac7bc).
+    #[test]
+    fn start9s_electrs_file_starts_osprey() {
+        let c = from_toml(
+            "cookie_file = \"/mnt/bitcoind/.cookie\"\n\
+             daemon_rpc_addr = \"bitcoind.startos:8332\"\n\
+             daemon_p2p_addr = \"bitcoind.startos:8333\"\n\
+             network = \"bitcoin\"\n\
+             electrum_rpc_addr = \"0.0.0.0:50001\"\n\
+             log_filters = \"INFO\"\n\
+             index_batch_size = 10\n\
+             index_lookup_limit = 0\n",
+        )
+        .unwrap();
+        assert_eq!(c.history_entries_max, usize::MAX);
+        assert_eq!(c.electrum_rpc_addr, "0.0.0.0:50001".parse().unwrap());
+        assert!(
+            matches!(&c.chain, ChainConfig::Node { rpc_addr, .. } if rpc_addr == "bitcoind.startos:8332"),
+            "a host name, resolved when connecting: {:?}",
+            c.chain
+        );
+        let ignored: Vec<&str> = c
+            .warnings
+            .iter()
+            .map(|w| w.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(ignored, ["daemon_p2p_addr", "index_batch_size"]);
+    }
+
+    /// The settings electrs 0.12's spec declares, and the values its types
+    /// take (for a TOML line).
+    fn spec_settings() -> Vec<(String, &'static str)> {
+        let spec: toml::Table = toml::from_str(ELECTRS_SPEC).unwrap();
+        let mut settings = Vec::new();
+        for (kind, items) in [("param", &spec["param"]), ("switch", &spec["switch"])] {
+            for item in items.as_array().unwrap() {
+                let name = item["name"].as_str().unwrap().to_string();
+                let sample = match (kind, item.get("type").and_then(|t| t.as_str())) {
+                    ("switch", _) if item.get("count").is_some() => "2",
+                    ("switch", _) => "true",
+                    (_, Some("u8" | "u64" | "usize")) => "3",
+                    (_, Some("crate::config::BitcoinNetwork")) => "\"signet\"",
+                    (_, Some("crate::config::ResolvAddr")) => "\"127.0.0.1:9\"",
+                    (_, Some("std::path::PathBuf" | "String")) => "\"/tmp/x\"",
+                    (_, other) => panic!("spec type {other:?} of {name}: add a sample"),
+                };
+                settings.push((name, sample));
+            }
+        }
+        for general in [
+            "conf_file_param",
+            "conf_dir_param",
+            "skip_default_conf_files_switch",
+        ] {
+            let name = spec["general"][general].as_str().unwrap();
+            settings.push((name.to_string(), "flag only"));
+        }
+        settings
+    }
+
+    #[test]
+    fn every_electrs_setting_is_honoured_or_warned_about_once() {
+        use clap::Args as _;
+        let spec = spec_settings();
+        assert!(spec.len() >= 27, "the spec parsed: {spec:?}");
+        let known: Vec<&str> = electrs::SETTINGS.iter().map(|(key, _)| *key).collect();
+        for (key, _) in &spec {
+            assert!(
+                known.contains(&key.as_str()),
+                "electrs' {key} is missing from electrs::SETTINGS"
+            );
+        }
+        // Keys of earlier releases, with a value each.
+        let older = [
+            ("daemon_p2p_addr", "\"127.0.0.1:8333\""),
+            ("index_batch_size", "10"),
+            ("signet_magic", "\"0a03cf40\""),
+            ("magic", "\"f9beb4d9\""),
+            ("cookie", "\"user:pass\""),
+            ("jsonrpc_import", "true"),
+            ("bulk_index_threads", "2"),
+            ("tx_cache_size_mb", "10.0"),
+            ("blocktxids_cache_size_mb", "10.0"),
+            ("txid_limit", "100"),
+        ];
+        let command = ConfigArgs::augment_args(clap::Command::new("osprey"));
+        for arg in command.get_arguments().filter(|arg| arg.is_hide_set()) {
+            let long = arg.get_long().unwrap();
+            let key = long.trim_start_matches("no-").replace('-', "_");
+            assert!(
+                known.contains(&key.as_str()),
+                "hidden --{long} is no electrs setting"
+            );
+        }
+        for (key, what) in electrs::SETTINGS {
+            let sample = spec
+                .iter()
+                .find(|(name, _)| name == key)
+                .map(|(_, sample)| *sample)
+                .or_else(|| older.iter().find(|(name, _)| name == key).map(|(_, s)| *s))
+                .unwrap_or_else(|| panic!("{key}: neither in the spec nor an older key"));
+            // The flag and the variable: electrs' names, renamed OSPREY_.
+            let long = key.replace('_', "-");
+            let arg = command
+                .get_arguments()
+                .find(|arg| arg.get_long() == Some(long.as_str()))
+                .unwrap_or_else(|| panic!("no --{long}"));
+            let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or_default();
+            assert_eq!(env, format!("OSPREY_{}", key.to_uppercase()), "{key}");
+            let text = match (*key, sample) {
+                (_, "flag only") => continue,
+                ("auth", _) => "auth = \"user:pass\"\n".to_string(),
+                _ => format!("{key} = {sample}\n"),
+            };
+            let config = from_toml(&text).unwrap_or_else(|e| panic!("{text}: {e:#}"));
+            let warned: Vec<&String> = config.warnings.iter().filter(|w| w.contains(key)).collect();
+            match what {
+                electrs::Electrs::Ignored(_) => {
+                    assert_eq!(config.warnings.len(), 1, "{text}: {:?}", config.warnings);
+                    assert!(
+                        warned[0].starts_with(&format!("{key} (an electrs setting) is ignored: "))
+                    );
+                }
+                _ => assert_eq!(config.warnings, Vec::<String>::new(), "{text}"),
+            }
+        }
+        // electrs' flag form of `auto_reindex = false`: no rebuild after a
+        // format change; and `auto_reindex` in a file says the same.
+        let matches = command
+            .clone()
+            .try_get_matches_from(["osprey", "--no-auto-reindex", "-vv"])
+            .unwrap();
+        let args = <ConfigArgs as clap::FromArgMatches>::from_arg_matches(&matches).unwrap();
+        assert_eq!((args.no_auto_reindex, args.verbose), (true, 2));
+        let config = args.over(ConfigArgs::default()).unwrap();
+        assert!(!config.reindex_on_format_change);
+        assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+        assert!(
+            config.warnings[0].starts_with("verbose "),
+            "{:?}",
+            config.warnings
+        );
+        for (text, rebuilds) in [
+            ("auto_reindex = false\n", false),
+            ("auto_reindex = true\n", true),
+        ] {
+            assert_eq!(
+                from_toml(text).unwrap().reindex_on_format_change,
+                rebuilds,
+                "{text}"
+            );
+        }
+        let err = from_toml("auto_reindex = true\nreindex_on_format_change = false\n").unwrap_err();
+        assert!(format!("{err:#}").contains("disagree"), "{err:#}");
+    }
+
+    #[test]
+    fn electrs_switches_parse_under_osprey_serve() {
+        use clap::Parser as _;
+        let cli = crate::Cli::try_parse_from([
+            "osprey",
+            "serve",
+            "--version",
+            "-vv",
+            "--sync-once",
+            "--no-auto-reindex",
+            "--index-lookup-limit",
+            "0",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let crate::Command::Serve(args) = cli.command else {
+            panic!("not serve");
+        };
+        assert!(args.version && args.sync_once && args.no_auto_reindex);
+        let c = args.over(ConfigArgs::default()).unwrap();
+        assert!(c.sync_once);
+        assert_eq!(c.history_entries_max, usize::MAX);
+        let ignored: Vec<&str> = c
+            .warnings
+            .iter()
+            .map(|w| w.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(ignored, ["verbose", "version"]);
+    }
+
+    #[test]
+    fn electrs_names_convert_and_must_agree_with_osprey_names() {
+        let c = from_toml("index_lookup_limit = 0\nwait_duration_secs = 10\nserver_banner = \"hi\"\nlog_filters = \"DEBUG\"\n").unwrap();
+        assert_eq!(c.history_entries_max, usize::MAX, "electrs' 0 is no limit");
+        assert_eq!(c.poll_interval_ms, 10_000);
+        assert_eq!((c.banner.as_str(), c.log_filter.as_str()), ("hi", "DEBUG"));
+        let c = from_toml("index_lookup_limit = 7\nhistory_entries_max = 7\n").unwrap();
+        assert_eq!(c.history_entries_max, 7, "the same value under both names");
+        let err = format!(
+            "{:#}",
+            from_toml("banner = \"a\"\nserver_banner = \"b\"\n").unwrap_err()
+        );
+        assert!(
+            err.contains("banner (\"a\") and electrs' server_banner"),
+            "{err}"
+        );
+        let err = format!(
+            "{:#}",
+            from_toml("poll_interval_ms = 500\nwait_duration_secs = 1\n").unwrap_err()
+        );
+        assert!(err.contains("disagree"), "{err}");
+        // A flag of either name overrides the file's.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("electrs.toml");
+        std::fs::write(&path, "server_banner = \"file\"\n").unwrap();
+        let mut a = args(Some(&path));
+        a.banner = Some("flag".into());
+        assert_eq!(a.resolve().unwrap().banner, "flag");
+        // electrs resolves host names in its listening addresses.
+        let c = from_toml("electrum_rpc_addr = \"localhost:50001\"\n").unwrap();
+        assert_eq!(c.electrum_rpc_addr.port(), 50001);
+    }
+
+    #[test]
+    fn typos_among_electrs_names_still_fail() {
+        let err = format!("{:#}", from_toml("server_baner = \"hi\"\n").unwrap_err());
+        assert!(err.contains("server_baner"), "{err}");
+        let err = format!(
+            "{:#}",
+            from_toml("daemon_p2p_adr = \"127.0.0.1:8333\"\n").unwrap_err()
+        );
+        assert!(err.contains("daemon_p2p_adr"), "{err}");
+    }
+
+    #[test]
+    fn conf_dir_files_are_read_in_name_order_under_conf() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf_dir = dir.path().join("conf.d");
+        std::fs::create_dir(&conf_dir).unwrap();
+        std::fs::write(
+            conf_dir.join("a.toml"),
+            "banner = \"a\"\nsessions_max = 5\nnetwork = \"regtest\"\n",
+        )
+        .unwrap();
+        std::fs::write(conf_dir.join("b.toml"), "banner = \"b\"\n").unwrap();
+        let conf = dir.path().join("osprey.toml");
+        std::fs::write(&conf, "sessions_max = 9\n").unwrap();
+        let mut a = args(Some(&conf));
+        a.conf_dir = Some(conf_dir.clone());
+        let c = a.resolve().unwrap();
+        assert_eq!(
+            (c.banner.as_str(), c.sessions_max, c.network),
+            ("b", 9, Network::Regtest)
+        );
+        std::fs::write(conf_dir.join("c.toml"), "banerr = 1\n").unwrap();
+        let err = format!("{:#}", a.resolve().unwrap_err());
+        assert!(err.contains("c.toml") && err.contains("banerr"), "{err}");
+    }
+
+    #[test]
+    fn an_electrs_index_in_db_dir_is_left_alone_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("regtest")).unwrap();
+        std::fs::write(dir.path().join("regtest/CURRENT"), "MANIFEST-000001\n").unwrap();
+        let mut a = args(None);
+        a.network = Some("regtest".into());
+        a.db_dir = Some(dir.path().into());
+        a.skip_default_conf_files = true;
+        let warnings = a.resolve().unwrap().warnings;
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("holds an electrs index"),
+            "{warnings:?}"
+        );
+    }
+
+    /// The environment Umbrel's electrs app passes (getumbrel/umbrel-apps
+    /// `electrs/docker-compose.yml` at 0346a208, for electrs 0.9.4, the
+    /// newest there that names the cookie file), `ELECTRS_` renamed
+    /// `OSPREY_` and its `${...}` filled in. Checked in a child process
+    /// with only these variables, as the environment is process-wide.
+    const UMBREL_ENV: &[(&str, &str)] = &[
+        ("OSPREY_LOG_FILTERS", "INFO"),
+        ("OSPREY_NETWORK", "bitcoin"),
+        ("OSPREY_DAEMON_RPC_ADDR", "10.21.21.8:8332"),
+        ("OSPREY_DAEMON_P2P_ADDR", "10.21.21.8:8333"),
+        ("OSPREY_ELECTRUM_RPC_ADDR", "0.0.0.0:50001"),
+        ("OSPREY_SERVER_BANNER", "Umbrel Electrs (v0.9.4)"),
+        ("OSPREY_DB_DIR", "/data/db"),
+        ("OSPREY_COOKIE_FILE", "/data/.bitcoin/.cookie"),
+    ];
+
+    #[test]
+    fn a_node_packages_environment_starts_osprey() {
+        const CHILD: &str = "OSPREY_CONFIG_TEST_CHILD";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "config::tests::a_node_packages_environment_starts_osprey",
+                    "--nocapture",
+                ])
+                .env_clear()
+                .envs(UMBREL_ENV.iter().copied())
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{text}");
+            assert!(text.contains("1 passed"), "the child ran this test: {text}");
+            return;
+        }
+        use clap::{Args as _, FromArgMatches as _};
+        // RaspiBlitz's one flag (raspiblitz/raspiblitz
+        // home.admin/config.scripts/bonus.electrs.sh, its systemd unit).
+        let matches = ConfigArgs::augment_args(clap::Command::new("osprey"))
+            .try_get_matches_from(["osprey", "--electrum-rpc-addr=0.0.0.0:50002"])
+            .unwrap();
+        let c = ConfigArgs::from_arg_matches(&matches)
+            .unwrap()
+            .over(ConfigArgs::default())
+            .unwrap();
+        assert_eq!(c.network, Network::Bitcoin);
+        assert_eq!(c.db_path, PathBuf::from("/data/db/bitcoin"));
+        assert_eq!(
+            c.electrum_rpc_addr,
+            "0.0.0.0:50002".parse().unwrap(),
+            "the flag over the variable"
+        );
+        assert_eq!(
+            (c.banner.as_str(), c.log_filter.as_str()),
+            ("Umbrel Electrs (v0.9.4)", "INFO")
+        );
+        match &c.chain {
+            ChainConfig::Node { rpc_addr, auth, .. } => {
+                assert_eq!(rpc_addr, "10.21.21.8:8332");
+                assert!(
+                    matches!(auth, osprey_chain::rpc::Auth::CookieFile(p) if p == Path::new("/data/.bitcoin/.cookie")),
+                    "{auth:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].starts_with("daemon_p2p_addr (an electrs setting) is ignored"));
+    }
+
+    #[test]
+    fn readme_lists_every_electrs_setting() {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("\n### Replacing electrs\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("README has a Replacing electrs section");
+        let mut listed: Vec<&str> = section
+            .lines()
+            .filter_map(|line| line.strip_prefix("| `"))
+            .filter_map(|rest| rest.split('`').next())
+            .collect();
+        let mut known: Vec<&str> = electrs::SETTINGS.iter().map(|(key, _)| *key).collect();
+        listed.sort_unstable();
+        known.sort_unstable();
+        assert_eq!(
+            listed, known,
+            "README's Replacing electrs rows vs electrs::SETTINGS"
+        );
     }
 }

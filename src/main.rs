@@ -81,6 +81,16 @@ fn init_logging(filter: &str) {
         .init();
 }
 
+/// Starts logging at the config's filter, then logs the settings the
+/// config accepted without honouring (electrs' settings Osprey has no use
+/// for), one line each.
+fn start_logging(config: &config::Config) {
+    init_logging(&config.log_filter);
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
+}
+
 /// `osprey --version`: the release and the index format it reads and
 /// writes (a different format needs `--reindex`).
 fn version() -> &'static str {
@@ -101,19 +111,23 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Serve(args) => args.resolve().and_then(|config| {
-            init_logging(&config.log_filter);
-            serve::serve(config)
+            start_logging(&config);
+            if config.sync_once {
+                serve::index_only(config, false, false)
+            } else {
+                serve::serve(config)
+            }
         }),
         Command::Index {
             config,
             progress_json,
             digest,
         } => config.resolve().and_then(|config| {
-            init_logging(&config.log_filter);
+            start_logging(&config);
             serve::index_only(config, progress_json, digest)
         }),
         Command::Snapshot(command) => command.config().resolve().and_then(|config| {
-            init_logging(&config.log_filter);
+            start_logging(&config);
             command.run(config)
         }),
         Command::Demo(args) => {
