@@ -33,10 +33,12 @@
 pub mod blkfile;
 pub mod cli;
 pub mod generate;
+pub mod mainnet;
 pub mod manifest;
 pub mod params;
 pub mod shape;
 pub mod sign;
+pub mod stats;
 pub mod submit;
 pub mod wallet;
 
@@ -44,4 +46,5 @@ pub use blkfile::{read_blocks, read_raw_blocks, BlkError, RawBlock};
 pub use cli::{run, ChaingenArgs};
 pub use generate::{generate, Config, GenError, Generator, Progress};
 pub use manifest::Manifest;
-pub use shape::{Preset, Shape};
+pub use shape::{Preset, Profile, Shape};
+pub use stats::ChainStats;
