@@ -1,9 +1,12 @@
-//! Prints the shape of a blocks directory: transactions, inputs and outputs
-//! per transaction, output kinds, and how often scripts are reused.
+//! Prints the shape of a blocks directory: the measures of
+//! `osprey_chaingen::stats` next to the mainnet figures, and how long the
+//! scripts' histories are.
 //! `cargo run --release -p osprey-chaingen --example chainstats -- DIR/blocks`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+
+use osprey_chaingen::{mainnet, ChainStats};
 
 #[allow(clippy::print_stdout)] // the report is the program's output
 fn main() -> anyhow::Result<()> {
@@ -11,44 +14,31 @@ fn main() -> anyhow::Result<()> {
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| "blocks".into());
-    let (mut blocks, mut txs, mut inputs, mut outputs, mut weight) = (0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut kinds: HashMap<&'static str, u64> = HashMap::new();
+    let stats = ChainStats::from_blocks(&dir)?;
+    println!("{stats}");
+    for d in mainnet::compare(&stats) {
+        println!(
+            "{:<20} mainnet {:>10.4}  chain {:>10.4}  {:>+6.1}%",
+            d.measure,
+            d.target,
+            d.measured,
+            100.0 * d.relative()
+        );
+    }
+
+    // History rows per script: one per funding and one per spending.
     let mut uses: HashMap<bitcoin::ScriptBuf, u32> = HashMap::new();
     let mut spk_of: HashMap<bitcoin::OutPoint, bitcoin::ScriptBuf> = HashMap::new();
     for block in osprey_chaingen::read_blocks(&dir)? {
-        let block = block?;
-        blocks += 1;
-        weight += block.weight().to_wu();
-        for tx in &block.txdata {
-            txs += 1;
+        for tx in &block?.txdata {
             let txid = tx.compute_txid();
-            if !tx.is_coinbase() {
-                inputs += tx.input.len() as u64;
-                for input in &tx.input {
-                    if let Some(spk) = spk_of.remove(&input.previous_output) {
-                        *uses.entry(spk).or_default() += 1;
-                    }
+            for input in &tx.input {
+                if let Some(spk) = spk_of.remove(&input.previous_output) {
+                    *uses.entry(spk).or_default() += 1;
                 }
-                outputs += tx.output.len() as u64;
             }
             for (vout, out) in tx.output.iter().enumerate() {
                 let s = &out.script_pubkey;
-                let kind = if s.is_p2pkh() {
-                    "p2pkh"
-                } else if s.is_p2sh() {
-                    "p2sh"
-                } else if s.is_p2wpkh() {
-                    "p2wpkh"
-                } else if s.is_p2wsh() {
-                    "p2wsh"
-                } else if s.is_p2tr() {
-                    "p2tr"
-                } else if s.is_op_return() {
-                    "op_return"
-                } else {
-                    "other"
-                };
-                *kinds.entry(kind).or_default() += 1;
                 if !s.is_op_return() {
                     *uses.entry(s.clone()).or_default() += 1;
                     spk_of.insert(
@@ -62,20 +52,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
-    let transfers = txs - blocks;
-    println!(
-        "blocks {blocks}, txs {txs} ({transfers} transfers), avg weight {} WU",
-        weight / blocks.max(1)
-    );
-    println!(
-        "per transfer: {:.2} inputs, {:.2} outputs; unspent outputs at tip {}",
-        inputs as f64 / transfers.max(1) as f64,
-        outputs as f64 / transfers.max(1) as f64,
-        spk_of.len()
-    );
-    let mut kinds: Vec<_> = kinds.into_iter().collect();
-    kinds.sort();
-    println!("output kinds: {kinds:?}");
+    println!("unspent outputs at tip {}", spk_of.len());
     let mut histogram: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
     for n in uses.values() {
         let bucket = if *n <= 4 { *n } else { n.next_power_of_two() };

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use osprey_chain::rpc::{Auth, RpcClient};
 
 use crate::generate::{generate, Config, Progress};
-use crate::shape::Preset;
+use crate::shape::{Preset, Profile};
 use crate::submit::{submit_chain, SubmitLimits, SubmitProgress};
 
 /// `osprey chaingen --preset P --seed S --out DIR` generates a chain;
@@ -33,7 +33,8 @@ pub enum ChaingenCommand {
 /// Flags of chain generation. Shape flags override the preset.
 #[derive(clap::Args, Debug)]
 pub struct GenerateArgs {
-    /// Chain size: tiny (tests), small (~100k txs), medium (~1M), large (~10M).
+    /// Chain size: tiny (tests), small (~100k txs), medium (~1M), large
+    /// (~10M), or mainnet (1M txs shaped like mainnet; size it with --txs).
     #[arg(long, default_value = "tiny")]
     pub preset: Preset,
     /// Seed of the chain: the same seed gives byte-identical blocks.
@@ -43,8 +44,12 @@ pub struct GenerateArgs {
     #[arg(long, required = true)]
     pub out: Option<PathBuf>,
     /// Height of the last block.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "txs")]
     pub blocks: Option<u32>,
+    /// Transactions wanted: sets the blocks to txs / txs-per-block (exact
+    /// in the mainnet preset, about that many in the others).
+    #[arg(long)]
+    pub txs: Option<u64>,
     /// Average transfers per block once coins are mature.
     #[arg(long)]
     pub txs_per_block: Option<u32>,
@@ -133,6 +138,10 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
             custom = true;
         }
     }
+    // The preset's shape at another size is still that preset.
+    if let Some(txs) = args.txs {
+        shape.blocks = crate::Shape::blocks_for_txs(txs, shape.txs_per_block);
+    }
     if shape.reuse_percent > 100 {
         bail!("--reuse-percent must be at most 100");
     }
@@ -174,6 +183,7 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
             );
         }
     };
+    let profile = config.shape.profile;
     let (manifest, stats) = pool
         .install(|| generate(config, &out, &mut report))
         .with_context(|| format!("generating chain into {}", out.display()))?;
@@ -192,6 +202,31 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
         manifest.wallet.addresses.len(),
         manifest.tip_hash
     );
+    let secs = |d: Duration| d.as_secs_f64();
+    eprintln!(
+        "time: planning {:.1} s, building and signing {:.1} s, writing {:.1} s, other {:.1} s",
+        secs(stats.planning),
+        secs(stats.signing),
+        secs(stats.writing),
+        secs(
+            stats
+                .elapsed
+                .saturating_sub(stats.planning + stats.signing + stats.writing)
+        )
+    );
+    eprintln!("{}", stats.chain);
+    if profile == Profile::Mainnet {
+        for d in crate::mainnet::compare(&stats.chain) {
+            eprintln!(
+                "{:<20} mainnet {:>10.4}  chain {:>10.4}  {:>+6.1}%{}",
+                d.measure,
+                d.target,
+                d.measured,
+                100.0 * d.relative(),
+                if d.within_tolerance() { "" } else { "  (off)" }
+            );
+        }
+    }
     Ok(())
 }
 

@@ -33,12 +33,14 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
 use crate::blkfile::{BlkError, BlkWriter};
+use crate::mainnet;
 use crate::manifest::{Manifest, WalletAddress, WalletManifest};
 use crate::params::{
     self, COINBASE_MATURITY, MAX_BLOCK_SIGOPS_COST, MAX_BLOCK_WEIGHT, REGTEST_MAGIC,
 };
-use crate::shape::Shape;
-use crate::sign::{sign_transaction, vsize_max, Key, ScriptKind, Spend};
+use crate::shape::{Profile, Shape};
+use crate::sign::{sign_transaction, size_max, vsize_max, Key, ScriptKind, Spend};
+use crate::stats::{ChainStats, OutputClass, STATS_FILE};
 use crate::wallet::{BigWallet, CHANGE, RECEIVE};
 
 /// Smallest output the generator creates: above every dust limit (546 sats
@@ -57,6 +59,26 @@ const MAX_INPUTS: usize = 20;
 /// single planned transaction can exceed (20 inputs, 20 outputs).
 const BLOCK_WEIGHT_RESERVE: u64 = 40_000;
 const BLOCK_SIGOPS_RESERVE: u64 = 400;
+/// The same for the mainnet profile, whose batches reach
+/// [`MAX_BATCH_OUTPUTS`] outputs and whose envelope spends carry up to
+/// [`MAX_ENVELOPE_BYTES`] witness bytes per input.
+const MAINNET_BLOCK_WEIGHT_RESERVE: u64 = 200_000;
+const MAINNET_BLOCK_SIGOPS_RESERVE: u64 = 2_000;
+/// Most outputs of one mainnet-profile transaction (exchange-style batch).
+const MAX_BATCH_OUTPUTS: usize = 200;
+/// Data bytes of the largest and smallest envelopes (a few kB, like most
+/// image inscriptions; BRC-20 text is ~100 bytes).
+const MAX_ENVELOPE_BYTES: u16 = 4_000;
+const MIN_ENVELOPE_BYTES: u16 = 64;
+/// Share of mainnet-profile payments to scripts nobody spends. Together
+/// with OP_RETURN, bare multisig and the coins left at the tip they make
+/// the ~5% of outputs mainnet never spent (see [`mainnet::INPUTS_PER_TX`]).
+const MAINNET_FOREIGN_PERMILLE: u32 = 15;
+/// Scripts per output type the mainnet profile picks reused scripts from.
+const REUSE_CANDIDATES: usize = 20_000;
+/// Steering horizon, in outputs: a running count that is this far behind
+/// its target is caught up at once, smaller gaps proportionally.
+const STEERING_WINDOW: f64 = 64.0;
 /// Number of miner payout scripts; coinbases pick one, so they are reused.
 const MINERS: usize = 6;
 /// Key family of the miners and exchanges (fresh keys use the seed).
@@ -90,12 +112,14 @@ impl AsRef<Spend> for Coin {
 /// Where one planned output goes.
 #[derive(Clone, Debug)]
 enum Dest {
-    /// A script whose key is known already (reuse, wallet, exchange).
+    /// A script whose key is known already (reuse, wallet, exchange);
+    /// `reused` when an earlier output of the chain paid it.
     Known {
         key: Key,
         kind: ScriptKind,
         script: ScriptBuf,
         owner: Owner,
+        reused: bool,
     },
     /// A never used key of the seed's key family; derived while building.
     Fresh { index: u64, kind: ScriptKind },
@@ -117,7 +141,8 @@ impl Dest {
         }
     }
 
-    /// Sigops cost the output's script adds to a block (legacy count x4).
+    /// Sigops cost the output's script adds to a block (legacy count x4;
+    /// a bare multisig counts 20).
     fn sigops_cost(&self) -> u64 {
         match self {
             Dest::Known {
@@ -128,9 +153,61 @@ impl Dest {
                 kind: ScriptKind::P2pkh,
                 ..
             } => 4,
-            Dest::Foreign(script) if script.is_p2pkh() => 4,
+            Dest::Foreign(script) => 4 * script.count_sigops_legacy() as u64,
             _ => 0,
         }
+    }
+
+    /// True when an earlier output of the chain paid the same script.
+    fn is_reuse(&self) -> bool {
+        matches!(self, Dest::Known { reused: true, .. })
+    }
+
+    /// The output type the script will have.
+    fn class(&self) -> OutputClass {
+        match self {
+            Dest::Known { kind, .. } | Dest::Fresh { kind, .. } => kind_class(*kind),
+            Dest::Foreign(script) => OutputClass::of(script),
+            Dest::OpReturn(_) => OutputClass::OpReturn,
+        }
+    }
+
+    /// The kind of the coin it creates, when it creates one we can spend.
+    fn kind(&self) -> Option<ScriptKind> {
+        match self {
+            Dest::Known { kind, .. } | Dest::Fresh { kind, .. } => Some(*kind),
+            Dest::Foreign(_) | Dest::OpReturn(_) => None,
+        }
+    }
+}
+
+fn kind_class(kind: ScriptKind) -> OutputClass {
+    match kind {
+        ScriptKind::P2pkh => OutputClass::P2pkh,
+        ScriptKind::P2shP2wpkh => OutputClass::P2sh,
+        ScriptKind::P2wpkh => OutputClass::P2wpkh,
+        ScriptKind::P2wsh => OutputClass::P2wsh,
+        ScriptKind::P2tr | ScriptKind::P2trEnvelope(_) => OutputClass::P2tr,
+    }
+}
+
+/// The kind a new output of `class` gets (P2SH is wrapped segwit; taproot
+/// may become an envelope later, in [`Generator::fresh`]).
+fn class_kind(class: OutputClass) -> ScriptKind {
+    match class {
+        OutputClass::P2sh => ScriptKind::P2shP2wpkh,
+        OutputClass::P2wpkh => ScriptKind::P2wpkh,
+        OutputClass::P2wsh => ScriptKind::P2wsh,
+        OutputClass::P2tr => ScriptKind::P2tr,
+        _ => ScriptKind::P2pkh,
+    }
+}
+
+/// Witness bytes an envelope coin adds to the transaction that spends it.
+fn envelope_bytes(kind: ScriptKind) -> u64 {
+    match kind {
+        ScriptKind::P2trEnvelope(_) => kind.input_witness_size_max() as u64,
+        _ => 0,
     }
 }
 
@@ -167,6 +244,7 @@ fn build_tx(fresh_seed: u64, plan: &TxPlan) -> BuiltTx {
                 kind,
                 script,
                 owner,
+                ..
             } => (script.clone(), Some((*key, *kind, *owner))),
             Dest::Fresh { index, kind } => {
                 let key = Key::from_seed(fresh_seed, *index);
@@ -309,6 +387,7 @@ impl WalletState {
             kind: ScriptKind::P2wpkh,
             script,
             owner: Owner::Wallet { chain, index },
+            reused: false,
         }
     }
 
@@ -336,6 +415,7 @@ impl WalletState {
                 chain: RECEIVE,
                 index,
             },
+            reused: true,
         }
     }
 
@@ -386,30 +466,103 @@ enum Source {
     Exchange(u32),
 }
 
-/// Running totals of one block's consensus limits.
-#[derive(Default)]
+/// Running totals of one block's consensus limits, and how close to them
+/// planning may go.
 struct Budget {
     weight: u64,
     sigops: u64,
+    weight_reserve: u64,
+    sigops_reserve: u64,
 }
 
 impl Budget {
+    fn new(profile: Profile) -> Budget {
+        let (weight_reserve, sigops_reserve) = match profile {
+            Profile::Synthetic => (BLOCK_WEIGHT_RESERVE, BLOCK_SIGOPS_RESERVE),
+            Profile::Mainnet => (MAINNET_BLOCK_WEIGHT_RESERVE, MAINNET_BLOCK_SIGOPS_RESERVE),
+        };
+        Budget {
+            weight: 0,
+            sigops: 0,
+            weight_reserve,
+            sigops_reserve,
+        }
+    }
+
     fn full(&self) -> bool {
-        self.weight + BLOCK_WEIGHT_RESERVE > MAX_BLOCK_WEIGHT
-            || self.sigops + BLOCK_SIGOPS_RESERVE > MAX_BLOCK_SIGOPS_COST
+        self.weight + self.weight_reserve > MAX_BLOCK_WEIGHT
+            || self.sigops + self.sigops_reserve > MAX_BLOCK_SIGOPS_COST
     }
 
     fn add(&mut self, plan: &TxPlan) {
         let kinds: Vec<ScriptKind> = plan.inputs.iter().map(|c| c.spend.kind).collect();
         let vsize = vsize_max(&kinds, plan.outputs.iter().map(|o| o.dest.script_len()));
         self.weight += 4 * vsize;
-        // Witness inputs count one sigop each; P2PKH outputs four.
-        self.sigops += kinds.iter().filter(|k| **k != ScriptKind::P2tr).count() as u64
+        // Segwit v0 inputs count one sigop each (taproot none); P2PKH
+        // outputs four.
+        self.sigops += kinds.iter().filter(|k| !k.is_taproot()).count() as u64
             + plan
                 .outputs
                 .iter()
                 .map(|o| o.dest.sigops_cost())
                 .sum::<u64>();
+    }
+}
+
+/// Running counts of the chain planned so far (built blocks plus the
+/// transactions planned for the block in progress), which the mainnet
+/// profile steers towards the targets of [`crate::mainnet`].
+#[derive(Default)]
+struct Steering {
+    txs: u64,
+    outputs: u64,
+    outputs_by_class: [u64; 9],
+    reused: u64,
+    /// Upper bound of the planned transactions' sizes.
+    bytes: u64,
+    /// Witness bytes the envelope coins not yet spent will add when they
+    /// are: bytes already committed to.
+    pending_envelope_bytes: u64,
+}
+
+impl Steering {
+    fn note_outputs(&mut self, classes: impl IntoIterator<Item = (OutputClass, bool)>) {
+        for (class, reused) in classes {
+            self.outputs += 1;
+            self.outputs_by_class[class.index()] += 1;
+            self.reused += u64::from(reused);
+        }
+    }
+
+    fn note_plan(&mut self, plan: &TxPlan) {
+        self.txs += 1;
+        self.note_outputs(
+            plan.outputs
+                .iter()
+                .map(|o| (o.dest.class(), o.dest.is_reuse())),
+        );
+        let kinds: Vec<ScriptKind> = plan.inputs.iter().map(|c| c.spend.kind).collect();
+        self.bytes += size_max(&kinds, plan.outputs.iter().map(|o| o.dest.script_len()));
+        for kind in &kinds {
+            self.pending_envelope_bytes = self
+                .pending_envelope_bytes
+                .saturating_sub(envelope_bytes(*kind));
+        }
+        for kind in plan.outputs.iter().filter_map(|o| o.dest.kind()) {
+            self.pending_envelope_bytes += envelope_bytes(kind);
+        }
+    }
+
+    fn class_count(&self, class: OutputClass) -> u64 {
+        self.outputs_by_class[class.index()]
+    }
+
+    /// Probability that the next event keeps a running count on target:
+    /// the share itself when on track, up to 1 (or down to 0) when the
+    /// count lags (leads) by [`STEERING_WINDOW`] events.
+    fn catch_up(target_share: f64, count: u64, total: u64) -> f64 {
+        let wanted = target_share * (total as f64 + STEERING_WINDOW);
+        ((wanted - count as f64) / STEERING_WINDOW).clamp(0.0, 1.0)
     }
 }
 
@@ -425,8 +578,14 @@ pub struct Progress {
     pub transfers: u64,
     pub bytes: u64,
     pub elapsed: Duration,
+    /// Time spent choosing transactions (one core).
+    pub planning: Duration,
     /// Time spent building and signing transfers (wall clock, all cores).
     pub signing: Duration,
+    /// Time spent serializing and writing blocks (one core).
+    pub writing: Duration,
+    /// The chain's shape so far.
+    pub chain: ChainStats,
 }
 
 impl Progress {
@@ -455,7 +614,8 @@ pub struct Config {
 pub enum GenError {
     #[error(transparent)]
     Blk(#[from] BlkError),
-    #[error("writing manifest to {path}: {source}")]
+    /// Writing `manifest.json` or `stats.json`.
+    #[error("writing {path}: {source}")]
     Manifest {
         path: std::path::PathBuf,
         source: std::io::Error,
@@ -483,7 +643,18 @@ pub struct Generator {
     transfer_count: u64,
     input_count: u64,
     output_count: u64,
+    planning: Duration,
     signing: Duration,
+    /// Shape of the blocks returned so far.
+    stats: ChainStats,
+    /// Whether each exchange and miner script has been paid yet (to count
+    /// reuse without remembering every script).
+    exchange_used: Vec<bool>,
+    miner_used: [bool; MINERS],
+    /// Running counts of the mainnet profile; `None` in the synthetic one.
+    steering: Option<Steering>,
+    /// Scripts the mainnet profile reuses, by output type.
+    reusable: [Vec<(Key, ScriptKind, ScriptBuf)>; 9],
 }
 
 impl Generator {
@@ -556,7 +727,13 @@ impl Generator {
             transfer_count: 0,
             input_count: 0,
             output_count: 0,
+            planning: Duration::ZERO,
             signing: Duration::ZERO,
+            stats: ChainStats::default(),
+            exchange_used: vec![false; shape.exchanges as usize],
+            miner_used: [false; MINERS],
+            steering: (shape.profile == Profile::Mainnet).then(Steering::default),
+            reusable: Default::default(),
             config,
         })
     }
@@ -573,10 +750,17 @@ impl Generator {
             return None;
         }
         let block = if height == 0 {
-            genesis_block(Network::Regtest)
+            let genesis = genesis_block(Network::Regtest);
+            self.stats.record_tx(&genesis.txdata[0], 0);
+            if let Some(steering) = &mut self.steering {
+                steering.txs += 1;
+                steering.note_outputs([(OutputClass::P2pk, false)]);
+            }
+            genesis
         } else {
             self.make_block(height)
         };
+        self.stats.blocks += 1;
         self.tx_count += block.txdata.len() as u64;
         for tx in &block.txdata {
             self.input_count += tx.input.len() as u64;
@@ -589,7 +773,9 @@ impl Generator {
     }
 
     fn make_block(&mut self, height: u32) -> Block {
+        let started = Instant::now();
         let plans = self.plan_block(height);
+        self.planning += started.elapsed();
         let started = Instant::now();
         let seed = self.config.seed;
         // Per-transaction work is ~50-100 us; chunks of 4 keep rayon's
@@ -637,6 +823,9 @@ impl Generator {
                 if let Owner::Wallet { chain, index } = owner {
                     touched.push((chain, index));
                 }
+                if owner == Owner::World && self.steering.is_some() {
+                    self.remember_reusable(key, kind, &txout.script_pubkey);
+                }
                 self.pools.add(Coin {
                     outpoint: OutPoint {
                         txid: built.txid,
@@ -653,10 +842,14 @@ impl Generator {
             for &(chain, index) in &touched {
                 self.wallet.record(chain, index, built.txid, height);
             }
+            let reused = plan.outputs.iter().filter(|o| o.dest.is_reuse()).count();
+            self.stats.record_tx(&built.tx, reused as u64);
             txdata.push(built.tx);
         }
 
-        let (miner_key, miner_script) = self.miners[zipf(&mut self.rng, MINERS)].clone();
+        let miner = zipf(&mut self.rng, MINERS);
+        let (miner_key, miner_script) = self.miners[miner].clone();
+        let miner_reused = std::mem::replace(&mut self.miner_used[miner], true);
         let reward = params::subsidy(height).to_sat() + fees;
         let segwit = params::segwit_active(height);
         let mut script_sig = Builder::new()
@@ -705,6 +898,18 @@ impl Generator {
                 script_pubkey: ScriptBuf::new_op_return(data),
             });
         }
+        self.stats
+            .record_tx(&block.txdata[0], u64::from(miner_reused));
+        if let Some(steering) = &mut self.steering {
+            steering.txs += 1;
+            steering.note_outputs(
+                block.txdata[0]
+                    .output
+                    .iter()
+                    .map(|o| (OutputClass::of(&o.script_pubkey), false)),
+            );
+            steering.reused += u64::from(miner_reused);
+        }
         block.header.merkle_root = block.compute_merkle_root().expect("block has a coinbase");
         let target = block.header.target();
         while !target.is_met_by(block.header.block_hash()) {
@@ -740,7 +945,7 @@ impl Generator {
             self.pools.add(coin);
         }
         let segwit = params::segwit_active(height);
-        let mut budget = Budget::default();
+        let mut budget = Budget::new(self.config.shape.profile);
         let mut plans = Vec::new();
         let target = self.target_txs(height);
 
@@ -755,8 +960,7 @@ impl Generator {
                     break;
                 };
                 self.wallet.spend_events.done += 1;
-                budget.add(&plan);
-                plans.push(plan);
+                self.accept(plan, &mut budget, &mut plans);
             }
         }
 
@@ -774,15 +978,19 @@ impl Generator {
                 let Some(plan) = self.plan_exchange_withdrawal(height, n as u32) else {
                     break;
                 };
-                budget.add(&plan);
-                plans.push(plan);
+                self.accept(plan, &mut budget, &mut plans);
             }
         }
 
-        // ...and the world pays each other, the wallet among them.
+        // ...and the world pays each other, the wallet among them. The
+        // mainnet profile's target counts every transfer of the block.
+        let world_target = match self.config.shape.profile {
+            Profile::Synthetic => target,
+            Profile::Mainnet => target.saturating_sub(plans.len()),
+        };
         let mut receives_due = self.wallet.receive_events.due(height);
         let mut world_txs = 0usize;
-        while (world_txs < target || receives_due > 0) && !budget.full() {
+        while (world_txs < world_target || receives_due > 0) && !budget.full() {
             let receive = receives_due > 0;
             let Some(plan) = self.plan_world_tx(height, receive) else {
                 break;
@@ -791,8 +999,7 @@ impl Generator {
                 receives_due -= 1;
                 self.wallet.receive_events.done += 1;
             }
-            budget.add(&plan);
-            plans.push(plan);
+            self.accept(plan, &mut budget, &mut plans);
             world_txs += 1;
         }
 
@@ -800,13 +1007,33 @@ impl Generator {
         plans
     }
 
+    /// Adds a planned transaction to the block.
+    fn accept(&mut self, plan: TxPlan, budget: &mut Budget, plans: &mut Vec<TxPlan>) {
+        if let Some(steering) = &mut self.steering {
+            steering.note_plan(&plan);
+        }
+        budget.add(&plan);
+        plans.push(plan);
+    }
+
     /// Number of world transactions wanted at `height`: zero until coins
     /// mature, then ramping from 30% to 170% of the average over the chain
     /// (blocks fill up over time like mainnet's), with +-30% noise.
+    /// In the mainnet profile: the transfers that keep the chain on
+    /// `txs_per_block` transactions per block, genesis and coinbases
+    /// included, spread evenly over the blocks left, with +-10% noise.
     fn target_txs(&mut self, height: u32) -> usize {
         let first = COINBASE_MATURITY + 1;
         if height < first {
             return 0;
+        }
+        if self.config.shape.profile == Profile::Mainnet {
+            let blocks = u64::from(self.config.shape.blocks) + 1;
+            let wanted = u64::from(self.config.shape.txs_per_block) * blocks;
+            let blocks_left = u64::from(self.config.shape.blocks - height) + 1;
+            let per_block = wanted.saturating_sub(self.tx_count) as f64 / blocks_left as f64;
+            let noise = self.rng.gen_range(0.9..1.1);
+            return ((per_block - 1.0) * noise).max(0.0).round() as usize;
         }
         let span = f64::from(self.config.shape.blocks.saturating_sub(first).max(1));
         let progress = f64::from(height - first) / span;
@@ -816,8 +1043,12 @@ impl Generator {
     }
 
     /// Output kind weights at `height` (P2PKH, P2SH-P2WPKH, P2WPKH, P2WSH,
-    /// P2TR): legacy before segwit, drifting towards P2WPKH and P2TR.
+    /// P2TR): legacy before segwit, drifting towards P2WPKH and P2TR. The
+    /// mainnet profile steers the kind instead ([`Generator::steer_class`]).
     fn sample_kind(&mut self, height: u32) -> ScriptKind {
+        if self.steering.is_some() {
+            return class_kind(self.steer_class(height, false));
+        }
         let weights: [f64; 5] = if !params::segwit_active(height) {
             [85.0, 6.0, 6.0, 2.0, 1.0]
         } else {
@@ -843,7 +1074,124 @@ impl Generator {
         ScriptKind::P2wpkh
     }
 
+    /// The output type the mainnet profile's next payment gets: the type
+    /// whose running count lags its share of [`mainnet::OUTPUT_MIX`] most
+    /// is the likeliest (weights are the lags), the shares themselves when
+    /// none lags. Before segwit activates only legacy types are created, as
+    /// on mainnet before 2017 (P2SH coins wait for activation to be spent);
+    /// the segwit types catch up afterwards. Bare multisig only when
+    /// `multisig`, as it pays nobody we can spend from.
+    fn steer_class(&mut self, height: u32, multisig: bool) -> OutputClass {
+        let steering = self.steering.as_ref().expect("mainnet profile");
+        let segwit = params::segwit_active(height);
+        let allowed: Vec<(OutputClass, f64)> = mainnet::OUTPUT_MIX
+            .iter()
+            .copied()
+            .filter(|(class, _)| match class {
+                OutputClass::OpReturn => false,
+                OutputClass::BareMultisig => multisig,
+                OutputClass::P2pkh | OutputClass::P2sh => true,
+                _ => segwit,
+            })
+            .collect();
+        let total = steering.outputs as f64 + STEERING_WINDOW;
+        let lags: Vec<f64> = allowed
+            .iter()
+            .map(|(class, share)| (share * total - steering.class_count(*class) as f64).max(0.0))
+            .collect();
+        let weights: Vec<f64> = if lags.iter().sum::<f64>() > 0.0 {
+            lags
+        } else {
+            allowed.iter().map(|(_, share)| *share).collect()
+        };
+        let mut x = self.rng.gen::<f64>() * weights.iter().sum::<f64>();
+        for ((class, _), w) in allowed.iter().zip(&weights) {
+            x -= w;
+            if x <= 0.0 {
+                return *class;
+            }
+        }
+        allowed.last().expect("P2PKH is always allowed").0
+    }
+
+    /// True when the mainnet profile's next payment should go to a script
+    /// paid before, to keep the reuse rate on `reuse_percent`.
+    fn steer_reuse(&mut self) -> bool {
+        let steering = self.steering.as_ref().expect("mainnet profile");
+        let payable = steering.outputs - steering.class_count(OutputClass::OpReturn);
+        let target = f64::from(self.config.shape.reuse_percent.min(100)) / 100.0;
+        let p = Steering::catch_up(target, steering.reused, payable);
+        self.rng.gen_bool(p)
+    }
+
+    /// True when the mainnet profile's next transaction should carry an
+    /// OP_RETURN output, to keep their share on target.
+    fn steer_op_return(&mut self) -> bool {
+        let steering = self.steering.as_ref().expect("mainnet profile");
+        let p = Steering::catch_up(
+            mainnet::output_share(OutputClass::OpReturn),
+            steering.class_count(OutputClass::OpReturn),
+            steering.outputs,
+        );
+        self.rng.gen_bool(p)
+    }
+
+    /// Data bytes for a new taproot output of the mainnet profile, when
+    /// the chain's bytes (planned, plus those envelopes already created
+    /// will add when spent) lag the mainnet mean transaction size: the
+    /// envelope spends are what make up mainnet's witness bytes. Sizes are
+    /// log-uniform between the smallest and largest envelope.
+    fn steer_envelope(&mut self) -> Option<u16> {
+        let steering = self.steering.as_ref().expect("mainnet profile");
+        let wanted = mainnet::MEAN_TX_SIZE * steering.txs as f64;
+        let have = (steering.bytes + steering.pending_envelope_bytes) as f64;
+        if have >= wanted {
+            return None;
+        }
+        let (lo, hi) = (
+            f64::from(MIN_ENVELOPE_BYTES).ln(),
+            f64::from(MAX_ENVELOPE_BYTES).ln(),
+        );
+        Some(self.rng.gen_range(lo..hi).exp() as u16)
+    }
+
+    /// A payment of the mainnet profile to a new script of a steered type
+    /// (bare multisig always to nobody).
+    fn steered_new_dest(&mut self, height: u32, foreign: bool) -> Dest {
+        match self.steer_class(height, true) {
+            OutputClass::BareMultisig => self.bare_multisig(),
+            class if foreign => self.foreign(class_kind(class)),
+            class => self.fresh(class_kind(class)),
+        }
+    }
+
+    /// A 1-of-3 bare multisig of random compressed-looking keys, as
+    /// Counterparty and Stamps write data: nobody can spend it.
+    fn bare_multisig(&mut self) -> Dest {
+        let mut builder = Builder::new().push_opcode(bitcoin::opcodes::all::OP_PUSHNUM_1);
+        for _ in 0..3 {
+            let mut key = [0u8; 33];
+            self.rng.fill(&mut key[..]);
+            key[0] = 2 + (key[0] & 1);
+            builder = builder.push_slice(key);
+        }
+        Dest::Foreign(
+            builder
+                .push_opcode(bitcoin::opcodes::all::OP_PUSHNUM_3)
+                .push_opcode(bitcoin::opcodes::all::OP_CHECKMULTISIG)
+                .into_script(),
+        )
+    }
+
     fn fresh(&mut self, kind: ScriptKind) -> Dest {
+        // An envelope's change is a plain taproot output, but the mainnet
+        // profile may make any new taproot output an envelope.
+        let kind = match kind {
+            ScriptKind::P2trEnvelope(_) | ScriptKind::P2tr if self.steering.is_some() => self
+                .steer_envelope()
+                .map_or(ScriptKind::P2tr, ScriptKind::P2trEnvelope),
+            kind => kind,
+        };
         self.next_fresh_key += 1;
         Dest::Fresh {
             index: self.next_fresh_key,
@@ -868,12 +1216,48 @@ impl Generator {
             ScriptKind::P2wsh => {
                 ScriptBuf::new_p2wsh(&bitcoin::WScriptHash::from_byte_array(bytes))
             }
-            ScriptKind::P2tr => Builder::new()
+            ScriptKind::P2tr | ScriptKind::P2trEnvelope(_) => Builder::new()
                 .push_opcode(bitcoin::opcodes::all::OP_PUSHNUM_1)
                 .push_slice(bytes)
                 .into_script(),
         };
         Dest::Foreign(script)
+    }
+
+    /// Adds the script of a new world coin to the mainnet profile's reuse
+    /// candidates of its type (once per coin, so scripts paid often come
+    /// up often: a heavy tail), replacing a random one when full.
+    fn remember_reusable(&mut self, key: Key, kind: ScriptKind, script: &ScriptBuf) {
+        let candidates = &mut self.reusable[OutputClass::of(script).index()];
+        let entry = (key, kind, script.clone());
+        if candidates.len() < REUSE_CANDIDATES {
+            candidates.push(entry);
+        } else {
+            let i = self.rng.gen_range(0..candidates.len());
+            candidates[i] = entry;
+        }
+    }
+
+    /// A script paid before, of the type the mainnet profile's steering
+    /// picks: `own` (the spent coin's script, for change) when it is of
+    /// that type, else a recent world coin's. `None` when there is none.
+    fn steered_reuse(&mut self, height: u32, own: Option<Dest>) -> Option<Dest> {
+        let class = self.steer_class(height, false);
+        if let Some(own) = own.filter(|d| d.class() == class) {
+            return Some(own);
+        }
+        let candidates = &self.reusable[class.index()];
+        if candidates.is_empty() {
+            return None;
+        }
+        let (key, kind, script) = candidates[self.rng.gen_range(0..candidates.len())].clone();
+        Some(Dest::Known {
+            key,
+            kind,
+            script,
+            owner: Owner::World,
+            reused: true,
+        })
     }
 
     /// An already used world script, picked in proportion to its live
@@ -894,6 +1278,7 @@ impl Generator {
             kind: coin.spend.kind,
             script: coin.spend.txout.script_pubkey.clone(),
             owner: Owner::World,
+            reused: true,
         })
     }
 
@@ -903,11 +1288,13 @@ impl Generator {
         }
         let n = zipf(&mut self.rng, self.exchanges.len());
         let (key, kind, script) = self.exchanges[n].clone();
+        let reused = std::mem::replace(&mut self.exchange_used[n], true);
         Some(Dest::Known {
             key,
             kind,
             script,
             owner: Owner::Exchange(n as u32),
+            reused,
         })
     }
 
@@ -916,6 +1303,9 @@ impl Generator {
     /// (20%: the UTXO set grows and inputs average about two), or a fresh
     /// key.
     fn world_dest(&mut self, height: u32) -> Dest {
+        if self.steering.is_some() {
+            return self.mainnet_world_dest(height);
+        }
         let reuse = self.config.shape.reuse_percent.min(100) * 10;
         let r = self.rng.gen_range(0..1000);
         if r < 40 {
@@ -932,6 +1322,25 @@ impl Generator {
         }
         let kind = self.sample_kind(height);
         self.fresh(kind)
+    }
+
+    /// A payment destination of the mainnet profile: an exchange deposit
+    /// (4%), a script paid before when reuse lags its target, a script
+    /// nobody spends ([`MAINNET_FOREIGN_PERMILLE`]), or a new key, of
+    /// steered types.
+    fn mainnet_world_dest(&mut self, height: u32) -> Dest {
+        if self.rng.gen_range(0..1000) < 40 {
+            if let Some(dest) = self.exchange_dest() {
+                return dest;
+            }
+        }
+        if self.steer_reuse() {
+            if let Some(dest) = self.steered_reuse(height, None) {
+                return dest;
+            }
+        }
+        let foreign = self.rng.gen_range(0..1000) < MAINNET_FOREIGN_PERMILLE;
+        self.steered_new_dest(height, foreign)
     }
 
     fn take_coin(&mut self, source: Source, segwit: bool) -> Option<Coin> {
@@ -964,6 +1373,9 @@ impl Generator {
     /// of consolidations, and more while the pool is above its target size
     /// (which keeps memory bounded on long chains).
     fn world_input_count(&mut self, segwit: bool) -> usize {
+        if self.steering.is_some() {
+            return self.mainnet_input_count(segwit);
+        }
         let r = self.rng.gen_range(0..100);
         let mut n = match r {
             0..=54 => 1,
@@ -979,9 +1391,64 @@ impl Generator {
         n
     }
 
+    /// Inputs of a mainnet-profile world transaction. Mainnet's mean
+    /// follows from its outputs (all but the ~5% never spent are spent
+    /// once), so the count only has to keep the spendable pool near its
+    /// target: a mainnet-like draw (mostly one or two, a consolidation
+    /// tail), a single input while the pool is short (the first blocks
+    /// after coinbase maturity), and up to six more while it is long (as
+    /// after segwit activation, when the P2SH coins of the legacy era
+    /// become spendable).
+    fn mainnet_input_count(&mut self, segwit: bool) -> usize {
+        let pressure = self.pools.world_len(segwit) as f64 / self.pool_target as f64;
+        if pressure < 1.0 && self.rng.gen_bool(1.0 - pressure) {
+            return 1;
+        }
+        let mut n = match self.rng.gen_range(0..100) {
+            0..=54 => 1,
+            55..=79 => 2,
+            80..=89 => 3,
+            90..=94 => 4,
+            _ => self.rng.gen_range(5..=MAX_INPUTS),
+        };
+        if pressure > 1.0 && self.rng.gen_bool((pressure - 1.0).min(1.0)) {
+            n += self.rng.gen_range(1..=6);
+        }
+        n
+    }
+
+    /// Value outputs (payments plus change) of a mainnet-profile world
+    /// transaction: mostly two (payment and change), some single-output
+    /// sweeps, a tail of batches up to [`MAX_BATCH_OUTPUTS`]; averaging
+    /// ~2.6, one more or less while the chain's outputs per transaction
+    /// lag or lead [`mainnet::OUTPUTS_PER_TX`] (OP_RETURNs come on top).
+    fn mainnet_output_count(&mut self) -> usize {
+        let n = match self.rng.gen_range(0..1000) {
+            0..=179 => 1,
+            180..=839 => 2,
+            840..=919 => 3,
+            920..=949 => 4,
+            950..=984 => self.rng.gen_range(5..=9),
+            985..=998 => self.rng.gen_range(10..=40),
+            _ => self.rng.gen_range(100..=MAX_BATCH_OUTPUTS),
+        };
+        let steering = self.steering.as_ref().expect("mainnet profile");
+        let lag = mainnet::OUTPUTS_PER_TX * steering.txs as f64 - steering.outputs as f64;
+        if lag > STEERING_WINDOW {
+            n + 1
+        } else if lag < -STEERING_WINDOW && n == 2 {
+            1
+        } else {
+            n
+        }
+    }
+
     /// Number of value outputs (payments plus change) of a world
     /// transaction; averages about 2.5.
     fn world_output_count(&mut self) -> usize {
+        if self.steering.is_some() {
+            return self.mainnet_output_count();
+        }
         match self.rng.gen_range(0..100) {
             0..=11 => 1,
             12..=76 => 2,
@@ -1015,6 +1482,15 @@ impl Generator {
         } else {
             self.sample_kind(height)
         };
+        // Mainnet wallets often send the change back to the address they
+        // spend from (most of mainnet's reuse, per BitMEX Research).
+        let first_input = Dest::Known {
+            key: inputs[0].spend.key,
+            kind: inputs[0].spend.kind,
+            script: inputs[0].spend.txout.script_pubkey.clone(),
+            owner: Owner::World,
+            reused: true,
+        };
         self.finish_plan(
             height,
             inputs,
@@ -1027,7 +1503,14 @@ impl Generator {
                     g.world_dest(height)
                 }
             },
-            move |g| g.fresh(change_kind),
+            move |g| {
+                if g.steering.is_some() && g.steer_reuse() {
+                    if let Some(dest) = g.steered_reuse(height, Some(first_input)) {
+                        return dest;
+                    }
+                }
+                g.fresh(change_kind)
+            },
         )
     }
 
@@ -1057,6 +1540,8 @@ impl Generator {
                 let r = g.rng.gen_range(0..100);
                 let dest = if r < 30 {
                     g.exchange_dest()
+                } else if g.steering.is_some() {
+                    Some(g.world_dest(height))
                 } else if r < 40 {
                     g.reused()
                 } else {
@@ -1088,6 +1573,9 @@ impl Generator {
             Source::Exchange(n),
             payouts + 1,
             |g, _| {
+                if g.steering.is_some() {
+                    return g.world_dest(height);
+                }
                 let r = g.rng.gen_range(0..100);
                 if r < 10 {
                     if let Some(dest) = g.reused() {
@@ -1101,11 +1589,13 @@ impl Generator {
                     g.fresh(kind)
                 }
             },
+            // The exchange holds coins, so its script was paid before.
             move |_| Dest::Known {
                 key,
                 kind,
                 script,
                 owner: Owner::Exchange(n),
+                reused: true,
             },
         )
     }
@@ -1126,7 +1616,12 @@ impl Generator {
     ) -> Option<TxPlan> {
         let segwit = params::segwit_active(height);
         let fee_rate = self.fee_rate();
-        let op_return = (self.rng.gen_range(0..1000) < 15).then(|| {
+        let carries_data = if self.steering.is_some() {
+            self.steer_op_return()
+        } else {
+            self.rng.gen_range(0..1000) < 15
+        };
+        let op_return = carries_data.then(|| {
             let len = self.rng.gen_range(8..=80);
             (0..len).map(|_| self.rng.gen::<u8>()).collect::<Vec<u8>>()
         });
@@ -1308,7 +1803,7 @@ impl Generator {
         }
     }
 
-    fn progress(&self, started: Instant, bytes: u64) -> Progress {
+    fn progress(&self, started: Instant, bytes: u64, writing: Duration) -> Progress {
         Progress {
             height: self.next_height.saturating_sub(1),
             tip_height: self.config.shape.blocks,
@@ -1316,7 +1811,10 @@ impl Generator {
             transfers: self.transfer_count,
             bytes,
             elapsed: started.elapsed(),
+            planning: self.planning,
             signing: self.signing,
+            writing,
+            chain: self.stats.clone(),
         }
     }
 }
@@ -1334,22 +1832,28 @@ pub fn generate(
 ) -> Result<(Manifest, Progress), GenError> {
     let started = Instant::now();
     let mut generator = Generator::new(config)?;
-    // A manifest left from an earlier run must not describe the new
-    // blocks if this run stops half way.
+    // A manifest or stats left from an earlier run must not describe the
+    // new blocks if this run stops half way.
     let manifest_path = out_dir.join(crate::manifest::MANIFEST_FILE);
-    match std::fs::remove_file(&manifest_path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(GenError::Manifest {
-                path: manifest_path,
-                source: e,
-            })
+    let stats_path = out_dir.join(STATS_FILE);
+    for stale in [&manifest_path, &stats_path] {
+        match std::fs::remove_file(stale) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(GenError::Manifest {
+                    path: stale.clone(),
+                    source: e,
+                })
+            }
+            _ => {}
         }
-        _ => {}
     }
     let mut writer = BlkWriter::create(&out_dir.join("blocks"), REGTEST_MAGIC)?;
+    let mut writing = Duration::ZERO;
     while let Some(block) = generator.next_block() {
+        let write_started = Instant::now();
         writer.write_block(&bitcoin::consensus::serialize(&block))?;
-        progress(&generator.progress(started, writer.bytes_written()));
+        writing += write_started.elapsed();
+        progress(&generator.progress(started, writer.bytes_written(), writing));
     }
     let bytes = writer.bytes_written();
     let files = writer.finish()?;
@@ -1360,7 +1864,14 @@ pub fn generate(
             path: manifest_path,
             source,
         })?;
-    let stats = generator.progress(started, bytes);
+    generator
+        .stats
+        .save(out_dir)
+        .map_err(|source| GenError::Manifest {
+            path: stats_path,
+            source,
+        })?;
+    let stats = generator.progress(started, bytes, writing);
     tracing::info!(
         height = manifest.tip_height,
         txs = manifest.tx_count,

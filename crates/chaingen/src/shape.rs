@@ -18,22 +18,47 @@ pub struct Shape {
     pub wallet_addresses: u32,
     /// Number of "exchange" scripts that collect very long histories.
     pub exchanges: u32,
-    /// Percent of payments that go to an already used script.
+    /// Percent of payments that go to an already used script (in the
+    /// mainnet profile: of all outputs, OP_RETURN excluded).
     pub reuse_percent: u32,
+    /// How transactions are drawn.
+    pub profile: Profile,
+}
+
+/// How the generator draws transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    /// Fixed distributions, blocks filling up over the chain: the shape the
+    /// benchmarks were calibrated with.
+    Synthetic,
+    /// Steered so the whole chain's counts follow the figures of
+    /// [`crate::mainnet`]: every block carries the same share of the
+    /// transactions, and output types, reuse, OP_RETURNs and data
+    /// envelopes are chosen to close the gap between the running counts
+    /// and the targets.
+    Mainnet,
 }
 
 /// Named shapes: `tiny` for tests, then roughly 100k, 1M and 10M
-/// transactions.
+/// transactions, and `mainnet` (1M transactions shaped like mainnet; size
+/// it with `--txs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Preset {
     Tiny,
     Small,
     Medium,
     Large,
+    Mainnet,
 }
 
 impl Preset {
-    pub const ALL: [Preset; 4] = [Preset::Tiny, Preset::Small, Preset::Medium, Preset::Large];
+    pub const ALL: [Preset; 5] = [
+        Preset::Tiny,
+        Preset::Small,
+        Preset::Medium,
+        Preset::Large,
+        Preset::Mainnet,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -41,6 +66,7 @@ impl Preset {
             Preset::Small => "small",
             Preset::Medium => "medium",
             Preset::Large => "large",
+            Preset::Mainnet => "mainnet",
         }
     }
 
@@ -55,6 +81,7 @@ impl Preset {
                 wallet_addresses: 24,
                 exchanges: 3,
                 reuse_percent: 15,
+                profile: Profile::Synthetic,
             },
             Preset::Small => Shape {
                 blocks: 1_000,
@@ -62,6 +89,7 @@ impl Preset {
                 wallet_addresses: 300,
                 exchanges: 6,
                 reuse_percent: 15,
+                profile: Profile::Synthetic,
             },
             Preset::Medium => Shape {
                 blocks: 2_500,
@@ -69,6 +97,7 @@ impl Preset {
                 wallet_addresses: 3_000,
                 exchanges: 10,
                 reuse_percent: 15,
+                profile: Profile::Synthetic,
             },
             Preset::Large => Shape {
                 blocks: 5_000,
@@ -76,8 +105,30 @@ impl Preset {
                 wallet_addresses: 3_000,
                 exchanges: 12,
                 reuse_percent: 15,
+                profile: Profile::Synthetic,
             },
+            Preset::Mainnet => {
+                let txs_per_block = crate::mainnet::TXS_PER_BLOCK.round() as u32;
+                Shape {
+                    blocks: Shape::blocks_for_txs(1_000_000, txs_per_block),
+                    txs_per_block,
+                    wallet_addresses: 3_000,
+                    exchanges: 12,
+                    reuse_percent: (crate::mainnet::REUSE_RATE * 100.0).round() as u32,
+                    profile: Profile::Mainnet,
+                }
+            }
         }
+    }
+}
+
+impl Shape {
+    /// Height of the last block of a chain of about `txs` transactions at
+    /// `txs_per_block` (genesis included; exact in the mainnet profile,
+    /// which spreads the transactions to that average).
+    pub fn blocks_for_txs(txs: u64, txs_per_block: u32) -> u32 {
+        let blocks = txs.div_ceil(u64::from(txs_per_block.max(1)));
+        u32::try_from(blocks.saturating_sub(1).max(1)).unwrap_or(u32::MAX)
     }
 }
 
@@ -89,7 +140,7 @@ impl fmt::Display for Preset {
 
 /// An unknown preset name.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown preset {0:?}: expected tiny, small, medium or large")]
+#[error("unknown preset {0:?}: expected tiny, small, medium, large or mainnet")]
 pub struct UnknownPreset(pub String);
 
 impl FromStr for Preset {

@@ -7,11 +7,11 @@ use std::sync::LazyLock;
 
 use bitcoin::hashes::{sha256, Hash};
 use bitcoin::key::{CompressedPublicKey, Keypair, UntweakedPublicKey};
-use bitcoin::opcodes::all::OP_CHECKSIG;
+use bitcoin::opcodes::all::{OP_CHECKSIG, OP_ENDIF, OP_IF, OP_PUSHBYTES_0};
 use bitcoin::script::{Builder, PushBytesBuf};
 use bitcoin::secp256k1::{self, All, Message, PublicKey, Secp256k1, SecretKey};
 use bitcoin::sighash::{EcdsaSighashType, Prevouts, SighashCache, TapSighashType};
-use bitcoin::taproot::TapTweakHash;
+use bitcoin::taproot::{LeafVersion, TapLeafHash, TapTweakHash, TaprootBuilder, TaprootSpendInfo};
 use bitcoin::{Address, Network, ScriptBuf, Transaction, TxOut, Witness};
 
 /// One signing/verification context for the whole process: building one
@@ -31,6 +31,44 @@ pub enum ScriptKind {
     P2wsh,
     /// Taproot, key path only (no script tree).
     P2tr,
+    /// Taproot whose one script leaf is `<key> OP_CHECKSIG` followed by an
+    /// `OP_FALSE OP_IF <n bytes> OP_ENDIF` envelope, spent through that
+    /// leaf: the shape of an ordinals inscription reveal, the main source
+    /// of witness bytes on mainnet since 2023. Not in [`ScriptKind::ALL`]:
+    /// only the mainnet profile creates it.
+    P2trEnvelope(u16),
+}
+
+/// Largest data push a script may hold (consensus `MAX_SCRIPT_ELEMENT_SIZE`).
+const MAX_PUSH: usize = 520;
+
+/// Bytes of a Bitcoin compact-size length prefix.
+fn varint_len(n: usize) -> usize {
+    match n {
+        0..=0xfc => 1,
+        0xfd..=0xffff => 3,
+        _ => 5,
+    }
+}
+
+/// Bytes of the push opcodes a script needs to push `len` bytes of data in
+/// chunks of at most [`MAX_PUSH`].
+fn envelope_push_overhead(len: usize) -> usize {
+    let full = len / MAX_PUSH;
+    let rest = len % MAX_PUSH;
+    let opcode = |n: usize| match n {
+        0 => 0,
+        1..=75 => 1,
+        76..=255 => 2,
+        _ => 3,
+    };
+    full * opcode(MAX_PUSH) + opcode(rest)
+}
+
+/// Length of the envelope leaf script carrying `len` data bytes:
+/// `<32-byte key> OP_CHECKSIG OP_FALSE OP_IF <pushes> OP_ENDIF`.
+fn envelope_leaf_len(len: usize) -> usize {
+    33 + 1 + 1 + 1 + envelope_push_overhead(len) + len + 1
 }
 
 impl ScriptKind {
@@ -49,6 +87,12 @@ impl ScriptKind {
         !matches!(self, ScriptKind::P2pkh)
     }
 
+    /// Returns true for the segwit v1 kinds, whose spends count no sigops
+    /// against the block limit.
+    pub fn is_taproot(self) -> bool {
+        matches!(self, ScriptKind::P2tr | ScriptKind::P2trEnvelope(_))
+    }
+
     /// Short lower-case name, as used in logs and test names.
     pub fn name(self) -> &'static str {
         match self {
@@ -57,6 +101,7 @@ impl ScriptKind {
             ScriptKind::P2wpkh => "p2wpkh",
             ScriptKind::P2wsh => "p2wsh",
             ScriptKind::P2tr => "p2tr",
+            ScriptKind::P2trEnvelope(_) => "p2tr-envelope",
         }
     }
 
@@ -70,7 +115,10 @@ impl ScriptKind {
             ScriptKind::P2pkh => fixed + 1 + 73 + 1 + 33,
             // <22-byte redeem script>
             ScriptKind::P2shP2wpkh => fixed + 1 + 22,
-            ScriptKind::P2wpkh | ScriptKind::P2wsh | ScriptKind::P2tr => fixed,
+            ScriptKind::P2wpkh
+            | ScriptKind::P2wsh
+            | ScriptKind::P2tr
+            | ScriptKind::P2trEnvelope(_) => fixed,
         }
     }
 
@@ -85,25 +133,29 @@ impl ScriptKind {
             ScriptKind::P2wsh => 1 + 1 + 73 + 1 + 35,
             // A 64-byte Schnorr signature with the default sighash type.
             ScriptKind::P2tr => 1 + 1 + 64,
+            // Signature, leaf script, 33-byte control block (one leaf).
+            ScriptKind::P2trEnvelope(len) => {
+                let leaf = envelope_leaf_len(usize::from(len));
+                1 + 1 + 64 + varint_len(leaf) + leaf + 1 + 33
+            }
         }
     }
 }
 
-/// Upper bound of the virtual size of a transaction spending `inputs` (by
-/// kind) to outputs whose scriptPubKeys have the given lengths. Fees
-/// computed from it never fall below the intended rate.
-pub fn vsize_max(
+/// Upper bounds of the non-witness and witness bytes of a transaction
+/// spending `inputs` (by kind) to outputs whose scriptPubKeys have the
+/// given lengths.
+fn size_parts_max(
     inputs: &[ScriptKind],
     output_script_lens: impl IntoIterator<Item = usize>,
-) -> u64 {
-    let varint = |n: usize| if n < 0xfd { 1 } else { 3 };
+) -> (usize, usize) {
     let mut outputs = 0;
-    let mut base = 8 + varint(inputs.len());
+    let mut base = 8 + varint_len(inputs.len());
     for len in output_script_lens {
         outputs += 1;
-        base += 8 + varint(len) + len;
+        base += 8 + varint_len(len) + len;
     }
-    base += varint(outputs);
+    base += varint_len(outputs);
     base += inputs
         .iter()
         .map(|k| k.input_base_size_max())
@@ -117,8 +169,25 @@ pub fn vsize_max(
     } else {
         0
     };
-    let weight = 4 * base + witness;
-    weight.div_ceil(4) as u64
+    (base, witness)
+}
+
+/// Upper bound of the virtual size of a transaction spending `inputs` (by
+/// kind) to outputs whose scriptPubKeys have the given lengths. Fees
+/// computed from it never fall below the intended rate.
+pub fn vsize_max(
+    inputs: &[ScriptKind],
+    output_script_lens: impl IntoIterator<Item = usize>,
+) -> u64 {
+    let (base, witness) = size_parts_max(inputs, output_script_lens);
+    (4 * base + witness).div_ceil(4) as u64
+}
+
+/// Upper bound of the serialized size (witness included) of the same
+/// transaction.
+pub fn size_max(inputs: &[ScriptKind], output_script_lens: impl IntoIterator<Item = usize>) -> u64 {
+    let (base, witness) = size_parts_max(inputs, output_script_lens);
+    (base + witness) as u64
 }
 
 impl std::fmt::Display for ScriptKind {
@@ -190,7 +259,44 @@ impl Key {
                 let internal: UntweakedPublicKey = self.public.x_only_public_key().0;
                 ScriptBuf::new_p2tr(&SECP, internal, None)
             }
+            ScriptKind::P2trEnvelope(len) => {
+                ScriptBuf::new_p2tr_tweaked(self.envelope(len).1.output_key())
+            }
         }
+    }
+
+    /// The envelope leaf carrying `len` bytes for this key and the taproot
+    /// tree of that one leaf (one point multiplication). The data is
+    /// SHA-256 in counter mode over the public key: incompressible like
+    /// real inscriptions, and derived from the key so spending needs no
+    /// extra state.
+    pub fn envelope(&self, len: u16) -> (ScriptBuf, TaprootSpendInfo) {
+        let internal = self.public.x_only_public_key().0;
+        let pubkey = self.public.serialize();
+        let mut data = Vec::with_capacity(usize::from(len) + 32);
+        let mut counter = 0u32;
+        while data.len() < usize::from(len) {
+            let mut block = pubkey.to_vec();
+            block.extend_from_slice(&counter.to_le_bytes());
+            data.extend_from_slice(sha256::Hash::hash(&block).as_byte_array());
+            counter += 1;
+        }
+        data.truncate(usize::from(len));
+        let mut builder = Builder::new()
+            .push_x_only_key(&internal)
+            .push_opcode(OP_CHECKSIG)
+            .push_opcode(OP_PUSHBYTES_0)
+            .push_opcode(OP_IF);
+        for chunk in data.chunks(MAX_PUSH) {
+            builder = builder.push_slice(push_bytes(chunk.to_vec()));
+        }
+        let leaf = builder.push_opcode(OP_ENDIF).into_script();
+        let info = TaprootBuilder::new()
+            .add_leaf(0, leaf.clone())
+            .expect("a single leaf at depth 0")
+            .finalize(&SECP, internal)
+            .expect("a one-leaf tree is complete");
+        (leaf, info)
     }
 
     /// The key pair that signs for this key's [`ScriptKind::P2tr`] output
@@ -353,6 +459,30 @@ pub fn sign_transaction<S: AsRef<Spend>>(
                     let sig = SECP.sign_schnorr_no_aux_rand(&msg, &keypair);
                     let mut witness = Witness::new();
                     witness.push(sig.as_ref());
+                    (ScriptBuf::new(), witness)
+                }
+                ScriptKind::P2trEnvelope(len) => {
+                    let (leaf, info) = key.envelope(len);
+                    let leaf_hash = TapLeafHash::from_script(&leaf, LeafVersion::TapScript);
+                    let hash = cache
+                        .taproot_script_spend_signature_hash(
+                            index,
+                            &prevouts,
+                            leaf_hash,
+                            TapSighashType::Default,
+                        )
+                        .map_err(|e| sighash_err(&e))?;
+                    let control = info
+                        .control_block(&(leaf.clone(), LeafVersion::TapScript))
+                        .expect("the leaf is in its own tree");
+                    // The leaf checks the untweaked internal key.
+                    let keypair = Keypair::from_secret_key(&SECP, &key.secret);
+                    let msg = Message::from_digest(hash.to_byte_array());
+                    let sig = SECP.sign_schnorr_no_aux_rand(&msg, &keypair);
+                    let mut witness = Witness::new();
+                    witness.push(sig.as_ref());
+                    witness.push(leaf.as_bytes());
+                    witness.push(control.serialize());
                     (ScriptBuf::new(), witness)
                 }
             };
@@ -553,6 +683,43 @@ mod tests {
                 "bound is tight: {bound} vs {}",
                 tx.vsize()
             );
+        }
+    }
+
+    #[test]
+    fn envelope_spends_verify_and_stay_within_estimates() {
+        for len in [32u16, 75, 76, 255, 256, 520, 521, 1_040, 3_001] {
+            let kind = ScriptKind::P2trEnvelope(len);
+            let (mut tx, spends) = spend_tx(&[ScriptKind::P2wpkh, kind]);
+            sign_transaction_checked(&mut tx, &spends).unwrap();
+            let spend = &spends[1];
+            let (leaf, info) = spend.key.envelope(len);
+            assert_eq!(leaf.len(), envelope_leaf_len(usize::from(len)), "{len}");
+            let witness = &tx.input[1].witness;
+            assert_eq!(witness.len(), 3);
+            assert_eq!(&witness[1], leaf.as_bytes());
+            let control = bitcoin::taproot::ControlBlock::decode(&witness[2]).unwrap();
+            let output_key = info.output_key().to_x_only_public_key();
+            assert!(control.verify_taproot_commitment(&SECP, output_key, &leaf));
+            let txouts: Vec<&TxOut> = spends.iter().map(|s| &s.txout).collect();
+            let hash = SighashCache::new(&tx)
+                .taproot_script_spend_signature_hash(
+                    1,
+                    &Prevouts::All(&txouts),
+                    TapLeafHash::from_script(&leaf, LeafVersion::TapScript),
+                    TapSighashType::Default,
+                )
+                .unwrap();
+            let sig = secp256k1::schnorr::Signature::from_slice(&witness[0]).unwrap();
+            let internal = spend.key.public_key().x_only_public_key().0;
+            SECP.verify_schnorr(&sig, &Message::from_digest(hash.to_byte_array()), &internal)
+                .unwrap();
+            let witness_len = bitcoin::consensus::serialize(witness).len();
+            assert!(witness_len <= kind.input_witness_size_max(), "{len}");
+            let kinds = [ScriptKind::P2wpkh, kind];
+            let bound = vsize_max(&kinds, tx.output.iter().map(|o| o.script_pubkey.len()));
+            assert!(tx.vsize() as u64 <= bound, "{len}");
+            assert!(bound <= tx.vsize() as u64 + 5, "{len}: bound is tight");
         }
     }
 

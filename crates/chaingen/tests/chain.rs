@@ -402,6 +402,25 @@ fn same_seed_same_bytes_other_seed_other_chain() {
 }
 
 #[test]
+fn mainnet_profile_chains_are_valid() {
+    // Steered output types, bare multisig, batches, reuse of spent
+    // coins' scripts and taproot envelope spends, at a small size.
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        preset: "custom".into(),
+        seed: seed() ^ 0x6d61,
+        shape: Shape {
+            blocks: 540,
+            txs_per_block: 30,
+            wallet_addresses: 80,
+            ..Preset::Mainnet.shape()
+        },
+    };
+    let manifest = generate_into(dir.path(), config);
+    check_chain(dir.path(), &manifest);
+}
+
+#[test]
 fn larger_blocks_stay_valid_with_other_seeds() {
     // More transactions per block than tiny: exercises pool pressure,
     // exchanges and multi-input wallet spends.
