@@ -103,8 +103,22 @@ fn version() -> &'static str {
     Box::leak(line.into_boxed_str())
 }
 
+/// The command line, with `serve` put in front of settings given without a
+/// subcommand: a node package starts electrs as `electrs --conf FILE ...`,
+/// and swapping in Osprey must need nothing but the program's name.
+/// `--help` and `--version` alone keep their meaning.
+fn with_default_subcommand(mut args: Vec<OsString>) -> Vec<OsString> {
+    let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
+    let own_flag = matches!(first, "-h" | "--help" | "-V" | "--version");
+    if first.starts_with('-') && !own_flag {
+        args.insert(1, "serve".into());
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    let matches = Cli::command().version(version()).get_matches();
+    let args = with_default_subcommand(std::env::args_os().collect());
+    let matches = Cli::command().version(version()).get_matches_from(args);
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -148,5 +162,54 @@ fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &[&str]) -> Result<Cli, clap::Error> {
+        let args = with_default_subcommand(line.iter().map(OsString::from).collect());
+        Cli::try_parse_from(args)
+    }
+
+    /// electrs' command line with the program renamed is `osprey serve`;
+    /// Osprey's own subcommands, `--help` and `--version` are left alone.
+    #[test]
+    fn settings_without_a_subcommand_are_serves() {
+        let cli = parse(&[
+            "osprey",
+            "--conf",
+            "/data/electrs.toml",
+            "--network",
+            "signet",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve");
+        };
+        assert_eq!(
+            args.conf.as_deref(),
+            Some(std::path::Path::new("/data/electrs.toml"))
+        );
+        assert_eq!(args.network.as_deref(), Some("signet"));
+        let cli = parse(&["osprey", "index", "--network", "regtest"]).unwrap();
+        assert!(matches!(cli.command, Command::Index { .. }));
+        for own in ["--help", "-h", "--version", "-V"] {
+            let kind = parse(&["osprey", own]).map(|_| ()).unwrap_err().kind();
+            assert!(
+                matches!(
+                    kind,
+                    clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+                ),
+                "{own}: {kind:?}"
+            );
+        }
+        assert_eq!(
+            parse(&["osprey"]).map(|_| ()).unwrap_err().kind(),
+            clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand,
+            "no arguments at all still shows the help"
+        );
     }
 }
