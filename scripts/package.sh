@@ -54,7 +54,8 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 maintainer="Osprey maintainers <maintainers@users.noreply.a-seed-6e4c129b.example>"
 
 # --- Build -----------------------------------------------------------------
-bins_dir=target/release
+target_dir=${CARGO_TARGET_DIR:-target}
+bins_dir="$target_dir/release"
 strip="strip"
 objdump="objdump"
 if [ "$arch" != "$host_arch" ]; then
@@ -67,7 +68,7 @@ if [ "$arch" != "$host_arch" ]; then
   export "CARGO_TARGET_${env_triple^^}_LINKER=$gnu-gcc"
   export "BINDGEN_EXTRA_CLANG_ARGS_$env_triple=--sysroot=/usr/$gnu"
   cargo_target=(--target "$triple")
-  bins_dir="target/$triple/release"
+  bins_dir="$target_dir/$triple/release"
   strip="$gnu-strip"
   objdump="$gnu-objdump"
 else
