@@ -40,6 +40,9 @@ pub fn run(args: PingArgs) -> anyhow::Result<()> {
     BufReader::new(stream)
         .read_line(&mut line)
         .with_context(|| format!("reading from {addr}"))?;
+    if line.is_empty() {
+        bail!("{addr} closed the connection without answering");
+    }
     let reply: serde_json::Value = serde_json::from_str(&line)
         .with_context(|| format!("{addr} answered {:?}, not JSON", line.trim_end()))?;
     if reply.get("id") != Some(&serde_json::json!(0))

@@ -1,6 +1,7 @@
 //! The files an operator installs: `contrib/osprey.service` is a unit that
 //! systemd accepts as written (no unknown key, no bad value, the binary
-//! runs), and its descriptor limit leaves room for every session.
+//! runs), and its descriptor limit leaves room for every session; and
+//! `osprey ping`, the container's health check.
 
 use std::path::Path;
 use std::process::Command;
@@ -109,12 +110,12 @@ fn ping(reply: &'static str, listen_on_any: bool) -> (bool, String) {
     } else {
         "127.0.0.1"
     };
-    let status = Command::new(env!("CARGO_BIN_EXE_osprey"))
+    let out = Command::new(env!("CARGO_BIN_EXE_osprey"))
         .args(["ping", "--timeout", "5"])
         .env("OSPREY_ELECTRUM_RPC_ADDR", format!("{host}:{port}"))
-        .status()
+        .output()
         .expect("running osprey ping");
-    (status.success(), server.join().expect("server thread"))
+    (out.status.success(), server.join().expect("server thread"))
 }
 
 #[test]
