@@ -123,8 +123,9 @@ done
 # libgcc), with the minimum versions their symbols need, from the symbols
 # files of the packages that ship them. dpkg-shlibdeps wants a source tree:
 # a control file of two stanzas is enough. For arm64 the libraries are the
-# cross toolchain's (libc6-arm64-cross, ...), whose symbols files name the
-# same versions as the native packages: the -arm64-cross suffix is dropped.
+# cross toolchain's: their shlibs name the arm64 packages (libc6:arm64,
+# libgcc-s1-arm64-cross, ...), which are the native names once the
+# qualifier and suffix are dropped.
 shlibs_dir="$stage/shlibs"
 install -d "$shlibs_dir/debian"
 printf 'Source: osprey\n\nPackage: osprey\nArchitecture: any\n' >"$shlibs_dir/debian/control"
@@ -134,6 +135,18 @@ depends=$(cd "$shlibs_dir" && DEB_HOST_ARCH="$arch" OBJDUMP="$objdump" dpkg-shli
   "${shlibdeps_args[@]}" "$OLDPWD/$root/usr/bin/osprey" "$OLDPWD/$root/usr/bin/osprey-tools")
 depends=${depends#shlibs:Depends=}
 depends=${depends//-$arch-cross/}
+depends=${depends//:$arch/}
+# The cross libstdc++6's shlibs gives no minimum version: take it from the
+# newest GLIBCXX_3.4.N the binaries need, mapped to the GCC release that
+# added it by this machine's libstdc++6 symbols file (the version nodes
+# are the same on every architecture).
+if [[ "$depends" =~ libstdc\+\+6(,|$) ]]; then
+  node=$("$objdump" -T "$root/usr/bin/osprey" "$root/usr/bin/osprey-tools" \
+    | grep -o 'GLIBCXX_3\.4\.[0-9]*' | sort -uV | tail -1)
+  minver=$(sed -n "s/^ $node@$node \([^ ]*\)\$/\1/p" "/var/lib/dpkg/info/libstdc++6:$host_arch.symbols")
+  [ -n "$minver" ] || { echo "package: no libstdc++6 version for $node" >&2; exit 1; }
+  depends=$(echo "$depends" | sed -E "s/libstdc\+\+6(,|\$)/libstdc++6 (>= $minver)\1/")
+fi
 case "$depends" in
   *libc6*libstdc++6*|*libstdc++6*libc6*) ;;
   *) echo "package: unexpected shared-library dependencies: $depends" >&2; exit 1 ;;
