@@ -2,9 +2,10 @@
 # The arm64 package against the amd64 one, by hand (not in CI: the first
 # arm64 build compiles RocksDB for aarch64, 30+ minutes on 2 cores):
 #
-#   scripts/test-arm64.sh [SEED]
+#   scripts/test-arm64.sh [--no-build] [SEED]
 #
-# Builds both .debs with scripts/package.sh, unpacks them, runs the arm64
+# Builds both .debs with scripts/package.sh (--no-build: takes the ones
+# already in target/debian), unpacks them, runs the arm64
 # `osprey demo` (and the arm64 osprey-tools it starts) under qemu user
 # emulation (qemu-user-static, through binfmt_misc, with the aarch64 cross
 # libraries as its root for the dynamic loader) and the amd64 demo with
@@ -13,7 +14,14 @@
 # the answers byte for byte. Needs root (apt, binfmt_misc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seed=${1:-1}
+build=yes
+seed=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-build) build="" ;;
+    *) seed="$arg" ;;
+  esac
+done
 step() { echo "== test-arm64 [${SECONDS}s]: $*"; }
 
 need_apt=()
@@ -34,11 +42,14 @@ fi
 export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
-step "scripts/package.sh --arch arm64 (the first build takes 30+ minutes)"
-scripts/package.sh --arch arm64 --out target/debian
+if [ -n "$build" ]; then
+  step "scripts/package.sh --arch arm64 (the first build takes 30+ minutes)"
+  scripts/package.sh --arch arm64 --out target/debian
+  step "scripts/package.sh --arch amd64"
+  scripts/package.sh --arch amd64 --out target/debian
+fi
+step "lintian on the arm64 package"
 lintian --fail-on error,warning --tag-display-limit 0 "target/debian/osprey_${version}_arm64.deb"
-step "scripts/package.sh --arch amd64"
-scripts/package.sh --arch amd64 --out target/debian
 work=target/arm64-test
 rm -rf "$work"
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -56,6 +67,7 @@ for arch in arm64 amd64; do
   "$work/$arch/root/usr/bin/osprey" demo --seed "$seed" --dir "$work/$arch/demo" \
     --electrum-rpc-addr "127.0.0.1:$port" >"$work/$arch/demo.log" 2>&1 &
   pids+=($!)
+  echo "$arch: osprey runs as $(readlink "/proc/${pids[-1]}/exe")"
   # The manifest appears before the index: wait for the chain first.
   for _ in $(seq 600); do [ -s "$work/$arch/demo/chain/manifest.json" ] && break; sleep 1; done
   scripts/electrum_answers.py --port "$port" --wait 600 \
