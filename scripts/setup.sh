@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs what building and testing Osprey needs on a fresh Debian/Ubuntu
 # machine: clang/libclang (bindgen for RocksDB, which is compiled from
-# source), OpenSSL's headers (the tests' TLS client) and, with --btcd, the
-# regtest nodes the tests run: btcd, and Bitcoin Core's shared libraries
-# for the bitcoind in ../shared/peers (or any bitcoind named by BITCOIND_EXE
-# or on the PATH).
+# source), OpenSSL's headers (the tests' TLS client), systemd-analyze (the
+# unit's test) and, with --btcd, the regtest nodes the tests run: btcd, and
+# Bitcoin Core's shared libraries for the bitcoind in ../shared/peers (or
+# any bitcoind named by BITCOIND_EXE or on the PATH).
 set -euo pipefail
 
 need_apt=()
@@ -15,6 +15,8 @@ command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 # through OpenSSL; Osprey itself uses rustls.
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 pkg-config --exists openssl 2>/dev/null || need_apt+=(libssl-dev)
+# systemd-analyze: a test verifies contrib/osprey.service with it.
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]} with apt-get"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -7,6 +7,7 @@ mod config;
 mod demo;
 mod memory;
 mod monitoring;
+mod ping;
 mod progress;
 mod serve;
 mod snapshot;
@@ -49,6 +50,8 @@ enum Command {
     Snapshot(snapshot::SnapshotCommand),
     /// Generate a regtest chain, index it and serve it: no node needed
     Demo(demo::DemoArgs),
+    /// Ask an Electrum server for server.ping; exits 0 if it answers (a health check)
+    Ping(ping::PingArgs),
     /// Generate a deterministic regtest chain (or feed one to a node); runs osprey-tools
     #[command(disable_help_flag = true, disable_version_flag = true)]
     Chaingen {
@@ -148,6 +151,7 @@ fn main() -> ExitCode {
             init_logging(&args.log_filter);
             demo::run(args)
         }
+        Command::Ping(args) => ping::run(args),
         Command::Chaingen { args } => tools::exec("chaingen", args),
         Command::Bench { args } => tools::exec("bench", args),
     };
