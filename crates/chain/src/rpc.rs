@@ -221,9 +221,10 @@ impl RpcClient {
     }
 
     /// One HTTP exchange, its body read in full (up to the limit). A
-    /// connection that the node closed under us (a pooled one it timed out
-    /// as we sent on it) gets one retry, which ureq makes on a fresh
-    /// connection: the failed one is not pooled again.
+    /// request on a connection the node closed under us (a pooled one it
+    /// timed out as we sent on it) is sent once more: ureq does not pool
+    /// the failed connection again, and checks that a pooled one is still
+    /// open before using it.
     fn exchange(
         &self,
         send: impl Fn(&ureq::Agent) -> Result<Response, ureq::Error>,
