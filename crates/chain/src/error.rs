@@ -21,6 +21,10 @@ pub enum ErrorKind {
 #[derive(Clone, Debug)]
 pub struct Error {
     kind: ErrorKind,
+    /// The JSON-RPC method the node answered with an error, kept apart from
+    /// the node's message so that callers can tell a refused broadcast from
+    /// a failed query without parsing text.
+    method: Option<String>,
     /// JSON-RPC error code, for [`ErrorKind::Rpc`].
     code: i64,
     message: String,
@@ -33,6 +37,7 @@ impl Error {
     pub fn transient(message: String) -> Error {
         Error {
             kind: ErrorKind::Transient,
+            method: None,
             code: 0,
             message,
         }
@@ -41,6 +46,7 @@ impl Error {
     pub fn persistent(message: String) -> Error {
         Error {
             kind: ErrorKind::Persistent,
+            method: None,
             code: 0,
             message,
         }
@@ -49,6 +55,7 @@ impl Error {
     pub fn unsupported(message: String) -> Error {
         Error {
             kind: ErrorKind::Unsupported,
+            method: None,
             code: 0,
             message,
         }
@@ -62,8 +69,9 @@ impl Error {
         };
         Error {
             kind,
+            method: Some(method.to_string()),
             code,
-            message: format!("{method}: {message} (code {code})"),
+            message,
         }
     }
 
@@ -81,6 +89,11 @@ impl Error {
         self.kind == ErrorKind::Transient
     }
 
+    /// The JSON-RPC method the node answered with an error, if it did.
+    pub fn method(&self) -> Option<&str> {
+        self.method.as_deref()
+    }
+
     /// The node's message without our method prefix, for relaying to clients.
     pub fn message(&self) -> &str {
         &self.message
@@ -89,8 +102,40 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        match &self.method {
+            Some(method) => write!(f, "{method}: {} (code {})", self.message, self.code),
+            None => f.write_str(&self.message),
+        }
     }
 }
 
 impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_error_keeps_method_code_and_message_apart() {
+        let e = Error::rpc(
+            "getrawtransaction",
+            -5,
+            "No such mempool transaction".into(),
+        );
+        assert_eq!(e.kind(), ErrorKind::Rpc);
+        assert_eq!(e.method(), Some("getrawtransaction"));
+        assert_eq!(e.code(), -5);
+        assert_eq!(e.message(), "No such mempool transaction");
+        assert_eq!(
+            e.to_string(),
+            "getrawtransaction: No such mempool transaction (code -5)"
+        );
+        let warming = Error::rpc("getblockhash", -28, "Loading block index".into());
+        assert!(warming.is_transient());
+        let down = Error::transient("connection refused".into());
+        assert_eq!(
+            (down.method(), down.to_string().as_str()),
+            (None, "connection refused")
+        );
+    }
+}

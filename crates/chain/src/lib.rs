@@ -22,5 +22,24 @@ pub use error::{Error, ErrorKind};
 #[doc(hidden)]
 pub mod fuzzing {
     pub use crate::corefiles::decode_block_undo;
+
+    /// Decodes a node's HTTP answer (`status`, `body`) to a JSON-RPC call,
+    /// or, with `batch_len` set, to a batch of that many calls numbered
+    /// from 1: the part of the node client that is ours (ureq parses the
+    /// HTTP).
+    ///
+    /// # Errors
+    /// As `RpcClient::call` and `RpcClient::call_batch`.
+    pub fn decode_rpc_reply(
+        status: u16,
+        body: &[u8],
+        batch_len: Option<usize>,
+    ) -> Result<Vec<Result<serde_json::Value, crate::Error>>, crate::Error> {
+        let reply = crate::rpc::decode_reply("fuzz", status, body)?;
+        match batch_len {
+            Some(count) => crate::rpc::split_batch("fuzz", 1, count, reply),
+            None => Ok(vec![crate::rpc::take_result("fuzz", reply)]),
+        }
+    }
 }
 pub use source::{BlockWithPrevouts, ChainSource, MempoolFees, MempoolTx, TxLocation};

@@ -1,16 +1,18 @@
-//! A small JSON-RPC 1.0 client over HTTP/1.1 for bitcoind and btcd.
+//! A JSON-RPC 1.0 client for bitcoind and btcd.
 //!
-//! Keeps a pool of keep-alive connections so that parallel callers (indexer
-//! workers, client queries) do not queue behind each other, re-reads the
-//! cookie file when the node restarts, and speaks the strict dialect btcd
-//! needs (`"jsonrpc":"1.0"`, a non-null id, positional params).
+//! The HTTP/1.1 is ureq's: framing (content-length, chunked), a keep-alive
+//! pool so that parallel callers (indexer workers, client queries) do not
+//! queue behind each other, timeouts and a bound on every body. This module
+//! speaks the strict dialect btcd needs (`"jsonrpc":"1.0"`, a non-null id,
+//! positional params), reads the cookie file once and again only when the
+//! node answers 401 (it restarted with a new cookie), and sorts every
+//! outcome into an [`Error`] of the right kind.
 
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use base64::Engine;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::io::ErrorKind as IoKind;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -20,8 +22,9 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub enum Auth {
     UserPass(String, String),
-    /// Bitcoin Core's `.cookie` file (`__cookie__:<random>`), re-read when the
-    /// node answers 401 because it restarted with a new cookie.
+    /// Bitcoin Core's `.cookie` file (`__cookie__:<random>`): read on first
+    /// use, and again when the node answers 401 because it restarted with a
+    /// new cookie.
     CookieFile(PathBuf),
 }
 
@@ -43,29 +46,70 @@ impl Auth {
     }
 }
 
+type Response = ureq::http::Response<ureq::Body>;
+
 /// Connections kept open for reuse; more are opened on demand.
 const IDLE_CONNECTIONS_MAX: usize = 8;
+/// An idle connection older than this is not reused: Bitcoin Core closes
+/// idle connections after `-rpcservertimeout` (30 s by default), and a
+/// connection the node is closing fails the request sent on it.
+const IDLE_AGE_MAX: Duration = Duration::from_secs(15);
 /// Responses larger than this are refused rather than buffered (a 4 MB block
 /// is ~8 MB of hex, a verbose block is far bigger).
-const RESPONSE_BYTES_MAX: usize = 512 << 20;
+const RESPONSE_BYTES_MAX: u64 = 512 << 20;
+/// How long the node may stay silent while we send or wait for its answer.
+const IO_TIMEOUT: Duration = Duration::from_secs(120);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A JSON-RPC client for one node.
 pub struct RpcClient {
     addr: String,
+    /// `http://<addr>`, the base of every request's URL.
+    base_url: String,
     auth: Auth,
-    timeout: Duration,
-    idle: Mutex<Vec<BufReader<TcpStream>>>,
+    /// The `Authorization` header value, computed on first use (so that a
+    /// cookie file is read once) and again after a 401.
+    authorization: Mutex<Option<String>>,
+    agent: ureq::Agent,
+    response_bytes_max: u64,
     next_id: AtomicU64,
 }
 
 impl RpcClient {
     /// Creates a client for `addr` (`host:port`). Connects lazily.
     pub fn new(addr: &str, auth: Auth) -> RpcClient {
+        RpcClient::with_limits(addr, auth, IO_TIMEOUT, RESPONSE_BYTES_MAX)
+    }
+
+    /// A client whose node may stay silent for `io_timeout` at most and
+    /// whose responses may hold `response_bytes_max` bytes at most.
+    pub(crate) fn with_limits(
+        addr: &str,
+        auth: Auth,
+        io_timeout: Duration,
+        response_bytes_max: u64,
+    ) -> RpcClient {
+        let config = ureq::Agent::config_builder()
+            // Every status is an answer to sort here, not a ureq error.
+            .http_status_as_error(false)
+            // The node is addressed directly: no proxy from the
+            // environment, no redirects.
+            .proxy(None)
+            .max_redirects(0)
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_per_read(Some(io_timeout))
+            .timeout_per_write(Some(io_timeout))
+            .max_idle_connections(IDLE_CONNECTIONS_MAX)
+            .max_idle_connections_per_host(IDLE_CONNECTIONS_MAX)
+            .max_idle_age(IDLE_AGE_MAX)
+            .build();
         RpcClient {
             addr: addr.to_string(),
+            base_url: format!("http://{addr}"),
             auth,
-            timeout: Duration::from_secs(120),
-            idle: Mutex::new(Vec::new()),
+            authorization: Mutex::new(None),
+            agent: ureq::Agent::new_with_config(config),
+            response_bytes_max,
             next_id: AtomicU64::new(1),
         }
     }
@@ -78,12 +122,12 @@ impl RpcClient {
     ///
     /// # Errors
     /// Transport failures (transient), HTTP errors, and the node's own
-    /// JSON-RPC errors as [`ErrorKind::Rpc`].
+    /// JSON-RPC errors as [`crate::ErrorKind::Rpc`].
     pub fn call<T: DeserializeOwned>(&self, method: &str, params: &[Value]) -> Result<T, Error> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let request = json!({"jsonrpc": "1.0", "id": id, "method": method, "params": params});
-        let response = self.post(&request)?;
-        let value = Self::take_result(method, response)?;
+        let (status, body) = self.post(&request)?;
+        let value = decode_reply(&self.addr, status, &body).and_then(|r| take_result(method, r))?;
         serde_json::from_value(value)
             .map_err(|e| Error::persistent(format!("{method}: unexpected result shape: {e}")))
     }
@@ -109,85 +153,9 @@ impl RpcClient {
             .enumerate()
             .map(|(i, p)| json!({"jsonrpc": "1.0", "id": first + i as u64, "method": method, "params": p}))
             .collect();
-        let response = self.post(&Value::Array(requests))?;
-        let Value::Array(replies) = response else {
-            return Err(Error::persistent(format!(
-                "{method}: batch reply is not an array"
-            )));
-        };
-        let mut results: Vec<Option<Result<Value, Error>>> =
-            (0..params.len()).map(|_| None).collect();
-        for reply in replies {
-            let index = reply
-                .get("id")
-                .and_then(Value::as_u64)
-                .and_then(|id| id.checked_sub(first))
-                .filter(|i| (*i as usize) < params.len())
-                .ok_or_else(|| {
-                    Error::persistent(format!("{method}: batch reply with unknown id"))
-                })?;
-            results[index as usize] = Some(Self::take_result(method, reply));
-        }
-        results
-            .into_iter()
-            .map(|r| {
-                r.ok_or_else(|| {
-                    Error::persistent(format!("{method}: batch reply is missing an answer"))
-                })
-            })
-            .collect()
-    }
-
-    fn take_result(method: &str, mut reply: Value) -> Result<Value, Error> {
-        match reply.get("error") {
-            Some(err) if !err.is_null() => {
-                let code = err.get("code").and_then(Value::as_i64).unwrap_or(0);
-                let message = err
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                Err(Error::rpc(method, code, message))
-            }
-            _ => Ok(reply
-                .get_mut("result")
-                .map(Value::take)
-                .unwrap_or(Value::Null)),
-        }
-    }
-
-    fn post(&self, body: &Value) -> Result<Value, Error> {
-        let body = serde_json::to_vec(body).expect("JSON values serialise");
-        let (status, reply) = self.request("POST / HTTP/1.1", Some(&body))?;
-        match status {
-            401 | 403 => {
-                return Err(Error::persistent(format!(
-                "node {} refused our credentials (HTTP {status}): check --auth or --cookie-file",
-                self.addr
-            )))
-            }
-            503 => {
-                return Err(Error::transient(format!(
-                    "node {} is busy (HTTP 503)",
-                    self.addr
-                )))
-            }
-            _ => {}
-        }
-        if reply.is_empty() {
-            // btcd answers a request it cannot parse with HTTP 200 and no body.
-            return Err(Error::persistent(format!(
-                "node {} sent an empty reply (HTTP {status})",
-                self.addr
-            )));
-        }
-        serde_json::from_slice(&reply).map_err(|e| {
-            let text = String::from_utf8_lossy(&reply[..reply.len().min(200)]).into_owned();
-            Error::persistent(format!(
-                "node {} sent non-JSON (HTTP {status}): {e}: {text}",
-                self.addr
-            ))
-        })
+        let (status, body) = self.post(&Value::Array(requests))?;
+        let reply = decode_reply(&self.addr, status, &body)?;
+        split_batch(method, first, params.len(), reply)
     }
 
     /// GETs a Bitcoin Core REST resource (`/rest/...`, served on the RPC
@@ -198,7 +166,8 @@ impl RpcClient {
     /// # Errors
     /// Transport failures (transient) and any other non-200 status.
     pub fn rest_get(&self, path: &str) -> Result<Option<Vec<u8>>, Error> {
-        let (status, body) = self.request(&format!("GET {path} HTTP/1.1"), None)?;
+        let url = format!("{}{path}", self.base_url);
+        let (status, body) = self.exchange(|agent| agent.get(&url).call())?;
         match status {
             200 => Ok(Some(body)),
             404 => Ok(None),
@@ -209,167 +178,217 @@ impl RpcClient {
             _ => Err(Error::persistent(format!(
                 "node {} answered HTTP {status} for {path}: {}",
                 self.addr,
-                String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
+                excerpt(&body)
             ))),
         }
     }
 
-    /// One HTTP exchange on a pooled keep-alive connection. A pooled
-    /// connection may have been closed by the node while idle: retry once
-    /// on a fresh one before calling the node unreachable.
-    fn request(&self, request_line: &str, body: Option<&[u8]>) -> Result<(u16, Vec<u8>), Error> {
-        let pooled = self.idle.lock().expect("rpc pool lock").pop();
-        if let Some(conn) = pooled {
-            match self.exchange(conn, request_line, body) {
-                Ok(v) => return Ok(v),
-                Err(e) if e.kind() != ErrorKind::Transient => return Err(e),
-                Err(_) => {}
-            }
+    /// POSTs a JSON-RPC request; on a 401 with a cookie file, reads the
+    /// cookie again and retries once (the node restarted with a new one).
+    fn post(&self, request: &Value) -> Result<(u16, Vec<u8>), Error> {
+        let body = serde_json::to_vec(request).expect("JSON values serialise");
+        let authorization = self.authorization(false)?;
+        let reply = self.post_with(&authorization, &body)?;
+        if reply.0 == 401 && matches!(self.auth, Auth::CookieFile(_)) {
+            let authorization = self.authorization(true)?;
+            return self.post_with(&authorization, &body);
         }
-        let conn = self.connect()?;
-        self.exchange(conn, request_line, body)
+        Ok(reply)
     }
 
-    fn connect(&self) -> Result<BufReader<TcpStream>, Error> {
-        let unreachable = |e: std::io::Error| {
-            Error::transient(format!("cannot connect to node at {}: {e}", self.addr))
-        };
-        let addrs: Vec<_> = self.addr.to_socket_addrs().map_err(unreachable)?.collect();
-        let mut last = None;
-        for addr in addrs {
-            match TcpStream::connect_timeout(&addr, Duration::from_secs(10)) {
-                Ok(stream) => {
-                    stream
-                        .set_read_timeout(Some(self.timeout))
-                        .map_err(unreachable)?;
-                    stream
-                        .set_write_timeout(Some(self.timeout))
-                        .map_err(unreachable)?;
-                    stream.set_nodelay(true).map_err(unreachable)?;
-                    // Block-sized replies: a bigger buffer means fewer reads.
-                    return Ok(BufReader::with_capacity(256 << 10, stream));
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(unreachable(
-            last.unwrap_or_else(|| std::io::Error::other("no address")),
-        ))
+    fn post_with(&self, authorization: &str, body: &[u8]) -> Result<(u16, Vec<u8>), Error> {
+        self.exchange(|agent| {
+            agent
+                .post(&self.base_url)
+                .header("Authorization", authorization)
+                .header("Content-Type", "application/json")
+                .send(body)
+        })
     }
 
-    /// Sends one request and reads its status and body; the connection goes
-    /// back to the pool when the node keeps it open.
+    /// The `Authorization` header value, read again from the cookie file
+    /// when `reread`.
+    fn authorization(&self, reread: bool) -> Result<String, Error> {
+        let mut cached = self.authorization.lock().expect("rpc auth lock");
+        match &*cached {
+            Some(header) if !reread => Ok(header.clone()),
+            _ => {
+                let header = self.auth.header()?;
+                *cached = Some(header.clone());
+                Ok(header)
+            }
+        }
+    }
+
+    /// One HTTP exchange, its body read in full (up to the limit). A
+    /// request on a connection the node closed under us (a pooled one it
+    /// timed out as we sent on it) is sent once more: ureq does not pool
+    /// the failed connection again, and checks that a pooled one is still
+    /// open before using it.
     fn exchange(
         &self,
-        mut conn: BufReader<TcpStream>,
-        request_line: &str,
-        body: Option<&[u8]>,
+        send: impl Fn(&ureq::Agent) -> Result<Response, ureq::Error>,
     ) -> Result<(u16, Vec<u8>), Error> {
-        let io =
-            |e: std::io::Error| Error::transient(format!("node connection {}: {e}", self.addr));
-        let head = match body {
-            Some(body) => format!(
-                "{request_line}\r\nHost: {}\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n",
-                self.addr,
-                self.auth.header()?,
-                body.len()
-            ),
-            None => format!(
-                "{request_line}\r\nHost: {}\r\nConnection: keep-alive\r\n\r\n",
-                self.addr
-            ),
-        };
-        let stream = conn.get_mut();
-        stream.write_all(head.as_bytes()).map_err(io)?;
-        if let Some(body) = body {
-            stream.write_all(body).map_err(io)?;
+        match self.exchange_once(&send) {
+            Err(e) if connection_closed(&e) => self.exchange_once(&send),
+            other => other,
         }
+        .map_err(|e| self.transport_error(e))
+    }
 
-        let mut status_line = String::new();
-        if conn.read_line(&mut status_line).map_err(io)? == 0 {
-            return Err(Error::transient(format!(
-                "node {} closed the connection",
-                self.addr
-            )));
-        }
-        let status: u16 = status_line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| {
-                Error::persistent(format!("bad HTTP status line from node: {status_line:?}"))
-            })?;
-        let mut content_length = None;
-        let mut chunked = false;
-        let mut keep_alive = true;
-        loop {
-            let mut line = String::new();
-            if conn.read_line(&mut line).map_err(io)? == 0 {
-                return Err(Error::transient(
-                    "node closed the connection mid-headers".into(),
-                ));
-            }
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = line.split_once(':') {
-                let value = value.trim();
-                match name.to_ascii_lowercase().as_str() {
-                    "content-length" => content_length = value.parse::<usize>().ok(),
-                    "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
-                    "connection" => keep_alive = !value.eq_ignore_ascii_case("close"),
-                    _ => {}
-                }
-            }
-        }
-        let body = if chunked {
-            read_chunked(&mut conn).map_err(io)?
-        } else if let Some(len) = content_length {
-            if len > RESPONSE_BYTES_MAX {
-                return Err(Error::persistent(format!(
-                    "node response of {len} bytes is too large"
-                )));
-            }
-            let mut buf = vec![0u8; len];
-            conn.read_exact(&mut buf).map_err(io)?;
-            buf
-        } else {
-            keep_alive = false;
-            let mut buf = Vec::new();
-            conn.by_ref()
-                .take(RESPONSE_BYTES_MAX as u64)
-                .read_to_end(&mut buf)
-                .map_err(io)?;
-            buf
-        };
-        if keep_alive {
-            let mut idle = self.idle.lock().expect("rpc pool lock");
-            if idle.len() < IDLE_CONNECTIONS_MAX {
-                idle.push(conn);
-            }
-        }
+    fn exchange_once(
+        &self,
+        send: &impl Fn(&ureq::Agent) -> Result<Response, ureq::Error>,
+    ) -> Result<(u16, Vec<u8>), ureq::Error> {
+        let mut response = send(&self.agent)?;
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(self.response_bytes_max)
+            .read_to_vec()?;
         Ok((status, body))
     }
-}
 
-fn read_chunked(conn: &mut BufReader<TcpStream>) -> std::io::Result<Vec<u8>> {
-    let mut body = Vec::new();
-    loop {
-        let mut size_line = String::new();
-        conn.read_line(&mut size_line)?;
-        let size = usize::from_str_radix(size_line.trim().split(';').next().unwrap_or(""), 16)
-            .map_err(|_| std::io::Error::other("bad chunk size"))?;
-        if body.len() + size > RESPONSE_BYTES_MAX {
-            return Err(std::io::Error::other("chunked response too large"));
-        }
-        let start = body.len();
-        body.resize(start + size, 0);
-        conn.read_exact(&mut body[start..])?;
-        let mut crlf = String::new();
-        conn.read_line(&mut crlf)?;
-        if size == 0 {
-            return Ok(body);
+    fn transport_error(&self, e: ureq::Error) -> Error {
+        let addr = &self.addr;
+        match e {
+            ureq::Error::BodyExceedsLimit(limit) => Error::persistent(format!(
+                "node {addr} sent a response over the limit of {limit} bytes"
+            )),
+            ureq::Error::Timeout(_) => {
+                Error::transient(format!("node {addr} did not answer in time"))
+            }
+            ureq::Error::Io(e) if matches!(e.kind(), IoKind::TimedOut | IoKind::WouldBlock) => {
+                Error::transient(format!("node {addr} did not answer in time: {e}"))
+            }
+            ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
+                Error::transient(format!("cannot connect to node at {addr}: {e}"))
+            }
+            ureq::Error::Io(e) if e.kind() == IoKind::ConnectionRefused => {
+                Error::transient(format!("cannot connect to node at {addr}: {e}"))
+            }
+            ureq::Error::Io(e) => Error::transient(format!("node connection {addr}: {e}")),
+            // A response that is not HTTP: not a restart, not worth a retry.
+            e => Error::persistent(format!("node {addr} broke HTTP: {e}")),
         }
     }
 }
+
+/// Whether the node closed or reset the connection under the request: a
+/// pooled connection it timed out, or a restart.
+fn connection_closed(e: &ureq::Error) -> bool {
+    matches!(e, ureq::Error::Io(e) if matches!(
+        e.kind(),
+        IoKind::UnexpectedEof | IoKind::ConnectionReset | IoKind::ConnectionAborted | IoKind::BrokenPipe
+    ))
+}
+
+/// Sorts an HTTP answer to a JSON-RPC POST: a JSON-RPC reply (an object, or
+/// an array for a batch) whatever the status, since Bitcoin Core sends its
+/// errors with HTTP 404 (unknown method) and 500; otherwise the status says
+/// what went wrong.
+///
+/// # Errors
+/// Refused credentials, a busy node (transient), and anything that is not a
+/// JSON-RPC reply.
+pub(crate) fn decode_reply(addr: &str, status: u16, body: &[u8]) -> Result<Value, Error> {
+    match status {
+        401 => {
+            return Err(Error::persistent(format!(
+                "node {addr} refused our credentials (HTTP 401): check --auth or --cookie-file"
+            )))
+        }
+        403 => {
+            return Err(Error::persistent(format!(
+                "node {addr} refused us (HTTP 403): check its -rpcallowip"
+            )))
+        }
+        _ => {}
+    }
+    let parsed = serde_json::from_slice::<Value>(body);
+    if let Ok(reply @ (Value::Object(_) | Value::Array(_))) = parsed {
+        return Ok(reply);
+    }
+    Err(match status {
+        503 => Error::transient(format!("node {addr} is busy (HTTP 503)")),
+        // btcd answers a request it cannot parse with HTTP 200 and no body.
+        _ if body.is_empty() => {
+            Error::persistent(format!("node {addr} sent an empty reply (HTTP {status})"))
+        }
+        _ => Error::persistent(format!(
+            "node {addr} sent no JSON-RPC reply (HTTP {status}): {}",
+            excerpt(body)
+        )),
+    })
+}
+
+/// The result of one JSON-RPC reply, or the node's error with its code.
+///
+/// # Errors
+/// The node's error, as [`crate::ErrorKind::Rpc`] (or transient while it warms up).
+pub(crate) fn take_result(method: &str, mut reply: Value) -> Result<Value, Error> {
+    match reply.get("error") {
+        Some(err) if !err.is_null() => {
+            let code = err.get("code").and_then(Value::as_i64).unwrap_or(0);
+            let message = err
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            Err(Error::rpc(method, code, message))
+        }
+        _ => Ok(reply
+            .get_mut("result")
+            .map(Value::take)
+            .unwrap_or(Value::Null)),
+    }
+}
+
+/// Matches a batch reply to the `count` calls numbered from `first`.
+///
+/// # Errors
+/// When the reply is no array, or an answer is missing or unasked for.
+pub(crate) fn split_batch(
+    method: &str,
+    first: u64,
+    count: usize,
+    reply: Value,
+) -> Result<Vec<Result<Value, Error>>, Error> {
+    let Value::Array(replies) = reply else {
+        // Core answers a batch it cannot run at all with one error object.
+        take_result(method, reply)?;
+        return Err(Error::persistent(format!(
+            "{method}: batch reply is not an array"
+        )));
+    };
+    let mut results: Vec<Option<Result<Value, Error>>> = (0..count).map(|_| None).collect();
+    for reply in replies {
+        let slot = reply
+            .get("id")
+            .and_then(Value::as_u64)
+            .and_then(|id| id.checked_sub(first))
+            .and_then(|i| usize::try_from(i).ok())
+            .and_then(|i| results.get_mut(i))
+            .ok_or_else(|| Error::persistent(format!("{method}: batch reply with unknown id")))?;
+        *slot = Some(take_result(method, reply));
+    }
+    results
+        .into_iter()
+        .map(|r| {
+            r.ok_or_else(|| {
+                Error::persistent(format!("{method}: batch reply is missing an answer"))
+            })
+        })
+        .collect()
+}
+
+/// The start of a body, as text for an error message.
+fn excerpt(body: &[u8]) -> String {
+    String::from_utf8_lossy(&body[..body.len().min(200)])
+        .trim()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests;

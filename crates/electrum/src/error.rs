@@ -10,8 +10,17 @@
 //! | -32603 | `Internal`                      | a bug or a database error on our side |
 //! | -101   | `LimitExceeded`                 | line, batch or subscription limit (aiorpcx's "excessive resource usage") |
 //! | -102   | `ServerBusy`                    | too many sessions (the connection is then closed), or the server's client memory budget is spent |
-//! | 1      | `BadRequest`, `HistoryTooLarge`, `NodeRejected` | valid request that cannot be served: not found, bad checkpoint, version already negotiated, node rejected the transaction (ElectrumX's `BAD_REQUEST`) |
-//! | 2      | `NodeUnavailable`               | the node could not be reached (ElectrumX's `DAEMON_ERROR`) |
+//! | 1      | `BadRequest`, `HistoryTooLarge`, `NodeRejected` | valid request that cannot be served: not found, bad checkpoint, version already negotiated, node refused a broadcast (ElectrumX's `BAD_REQUEST`) |
+//! | 2      | `NodeFailed`, `NodeUnavailable` | the node failed a call that is no broadcast (a fee estimate, a transaction, mempool information) or could not be reached (ElectrumX's `DAEMON_ERROR`) |
+//!
+//! Only a broadcast the node refused says "rejected": a wallet takes that
+//! as a verdict on its transaction. Any other node failure is ElectrumX's
+//! `DAEMON_ERROR` (code 2, "daemon error: ..."), which wallets know as the
+//! server's trouble, not theirs: with the node's method, message and code
+//! when the node answered, without detail when it could not be reached.
+//! Details that may name local files (the cookie file, the index's files)
+//! go to the log, never to a client: `Internal` and `NodeUnavailable`
+//! answers made from query errors carry fixed messages.
 
 use osprey_query::Error;
 use serde_json::{json, Value};
@@ -37,8 +46,14 @@ pub enum RpcError {
     HistoryTooLarge { limit: usize },
     #[error("the transaction was rejected by network rules: {0}")]
     NodeRejected(String),
-    #[error("node unavailable: {0}")]
-    NodeUnavailable(String),
+    #[error("daemon error: {method}: {message} (code {code})")]
+    NodeFailed {
+        method: String,
+        code: i64,
+        message: String,
+    },
+    #[error("daemon error: the node is unavailable, try again later")]
+    NodeUnavailable,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -57,7 +72,7 @@ impl RpcError {
             RpcError::BadRequest(_)
             | RpcError::HistoryTooLarge { .. }
             | RpcError::NodeRejected(_) => 1,
-            RpcError::NodeUnavailable(_) => 2,
+            RpcError::NodeFailed { .. } | RpcError::NodeUnavailable => 2,
         }
     }
 
@@ -72,8 +87,12 @@ impl RpcError {
     }
 }
 
+/// What an internal error tells the client; the detail is in the log.
+const INTERNAL_ERROR_MESSAGE: &str = "the server failed; its log has the details";
+
 /// Picks the variant, hence the code, for each query error; not-found and
 /// not-supported errors are sent with the query error's own message.
+/// Details that may name local files are logged here and not sent.
 impl From<Error> for RpcError {
     fn from(e: Error) -> Self {
         match e {
@@ -81,9 +100,24 @@ impl From<Error> for RpcError {
             Error::TxNotFound(_) | Error::BlockNotFound(_) => RpcError::BadRequest(e.to_string()),
             Error::NotSupported(_) => RpcError::BadRequest(e.to_string()),
             Error::BadRequest(msg) => RpcError::BadRequest(msg),
-            Error::Node(msg) => RpcError::NodeRejected(msg),
-            Error::Unavailable(msg) => RpcError::NodeUnavailable(msg),
-            Error::Internal(msg) => RpcError::Internal(msg),
+            Error::Rejected(msg) => RpcError::NodeRejected(msg),
+            Error::NodeFailed {
+                method,
+                code,
+                message,
+            } => RpcError::NodeFailed {
+                method,
+                code,
+                message,
+            },
+            Error::Unavailable(detail) => {
+                tracing::warn!("a client request found the node unavailable: {detail}");
+                RpcError::NodeUnavailable
+            }
+            Error::Internal(detail) => {
+                tracing::error!("internal error answering a client: {detail}");
+                RpcError::Internal(INTERNAL_ERROR_MESSAGE.into())
+            }
         }
     }
 }
@@ -110,7 +144,7 @@ mod tests {
         let e: RpcError = Error::HistoryTooLarge { limit: 10 }.into();
         assert_eq!(e.code(), 1);
         assert!(e.to_string().contains("history too large"), "{e}");
-        let e: RpcError = Error::Node("bad-txns-inputs-missingorspent".into()).into();
+        let e: RpcError = Error::Rejected("bad-txns-inputs-missingorspent".into()).into();
         assert_eq!(e.code(), 1);
         assert!(e.to_string().contains("bad-txns-inputs-missingorspent"));
         let e: RpcError = Error::Unavailable("connection refused".into()).into();
@@ -127,5 +161,47 @@ mod tests {
         );
         let e: RpcError = Error::Internal("rocksdb".into()).into();
         assert_eq!(e.code(), -32603);
+    }
+
+    #[test]
+    fn only_a_broadcast_refusal_says_rejected() {
+        let refused: RpcError = Error::Rejected("min relay fee not met".into()).into();
+        assert_eq!(
+            refused.to_json(),
+            json!({"code": 1, "message": "the transaction was rejected by network rules: min relay fee not met"})
+        );
+        let failed: RpcError = Error::NodeFailed {
+            method: "estimatesmartfee".into(),
+            code: -32603,
+            message: "Fee estimation disabled".into(),
+        }
+        .into();
+        assert_eq!(
+            failed.to_json(),
+            json!({"code": 2, "message": "daemon error: estimatesmartfee: Fee estimation disabled (code -32603)"})
+        );
+    }
+
+    #[test]
+    fn an_unreachable_node_is_a_daemon_error_without_local_paths() {
+        let e: RpcError =
+            Error::Unavailable("cannot read cookie file /home/u/.bitcoin/.cookie: denied".into())
+                .into();
+        assert_eq!(e.code(), 2);
+        assert_eq!(
+            e.to_string(),
+            "daemon error: the node is unavailable, try again later"
+        );
+    }
+
+    #[test]
+    fn internal_errors_carry_no_local_paths() {
+        let e: RpcError =
+            Error::Internal("IO error: /var/lib/osprey/db/000042.sst: No such file".into()).into();
+        assert_eq!(e.code(), -32603);
+        assert_eq!(
+            e.to_string(),
+            "internal error: the server failed; its log has the details"
+        );
     }
 }

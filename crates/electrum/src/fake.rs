@@ -28,6 +28,10 @@ pub struct FakeState {
     pub blocks: HashMap<u32, Vec<Txid>>,
     /// When set, broadcasts are rejected with this node message.
     pub broadcast_error: Option<String>,
+    /// When set, every answer that would come from the node (fee
+    /// estimates, the relay fee, mempool information, transactions,
+    /// broadcasts) is this error instead.
+    pub node_failure: Option<fn() -> Error>,
     pub package_answer: serde_json::Value,
     pub estimate: Option<f64>,
     /// The last `(blocks, mode)` passed to `estimate_fee`.
@@ -111,6 +115,14 @@ impl FakeBackend {
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
         // A test that panicked while holding the lock already failed.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `Err` with the configured node failure, if any.
+    fn node_answer(&self) -> Result<(), Error> {
+        match self.lock().node_failure {
+            Some(failure) => Err(failure()),
+            None => Ok(()),
+        }
     }
 
     fn checked_history(&self, sh: &ScriptHash) -> Result<Vec<HistoryEntry>, Error> {
@@ -238,6 +250,7 @@ impl Backend for FakeBackend {
     }
 
     fn transaction(&self, txid: &Txid) -> Result<Vec<u8>, Error> {
+        self.node_answer()?;
         self.lock()
             .transactions
             .get(txid)
@@ -278,24 +291,28 @@ impl Backend for FakeBackend {
     }
 
     fn broadcast(&self, raw_hex: &str) -> Result<Txid, Error> {
+        self.node_answer()?;
         if let Some(message) = self.lock().broadcast_error.clone() {
-            return Err(Error::Node(message));
+            return Err(Error::Rejected(message));
         }
-        let raw = hex::decode(raw_hex).map_err(|e| Error::Node(e.to_string()))?;
+        let raw = hex::decode(raw_hex).map_err(|e| Error::Rejected(e.to_string()))?;
         Ok(Txid::from_raw_hash(sha256d::Hash::hash(&raw)))
     }
 
     fn broadcast_package(&self, _raw_hexes: &[String]) -> Result<serde_json::Value, Error> {
+        self.node_answer()?;
         Ok(self.lock().package_answer.clone())
     }
 
     fn estimate_fee(&self, blocks: u16, mode: Option<&str>) -> Result<Option<f64>, Error> {
+        self.node_answer()?;
         let mut state = self.lock();
         state.last_estimate_args = Some((blocks, mode.map(str::to_string)));
         Ok(state.estimate)
     }
 
     fn relay_fee(&self) -> Result<f64, Error> {
+        self.node_answer()?;
         Ok(self.lock().relay_fee)
     }
 
@@ -304,6 +321,7 @@ impl Backend for FakeBackend {
     }
 
     fn mempool_fees(&self) -> Result<MempoolFees, Error> {
+        self.node_answer()?;
         let relay = self.lock().relay_fee;
         Ok(MempoolFees {
             mempoolminfee: relay,

@@ -9,7 +9,7 @@ use crate::session::SessionState;
 use bitcoin::hashes::Hash;
 use bitcoin::{BlockHash, TxMerkleNode, Txid};
 use osprey_core::{Height, ScriptHash, StatusHash};
-use osprey_query::{Balance, HistoryEntry, TxMerkle, Utxo};
+use osprey_query::{Balance, Error, HistoryEntry, TxMerkle, Utxo};
 use serde_json::{json, Value};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -610,6 +610,129 @@ fn broadcast_returns_txid_or_the_node_message() {
         json!({"raw_txs": ["00"], "verbose": true}),
     );
     assert_eq!(verbose["package_msg"], "success");
+}
+
+/// The answer to `method` while the node fails every call with `failure`.
+fn with_failing_node(failure: fn() -> Error, method: &str, params: Value) -> (i64, String) {
+    let mut h = Harness::at("1.6");
+    h.backend.update(|s| {
+        s.transactions.insert(txid(1), vec![1, 2, 3]);
+        s.node_failure = Some(failure);
+    });
+    h.err(method, params)
+}
+
+fn node_failed(method: &str, code: i64, message: &str) -> Error {
+    Error::NodeFailed {
+        method: method.into(),
+        code,
+        message: message.into(),
+    }
+}
+
+#[test]
+fn a_failed_fee_estimate_is_a_daemon_error_not_a_rejection() {
+    let answer = with_failing_node(
+        || node_failed("estimatesmartfee", -32603, "Fee estimation disabled"),
+        "blockchain.estimatefee",
+        json!([6]),
+    );
+    assert_eq!(
+        answer,
+        (
+            2,
+            "daemon error: estimatesmartfee: Fee estimation disabled (code -32603)".into()
+        )
+    );
+}
+
+#[test]
+fn a_failed_transaction_fetch_is_a_daemon_error_not_a_rejection() {
+    let (code, message) = with_failing_node(
+        || {
+            node_failed(
+                "getrawtransaction",
+                -5,
+                "No such mempool or blockchain transaction",
+            )
+        },
+        "blockchain.transaction.get",
+        json!([txid(1).to_string()]),
+    );
+    assert_eq!(code, 2);
+    assert_eq!(
+        message,
+        "daemon error: getrawtransaction: No such mempool or blockchain transaction (code -5)"
+    );
+}
+
+#[test]
+fn a_failed_mempool_info_is_a_daemon_error_not_a_rejection() {
+    let (code, message) = with_failing_node(
+        || node_failed("getmempoolinfo", -1, "out of memory"),
+        "mempool.get_info",
+        json!([]),
+    );
+    assert_eq!(
+        (code, message.as_str()),
+        (2, "daemon error: getmempoolinfo: out of memory (code -1)")
+    );
+}
+
+#[test]
+fn a_failed_relay_fee_is_a_daemon_error_not_a_rejection() {
+    let (code, message) = with_failing_node(
+        || node_failed("getnetworkinfo", -1, "broken"),
+        "blockchain.relayfee",
+        json!([]),
+    );
+    assert_eq!(
+        (code, message.as_str()),
+        (2, "daemon error: getnetworkinfo: broken (code -1)")
+    );
+}
+
+#[test]
+fn a_broadcast_refusal_is_the_only_rejection() {
+    let (code, message) = with_failing_node(
+        || Error::Rejected("bad-txns-inputs-missingorspent".into()),
+        "blockchain.transaction.broadcast",
+        json!(["0100"]),
+    );
+    assert_eq!(code, 1);
+    assert_eq!(
+        message,
+        "the transaction was rejected by network rules: bad-txns-inputs-missingorspent"
+    );
+}
+
+#[test]
+fn a_broadcast_to_an_unreachable_node_is_no_rejection_and_names_no_file() {
+    let (code, message) = with_failing_node(
+        || Error::Unavailable("cannot read cookie file /home/u/.bitcoin/.cookie: denied".into()),
+        "blockchain.transaction.broadcast",
+        json!(["0100"]),
+    );
+    assert_eq!(
+        (code, message.as_str()),
+        (2, "daemon error: the node is unavailable, try again later")
+    );
+}
+
+#[test]
+fn an_internal_error_names_no_file_of_the_index() {
+    let (code, message) = with_failing_node(
+        || Error::Internal("IO error: /var/lib/osprey/db/000042.sst: No such file".into()),
+        "blockchain.transaction.get",
+        json!([txid(1).to_string()]),
+    );
+    assert_eq!(
+        (code, message.as_str()),
+        (
+            -32603,
+            "internal error: the server failed; its log has the details"
+        )
+    );
 }
 
 #[test]

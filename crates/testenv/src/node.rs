@@ -254,6 +254,24 @@ impl Process {
         Ok(process)
     }
 
+    /// Kills the node and runs `command` in its place (same directory,
+    /// same log, appended to), waiting for its RPC to answer.
+    fn respawn(&mut self, mut command: Command) -> Result<()> {
+        let _ = self.child.kill();
+        self.child.wait()?;
+        let out = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log)
+            .with_context(|| format!("opening {}", self.log.display()))?;
+        self.child = command
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {:?}", command.get_program()))?;
+        self.wait_ready()
+    }
+
     fn wait_ready(&mut self) -> Result<()> {
         let started = Instant::now();
         loop {
@@ -404,6 +422,8 @@ impl Node for BtcdNode {
 /// with `-rpcauth`, which leaves the cookie in place for Osprey.
 pub struct BitcoindNode {
     process: Process,
+    binary: PathBuf,
+    options: BitcoindOptions,
 }
 
 /// How to start a [`BitcoindNode`].
@@ -492,39 +512,72 @@ impl BitcoindNode {
                 .prefix("osprey-bitcoind-")
                 .tempdir()?;
             let log = dir.path().join("bitcoind.out");
-            let mut command = Command::new(&binary);
-            command
-                .arg("-regtest")
-                .arg(format!("-datadir={}", dir.path().display()))
-                .arg(format!("-rpcport={}", rpc_addr.port()))
-                .arg(format!("-port={}", p2p_addr.port()))
-                .arg(format!("-bind={p2p_addr}"))
-                .arg("-rpcbind=127.0.0.1")
-                .arg("-rpcallowip=127.0.0.1")
-                .arg(format!("-rpcauth={}", rpcauth(RPC_USER, RPC_PASS)))
-                .arg(format!("-rest={}", u8::from(options.rest)))
-                .arg(format!("-prune={}", if options.prune { 550 } else { 0 }))
-                .args([
-                    "-server",
-                    "-listen",
-                    "-dnsseed=0",
-                    "-fixedseeds=0",
-                    "-listenonion=0",
-                    "-fallbackfee=0.0002",
-                    // Below the relay fee, so that each of
-                    // `getmempoolinfo`'s floors differs from the others.
-                    "-incrementalrelayfee=0.0000005",
-                ])
-                .arg("-printtoconsole");
+            let command = bitcoind_command(&binary, dir.path(), rpc_addr, p2p_addr, options);
             Process::spawn(command, dir, log, rpc_addr, p2p_addr)
         })?;
-        Ok(BitcoindNode { process })
+        Ok(BitcoindNode {
+            process,
+            binary,
+            options: options.clone(),
+        })
+    }
+
+    /// Kills bitcoind and starts it again on the same data directory and
+    /// ports, as a crash and a restart by its supervisor would: it writes
+    /// a new cookie.
+    ///
+    /// # Errors
+    /// When bitcoind does not come up again (with its log).
+    pub fn restart(&mut self) -> Result<()> {
+        let command = bitcoind_command(
+            &self.binary,
+            self.process.dir.path(),
+            self.process.rpc_addr,
+            self.process.p2p_addr,
+            &self.options,
+        );
+        self.process.respawn(command)
     }
 
     /// The cookie file Core writes for this node.
     pub fn cookie_file(&self) -> PathBuf {
         self.process.dir.path().join("regtest/.cookie")
     }
+}
+
+/// The command line of a bitcoind on `datadir`, listening on these ports.
+fn bitcoind_command(
+    binary: &Path,
+    datadir: &Path,
+    rpc_addr: SocketAddr,
+    p2p_addr: SocketAddr,
+    options: &BitcoindOptions,
+) -> Command {
+    let mut command = Command::new(binary);
+    command
+        .arg("-regtest")
+        .arg(format!("-datadir={}", datadir.display()))
+        .arg(format!("-rpcport={}", rpc_addr.port()))
+        .arg(format!("-port={}", p2p_addr.port()))
+        .arg(format!("-bind={p2p_addr}"))
+        .arg("-rpcbind=127.0.0.1")
+        .arg("-rpcallowip=127.0.0.1")
+        .arg(format!("-rpcauth={}", rpcauth(RPC_USER, RPC_PASS)))
+        .arg(format!("-rest={}", u8::from(options.rest)))
+        .arg(format!("-prune={}", if options.prune { 550 } else { 0 }))
+        .args([
+            "-server",
+            "-listen",
+            "-dnsseed=0",
+            "-fixedseeds=0",
+            "-listenonion=0",
+            "-fallbackfee=0.0002",
+            // Below the relay fee, so that each of
+            // `getmempoolinfo`'s floors differs from the others.
+            "-incrementalrelayfee=0.0000005",
+        ])
+        .arg("-printtoconsole");
+    command
 }
 
 /// A `-rpcauth` value: `user:salt$hex(HMAC-SHA256(key = salt, password))`.

@@ -10,7 +10,7 @@
 
 use bitcoin::consensus::serialize;
 use bitcoin::{Amount, BlockHash};
-use osprey_chain::rpc::Auth;
+use osprey_chain::rpc::{Auth, RpcClient};
 use osprey_chain::{BlockSource, BlockSourceChoice, ChainSource, Daemon};
 use osprey_core::Network;
 use osprey_indexer::{Indexer, IndexerConfig};
@@ -316,4 +316,33 @@ fn cached_statuses_follow_the_mempool_blocks_and_reorgs() {
         "back in the mempool after the reorg"
     );
     assert_eq!(histogram_vsize(&query), tx.vsize() as u64);
+}
+
+/// 1. Start bitcoind; a client logs in with the cookie it wrote.
+/// 2. Kill and restart bitcoind: it writes a new cookie, and the client's
+///    kept connection is gone.
+/// 3. The same client answers again: it reads the new cookie on the 401.
+#[test]
+fn a_cookie_client_survives_a_restart_that_rotates_the_cookie() {
+    // 1.
+    let Some(mut node) = BitcoindNode::start_or_skip(&BitcoindOptions::default()) else {
+        return;
+    };
+    let client = RpcClient::new(
+        &node.rpc_addr().to_string(),
+        Auth::CookieFile(node.cookie_file()),
+    );
+    let hash: String = client
+        .call("getblockhash", &[serde_json::json!(0)])
+        .expect("logged in with the cookie");
+    let cookie = std::fs::read_to_string(node.cookie_file()).expect("the cookie");
+    // 2.
+    node.restart().expect("bitcoind restarts");
+    let rotated = std::fs::read_to_string(node.cookie_file()).expect("the new cookie");
+    assert_ne!(cookie, rotated, "a restart writes a new cookie");
+    // 3.
+    let again: String = client
+        .call("getblockhash", &[serde_json::json!(0)])
+        .expect("the client reads the new cookie");
+    assert_eq!(again, hash);
 }
