@@ -50,6 +50,7 @@ fn dispatcher() -> &'static Dispatcher {
             pong_len_max: 64,
             reply_bytes_max: REPLY_BYTES_MAX,
             subscription_budget: None,
+            cores: std::thread::available_parallelism().map_or(1, usize::from),
         };
         Dispatcher::new(Arc::new(backend), config)
     })
