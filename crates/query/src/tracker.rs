@@ -10,6 +10,10 @@ use osprey_indexer::{ChunkStats, Indexer};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+/// The most confirmed transactions one update lists by txid (32 MiB of
+/// them); past this, the update says that everything may have changed.
+const CONFIRMED_TXIDS_MAX: u64 = 1 << 20;
+
 pub struct Tracker {
     indexer: Indexer,
     query: Arc<Query>,
@@ -54,23 +58,54 @@ impl Tracker {
         self.node_height = Some(report.source_height);
         let mut touched = report.touched;
         let mut txids = Vec::new();
+        let mut all_changed = report.all_touched;
         if report.connected > 0 || report.disconnected > 0 {
             // Drop transactions the new blocks confirmed right away, so no
             // answer lists one both confirmed and unconfirmed until the next
             // mempool poll.
             let store = self.query.store();
             let start = first_new_tx.min(store.tx_count());
-            let confirmed = store
-                .txids(start..store.tx_count())
-                .map_err(osprey_indexer::Error::Store)?;
-            let mut mempool = self.query.mempool.write().expect("mempool lock poisoned");
-            for txid in &confirmed {
-                mempool.remove(txid, &mut touched);
+            let end = store.tx_count();
+            if end - start <= CONFIRMED_TXIDS_MAX {
+                let confirmed = store
+                    .txids(start..end)
+                    .map_err(osprey_indexer::Error::Store)?;
+                let mut mempool = self.query.mempool.write().expect("mempool lock poisoned");
+                for txid in &confirmed {
+                    mempool.remove(txid, &mut touched);
+                }
+                txids = confirmed;
+            } else {
+                // An initial sync or a long catch-up: listing every
+                // confirmed txid would hold 32 bytes per transaction (10M
+                // transactions took a 1 GiB-capped process over its cap;
+                // mainnet would need 38 GB). Ask the index about each
+                // mempool transaction instead, and tell subscribers that
+                // everything may have changed, as for many touched scripts.
+                let pooled: Vec<Txid> = self.query.mempool().txids().copied().collect();
+                let mut confirmed = Vec::new();
+                for txid in pooled {
+                    if store
+                        .find_tx_num(&txid)
+                        .map_err(osprey_indexer::Error::Store)?
+                        .is_some()
+                    {
+                        confirmed.push(txid);
+                    }
+                }
+                let mut mempool = self.query.mempool.write().expect("mempool lock poisoned");
+                for txid in &confirmed {
+                    mempool.remove(txid, &mut touched);
+                }
+                all_changed = true;
             }
-            txids = confirmed;
             // The node's mempool lost these too, so the poll below may
             // see nothing new: the histogram must not keep them.
-            mempool.update_histogram();
+            self.query
+                .mempool
+                .write()
+                .expect("mempool lock poisoned")
+                .update_histogram();
         }
         let mempool_touched = match self.update_mempool(&mut txids) {
             Ok(touched) => touched,
@@ -93,12 +128,12 @@ impl Tracker {
                 tracing::info!(height = height.0, hash = %self.query.tip().1, "new tip");
             }
         }
-        if new_tip.is_some() || !touched.is_empty() || !txids.is_empty() || report.all_touched {
+        if new_tip.is_some() || !touched.is_empty() || !txids.is_empty() || all_changed {
             self.query.publish(Change {
                 new_tip,
                 scripthashes: touched,
                 txids,
-                all_scripthashes: report.all_touched,
+                all_scripthashes: all_changed,
             });
         }
         Ok(())
