@@ -66,22 +66,21 @@ impl Tracker {
             let store = self.query.store();
             let start = first_new_tx.min(store.tx_count());
             let end = store.tx_count();
-            if end - start <= CONFIRMED_TXIDS_MAX {
-                let confirmed = store
+            // Past CONFIRMED_TXIDS_MAX (an initial sync or a long
+            // catch-up), listing every confirmed txid would hold 32 bytes
+            // per transaction (10M transactions took a 1 GiB-capped process
+            // over its cap; mainnet would need 38 GB): each mempool
+            // transaction is looked up in the index instead, and
+            // subscribers are told that everything may have changed, as for
+            // many touched scripts.
+            let in_pool_confirmed: Vec<Txid>;
+            let confirmed: &[Txid] = if end - start <= CONFIRMED_TXIDS_MAX {
+                txids = store
                     .txids(start..end)
                     .map_err(osprey_indexer::Error::Store)?;
-                let mut mempool = self.query.mempool.write().expect("mempool lock poisoned");
-                for txid in &confirmed {
-                    mempool.remove(txid, &mut touched);
-                }
-                txids = confirmed;
+                &txids
             } else {
-                // An initial sync or a long catch-up: listing every
-                // confirmed txid would hold 32 bytes per transaction (10M
-                // transactions took a 1 GiB-capped process over its cap;
-                // mainnet would need 38 GB). Ask the index about each
-                // mempool transaction instead, and tell subscribers that
-                // everything may have changed, as for many touched scripts.
+                all_changed = true;
                 let pooled: Vec<Txid> = self.query.mempool().txids().copied().collect();
                 let mut confirmed = Vec::new();
                 for txid in pooled {
@@ -93,19 +92,16 @@ impl Tracker {
                         confirmed.push(txid);
                     }
                 }
-                let mut mempool = self.query.mempool.write().expect("mempool lock poisoned");
-                for txid in &confirmed {
-                    mempool.remove(txid, &mut touched);
-                }
-                all_changed = true;
+                in_pool_confirmed = confirmed;
+                &in_pool_confirmed
+            };
+            let mut mempool = self.query.mempool.write().expect("mempool lock poisoned");
+            for txid in confirmed {
+                mempool.remove(txid, &mut touched);
             }
             // The node's mempool lost these too, so the poll below may
             // see nothing new: the histogram must not keep them.
-            self.query
-                .mempool
-                .write()
-                .expect("mempool lock poisoned")
-                .update_histogram();
+            mempool.update_histogram();
         }
         let mempool_touched = match self.update_mempool(&mut txids) {
             Ok(touched) => touched,
