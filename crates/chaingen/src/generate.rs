@@ -1673,12 +1673,29 @@ impl Generator {
         }
 
         // Exact-ish fee from the real output sizes; still an upper bound.
+        // `cost` priced every output at 34 bytes, but a foreign bare
+        // multisig script is longer: when that makes the outputs
+        // unaffordable, payments go (the first ones; the change stays
+        // last). Unchecked, the subtraction below wrapped around and made
+        // an output of 2^64 satoshis, which Bitcoin Core rejects
+        // (bad-txns-vout-toolarge, mainnet preset at height 122).
         let kinds: Vec<ScriptKind> = inputs.iter().map(|c| c.spend.kind).collect();
-        let vsize = vsize_max(
-            &kinds,
-            dests.iter().map(Dest::script_len).chain(op_return_len),
-        );
-        let fee = fee_rate * vsize;
+        let fee_of = |dests: &[Dest]| {
+            fee_rate * vsize_max(&kinds, dests.iter().map(Dest::script_len).chain(op_return_len))
+        };
+        let unaffordable =
+            |dests: &[Dest]| total < fee_of(dests) + dests.len() as u64 * MIN_OUTPUT_SATS;
+        while unaffordable(&dests) && dests.len() > 1 {
+            dests.remove(0);
+        }
+        if unaffordable(&dests) {
+            for coin in inputs {
+                self.pools.add(coin);
+            }
+            return None;
+        }
+        let has_change = has_change && dests.len() >= 2;
+        let fee = fee_of(&dests);
         let spare = total - fee - dests.len() as u64 * MIN_OUTPUT_SATS;
         // Payments take a skewed share (mostly small), change the rest.
         let weights: Vec<f64> = dests

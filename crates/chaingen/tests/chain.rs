@@ -208,6 +208,15 @@ fn check_chain(dir: &Path, manifest: &Manifest) {
                         expected[i].utxos -= 1;
                     }
                 }
+                // Bitcoin Core's bad-txns-vout-toolarge: a wrapped-around
+                // value would also make this sum wrap and pass below.
+                for o in &tx.output {
+                    assert!(
+                        o.value <= bitcoin::Amount::MAX_MONEY,
+                        "{ctx}: {txid} pays {} sats in one output",
+                        o.value.to_sat()
+                    );
+                }
                 let out_sum: u64 = tx.output.iter().map(|o| o.value.to_sat()).sum();
                 assert!(in_sum >= out_sum, "{ctx}: {txid} creates value");
                 let fee = in_sum - out_sum;
