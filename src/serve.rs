@@ -348,6 +348,7 @@ pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::
     );
     let (height, hash) = query.tip();
     tracing::info!(height = height.0, %hash, "index is at the tip");
+    log_footprint(&query.store().footprint());
     if digest {
         let digest = query.store().digest().context("reading the index")?;
         let line = serde_json::json!({
@@ -363,6 +364,31 @@ pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::
     // The endpoint holds the index: closed before it.
     drop(monitoring);
     Ok(())
+}
+
+/// One line per part of the index: its bytes, its records, and both per
+/// transaction, which is how an index's size scales to a bigger chain.
+fn log_footprint(parts: &[osprey_store::Part]) {
+    let txs = parts
+        .iter()
+        .find(|p| p.name == "txids.dat")
+        .map_or(0, |p| p.records)
+        .max(1) as f64;
+    let total: u64 = parts.iter().map(|p| p.bytes).sum();
+    for part in parts {
+        tracing::info!(
+            "index part {:<12} {:>14} bytes {:>7.2} B/tx {:>13} records {:>5.2} per tx",
+            part.name,
+            part.bytes,
+            part.bytes as f64 / txs,
+            part.records,
+            part.records as f64 / txs,
+        );
+    }
+    tracing::info!(
+        "index total {total} bytes, {:.2} B/tx over {txs} transactions",
+        total as f64 / txs
+    );
 }
 
 /// `osprey serve`: initial sync, then serve while following the tip.

@@ -8,7 +8,7 @@
 //!   row); a `txid` key that decodes is rebuilt from its tx_num.
 //! - Odd: `arbitrary` rows. Properties: encode then decode gives the row
 //!   back; the key starts with the script's prefix; a script sharing the
-//!   prefix but not the check bytes gets `None`; of two rows of a script,
+//!   bucket but not the whole id gets `None`; of two rows of a script,
 //!   the one of the earlier transaction has the smaller key (chain order).
 #![no_main]
 
@@ -18,8 +18,8 @@ use bitcoin::Txid;
 use libfuzzer_sys::fuzz_target;
 use osprey_core::{ScriptHash, TxNum};
 use osprey_store::codec::{
-    decode_txid_key, history_prefix, txid_key, HistoryRow, RowKind, SCRIPT_ID_LEN,
-    SPENT_TXID_PREFIX_LEN, TXID_PREFIX_LEN,
+    decode_txid_key, history_prefix, txid_key, HistoryRow, RowKind, SCRIPT_BUCKET_LEN,
+    SCRIPT_ID_LEN, SPENT_TXID_PREFIX_LEN, TXID_PREFIX_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -44,11 +44,8 @@ fn decode_any(data: &[u8]) {
     let split = usize::from(rest[0]).min(rest.len() - 1);
     let (key, value) = rest[1..].split_at(split);
     if let Ok(Some(row)) = HistoryRow::decode(&scripthash, key, value) {
-        // Rows come from a scan of the script's key prefix, which decoding
-        // does not check again.
-        let prefix = history_prefix(&scripthash).len();
         let (encoded_key, encoded_value) = row.encode(&scripthash);
-        assert_eq!(encoded_key[prefix..], key[prefix..]);
+        assert_eq!(encoded_key, key);
         assert_eq!(encoded_value, value);
     }
     if let Ok(tx_num) = decode_txid_key(key) {
@@ -102,11 +99,11 @@ fn round_trip((ScriptHashIn(hash), a, b): (ScriptHashIn, Row, Row)) {
     {
         assert_eq!(prev_txid_prefix.len(), SPENT_TXID_PREFIX_LEN);
     }
-    // Another script with the same key prefix and other check bytes.
+    // Another script in the same bucket, with another id.
     let mut other = hash;
     other[SCRIPT_ID_LEN - 1] ^= 1;
     let other = ScriptHash(other);
-    assert_eq!(history_prefix(&other), history_prefix(&scripthash));
+    assert_eq!(other.0[..SCRIPT_BUCKET_LEN], scripthash.0[..SCRIPT_BUCKET_LEN]);
     assert_eq!(
         HistoryRow::decode(&other, &key_a, &value_a).ok(),
         Some(None)
