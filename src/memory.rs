@@ -9,8 +9,8 @@
 //! lists, a few milliseconds on a heap of a gigabyte) next to the poll.
 //!
 //! jemalloc and mimalloc return memory on their own but were not chosen:
-//! measured with `scripts/hostile.py` (raw results in
-//! `crates/bench/runs/2026-11-23-vm-2core/hostile/`), glibc with this trim
+//! measured with `scripts/hostile.py` (the `hostile/` runs in
+//! `crates/bench/runs/2026-11-23-vm-2core/SUMMARY.md`), glibc with this trim
 //! came back as low, and no allocator is compiled from source into CI.
 
 use std::time::{Duration, Instant};

@@ -11,6 +11,12 @@
 //! (a TOML file) and raspiblitz/raspiblitz
 //! `home.admin/config.scripts/bonus.electrs.sh` (a TOML file and a flag).
 
+use super::files::home_dir;
+use super::ConfigArgs;
+use anyhow::bail;
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+
 /// What Osprey does with one electrs setting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Electrs {
@@ -187,4 +193,142 @@ pub fn warning(key: &str) -> Option<String> {
         }
         Electrs::Same | Electrs::Alias { .. } | Electrs::Honoured(_) => None,
     }
+}
+
+impl ConfigArgs {
+    /// This layer with electrs' names of Osprey's settings folded into
+    /// Osprey's, in Osprey's units. Folded one layer at a time, before the
+    /// layers are combined, so that a flag of either name overrides the
+    /// file's; within a layer, both names must agree.
+    ///
+    /// # Errors
+    /// Both names given with different values.
+    pub(super) fn electrs_names_folded(mut self) -> anyhow::Result<ConfigArgs> {
+        // electrs' flag form `--no-auto-reindex` is `auto_reindex = false`.
+        let auto_reindex = match (self.auto_reindex.take(), self.no_auto_reindex) {
+            (Some(true), true) => bail!("auto_reindex is true, yet --no-auto-reindex is given"),
+            (_, true) => Some(false),
+            (value, false) => value,
+        };
+        self.no_auto_reindex = false;
+        self.reindex_on_format_change = either(
+            ("reindex_on_format_change", self.reindex_on_format_change),
+            ("auto_reindex", auto_reindex),
+        )?;
+        self.banner = either(
+            ("banner", self.banner.take()),
+            ("server_banner", self.server_banner.take()),
+        )?;
+        self.log_filter = either(
+            ("log_filter", self.log_filter.take()),
+            ("log_filters", self.log_filters.take()),
+        )?;
+        // electrs: "0 - disable the limit".
+        let index_lookup_limit =
+            self.index_lookup_limit
+                .take()
+                .map(|limit| if limit == 0 { usize::MAX } else { limit });
+        self.history_entries_max = either(
+            ("history_entries_max", self.history_entries_max),
+            ("index_lookup_limit", index_lookup_limit),
+        )?;
+        let wait_duration = self
+            .wait_duration_secs
+            .take()
+            .map(|secs| secs.saturating_mul(1000));
+        self.poll_interval_ms = either(
+            ("poll_interval_ms", self.poll_interval_ms),
+            ("wait_duration_secs", wait_duration),
+        )?;
+        Ok(self)
+    }
+
+    /// Whether electrs setting `key`, one Osprey ignores, is set here (a
+    /// switch that is off asks for what Osprey does anyway).
+    fn sets_ignored(&self, key: &str) -> bool {
+        match key {
+            "verbose" => self.verbose > 0,
+            "timestamp" => self.timestamp,
+            "db_log_dir" => self.db_log_dir.is_some(),
+            "db_parallelism" => self.db_parallelism.is_some(),
+            "jsonrpc_timeout_secs" => self.jsonrpc_timeout_secs.is_some(),
+            "ignore_mempool" => self.ignore_mempool,
+            "disable_electrum_rpc" => self.disable_electrum_rpc,
+            "skip_block_download_wait" => self.skip_block_download_wait,
+            "version" => self.version,
+            "reindex_last_blocks" => self.reindex_last_blocks.is_some(),
+            "daemon_p2p_addr" => self.daemon_p2p_addr.is_some(),
+            "index_batch_size" => self.index_batch_size.is_some(),
+            "signet_magic" => self.signet_magic.is_some(),
+            "magic" => self.magic.is_some(),
+            "cookie" => self.cookie.is_some(),
+            "jsonrpc_import" => self.jsonrpc_import,
+            "bulk_index_threads" => self.bulk_index_threads.is_some(),
+            "tx_cache_size_mb" => self.tx_cache_size_mb.is_some(),
+            "blocktxids_cache_size_mb" => self.blocktxids_cache_size_mb.is_some(),
+            "txid_limit" => self.txid_limit.is_some(),
+            other => panic!("electrs setting {other} is not one Osprey ignores"),
+        }
+    }
+}
+
+/// A setting given by its Osprey name or its electrs name (converted to
+/// Osprey's unit) in one layer: both must agree.
+fn either<T: PartialEq + Debug>(
+    (osprey_key, osprey): (&str, Option<T>),
+    (electrs_key, electrs): (&str, Option<T>),
+) -> anyhow::Result<Option<T>> {
+    match (osprey, electrs) {
+        (Some(a), Some(b)) if a != b => bail!(
+            "{osprey_key} ({a:?}) and electrs' {electrs_key} (as {osprey_key}: {b:?}) disagree: give one of them"
+        ),
+        (a, b) => Ok(a.or(b)),
+    }
+}
+
+/// One startup warning per electrs setting that `settings` give and Osprey
+/// ignores, in the order of [`SETTINGS`].
+pub(super) fn ignored_settings_warnings(settings: &ConfigArgs) -> Vec<String> {
+    SETTINGS
+        .iter()
+        .filter_map(|(key, _)| {
+            let warning = warning(key)?;
+            settings.sets_ignored(key).then_some(warning)
+        })
+        .collect()
+}
+
+/// A warning per file that electrs reads by default and Osprey was not
+/// given (`read`: the files read, canonical): whoever replaces electrs
+/// learns that its settings there do not count.
+pub(super) fn default_files_warnings(read: &[PathBuf]) -> Vec<String> {
+    let electrs_files = [
+        Some(PathBuf::from("/etc/electrs/config.toml")),
+        home_dir().map(|home| home.join(".electrs/config.toml")),
+        Some(PathBuf::from("electrs.toml")),
+    ];
+    electrs_files
+        .into_iter()
+        .flatten()
+        .filter(|path| path.canonicalize().is_ok_and(|path| !read.contains(&path)))
+        .map(|path| {
+            format!(
+                "{} exists: electrs reads it by default, Osprey does not (pass --conf {0} to use it)",
+                path.display()
+            )
+        })
+        .collect()
+}
+
+/// A warning if `db_path`, the network's index directory, holds electrs'
+/// index. electrs names that directory as Osprey does (db_dir/bitcoin,
+/// db_dir/testnet4, ...), RocksDB's files directly in it; Osprey's own
+/// RocksDB is in its rocksdb/ sub-directory.
+pub(super) fn index_warning(db_path: &Path) -> Option<String> {
+    db_path.join("CURRENT").is_file().then(|| {
+        format!(
+            "db_dir: {} holds an electrs index, which Osprey does not read: Osprey builds its own beside it (rocksdb/ and *.dat); delete electrs' files there once electrs is gone (Osprey's --reindex and format rebuilds delete only its own)",
+            db_path.display()
+        )
+    })
 }
