@@ -1681,7 +1681,11 @@ impl Generator {
         // (bad-txns-vout-toolarge, mainnet preset at height 122).
         let kinds: Vec<ScriptKind> = inputs.iter().map(|c| c.spend.kind).collect();
         let fee_of = |dests: &[Dest]| {
-            fee_rate * vsize_max(&kinds, dests.iter().map(Dest::script_len).chain(op_return_len))
+            fee_rate
+                * vsize_max(
+                    &kinds,
+                    dests.iter().map(Dest::script_len).chain(op_return_len),
+                )
         };
         let unaffordable =
             |dests: &[Dest]| total < fee_of(dests) + dests.len() as u64 * MIN_OUTPUT_SATS;
