@@ -297,6 +297,14 @@ impl Store {
                 o.set_prefix_extractor(rocksdb::SliceTransform::create_fixed_prefix(len));
                 table.set_whole_key_filtering(false);
             }
+            if name == CF_TXID {
+                // Its lookups are of transactions a wallet or the mempool
+                // saw confirmed: they nearly always hit, and a filter
+                // answers only misses. None in the last level, where
+                // nearly every row is, saved 1.3 bytes per transaction
+                // (mainnet-profile chain, 10 bits per key).
+                o.set_optimize_filters_for_hits(true);
+            }
             o.set_block_based_table_factory(&table);
             ColumnFamilyDescriptor::new(name, o)
         };
