@@ -389,6 +389,13 @@ fn a_shorter_chain_is_followed_back() {
     assert_eq!((report.disconnected, report.connected), (TIP - 8 - 104, 3));
     index.assert_follows(&feed);
     assert!(index.assert_forgotten(&old, &feed) > 0);
+
+    // So much shorter that the fork search's first window (64 blocks below
+    // the index's tip) is past the node's tip.
+    feed.rewind(Height(30));
+    let report = index.sync(&feed).unwrap();
+    assert_eq!((report.disconnected, report.connected), (107 - 30, 0));
+    index.assert_follows(&feed);
 }
 
 #[test]
