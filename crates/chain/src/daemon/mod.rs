@@ -18,7 +18,6 @@
 //!   resolved by fetching the funding transactions in one batch
 //!   (`getrawtransaction`, which needs btcd's `--txindex`): slower, but the
 //!   rows are the same.
-
 //!
 //! One file per job: this one connects, tells the node's kind and picks
 //! the block source; [`feed`] follows the chain and dispatches block
