@@ -280,12 +280,8 @@ pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<Parts> {
         .map(|addr| Monitoring::start(addr, Arc::clone(&metrics), Arc::clone(&store)))
         .transpose()?;
     log_startup(config, &store, &about_source, monitoring.as_ref());
-    let indexer = Indexer::new(
-        Arc::clone(&store),
-        Arc::clone(&source),
-        IndexerConfig::default(),
-    )
-    .with_stop(Arc::clone(stop));
+    let indexer = Indexer::new(Arc::clone(&store), source.clone(), IndexerConfig::default())
+        .with_stop(Arc::clone(stop));
     let query = Arc::new(Query::new(
         store,
         source,

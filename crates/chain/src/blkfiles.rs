@@ -8,7 +8,9 @@
 //! suits generated chains; it is not meant for mainnet-sized ones.
 
 use crate::blkfile::{BlockPosition, BlocksDir, FileKind};
-use crate::source::{BlockWithPrevouts, ChainSource, MempoolFees, MempoolTx, TxLocation};
+use crate::source::{
+    BlockFeed, BlockWithPrevouts, ChainSource, MempoolFees, MempoolTx, TxLocation,
+};
 use crate::Error;
 use bitcoin::block::Header;
 use bitcoin::consensus::deserialize;
@@ -146,11 +148,7 @@ impl BlkFiles {
     }
 }
 
-impl ChainSource for BlkFiles {
-    fn transactions_are_local(&self) -> bool {
-        true
-    }
-
+impl BlockFeed for BlkFiles {
     fn best_block(&self) -> Result<(Height, BlockHash), Error> {
         let &(_, tip) = self
             .blocks
@@ -198,6 +196,12 @@ impl ChainSource for BlkFiles {
             });
         }
         Ok(result)
+    }
+}
+
+impl ChainSource for BlkFiles {
+    fn transactions_are_local(&self) -> bool {
+        true
     }
 
     fn transaction(&self, txid: &Txid, location: Option<TxLocation>) -> Result<Vec<u8>, Error> {

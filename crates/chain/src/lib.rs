@@ -42,4 +42,4 @@ pub mod fuzzing {
         }
     }
 }
-pub use source::{BlockWithPrevouts, ChainSource, MempoolFees, MempoolTx, TxLocation};
+pub use source::{BlockFeed, BlockWithPrevouts, ChainSource, MempoolFees, MempoolTx, TxLocation};

@@ -34,8 +34,11 @@ pub struct MempoolTx {
     pub tx: Transaction,
 }
 
-/// A chain to index and a node to relay to.
-pub trait ChainSource: Send + Sync {
+/// The blocks of a chain, as the indexer follows them: the best block, the
+/// hashes along the best chain, and blocks by hash with the outputs they
+/// spend. Everything else a node does is [`ChainSource`]'s; keeping the
+/// feed this small lets tests drive the indexer with an in-memory chain.
+pub trait BlockFeed: Send + Sync {
     /// Whether the node is still in its initial block download (a source
     /// without a node never is). The index follows the node meanwhile;
     /// wallets are served once both are done.
@@ -80,7 +83,11 @@ pub trait ChainSource: Send + Sync {
     /// # Errors
     /// When a block or a spent output cannot be had.
     fn blocks(&self, blocks: &[(Height, BlockHash)]) -> Result<Vec<BlockWithPrevouts>, Error>;
+}
 
+/// A chain to index and a node to relay to: the [`BlockFeed`], plus
+/// transaction lookups, the mempool, relay and fee estimates.
+pub trait ChainSource: BlockFeed {
     /// Whether confirmed transactions are read from files on this machine
     /// (the node's blk files), not asked of the node over the network.
     fn transactions_are_local(&self) -> bool {

@@ -743,6 +743,17 @@ impl Generator {
         self.config.shape.blocks
     }
 
+    /// Draws the blocks from here on with `seed`: generators of one config
+    /// that branch after the same block with different seeds make chains
+    /// that share every block so far and then fork (a reorg's two sides).
+    /// Every branch block differs from its sibling (the seed is in its
+    /// coinbase); the branch's transactions spend the coins of the shared
+    /// part. The manifest then names `seed`.
+    pub fn branch(&mut self, seed: u64) {
+        self.config.seed = seed;
+        self.rng = ChaCha8Rng::seed_from_u64(seed);
+    }
+
     /// Returns the next block (genesis first), or `None` past the tip.
     pub fn next_block(&mut self) -> Option<Block> {
         let height = self.next_height;

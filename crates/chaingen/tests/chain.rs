@@ -9,9 +9,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use bitcoin::{Block, OutPoint, ScriptBuf, TxOut, Txid};
+use osprey_chaingen::blkfile::BlkWriter;
 use osprey_chaingen::manifest::Manifest;
 use osprey_chaingen::params::{self, COINBASE_MATURITY, SEGWIT_HEIGHT};
-use osprey_chaingen::{generate, read_blocks, Config, Preset, Shape};
+use osprey_chaingen::{generate, read_blocks, Config, Generator, Preset, Shape};
 
 fn seed() -> u64 {
     // Replay a failure with OSPREY_TEST_SEED=<seed>.
@@ -408,6 +409,44 @@ fn same_seed_same_bytes_other_seed_other_chain() {
     // The wallet is the same fixed-seed wallet, but its history differs.
     assert_eq!(ma.wallet.receive_descriptor, mc.wallet.receive_descriptor);
     assert_ne!(ma.wallet.addresses, mc.wallet.addresses);
+}
+
+#[test]
+fn a_branch_shares_the_blocks_below_its_fork_and_is_valid_above_it() {
+    let config = Config {
+        preset: "custom".into(),
+        seed: seed(),
+        shape: Shape {
+            blocks: 450,
+            txs_per_block: 3,
+            ..Preset::Tiny.shape()
+        },
+    };
+    let fork = 300;
+    // Writes the chain, switching to `branch_seed` after block `fork`.
+    let draw = |branch_seed: Option<u64>, dir: &Path| {
+        let mut generator = Generator::new(config.clone()).unwrap();
+        let mut writer = BlkWriter::create(&dir.join("blocks"), params::REGTEST_MAGIC).unwrap();
+        let mut blocks = Vec::new();
+        while let Some(block) = generator.next_block() {
+            writer
+                .write_block(&bitcoin::consensus::serialize(&block))
+                .unwrap();
+            blocks.push(block);
+            if let (Some(seed), true) = (branch_seed, blocks.len() == fork + 1) {
+                generator.branch(seed);
+            }
+        }
+        (blocks, generator.manifest(writer.finish().unwrap()))
+    };
+    let (trunk_dir, branch_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (trunk, _) = draw(None, trunk_dir.path());
+    let (branch, manifest) = draw(Some(seed() + 1), branch_dir.path());
+    assert_eq!(trunk[..=fork], branch[..=fork]);
+    for (a, b) in trunk[fork + 1..].iter().zip(&branch[fork + 1..]) {
+        assert_ne!(a.block_hash(), b.block_hash());
+    }
+    check_chain(branch_dir.path(), &manifest);
 }
 
 #[test]

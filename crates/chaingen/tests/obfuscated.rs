@@ -7,7 +7,7 @@ use std::path::Path;
 
 use bitcoin::consensus::serialize;
 use bitcoin::{BlockHash, VarInt};
-use osprey_chain::{BlkFiles, ChainSource, TxLocation};
+use osprey_chain::{BlkFiles, BlockFeed, ChainSource, TxLocation};
 use osprey_chaingen::{generate, Config, Preset};
 use osprey_core::{Height, Network};
 

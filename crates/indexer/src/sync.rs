@@ -3,15 +3,17 @@
 //! new blocks in batches. Fetching runs one chunk ahead of row building,
 //! and rows are built on all cores.
 
-use crate::rows::block_rows;
+use crate::rows::{block_rows, BlockRows};
 use crate::Error;
-use osprey_chain::{BlockWithPrevouts, ChainSource};
+use bitcoin::BlockHash;
+use osprey_chain::{BlockFeed, BlockWithPrevouts};
 use osprey_core::{Height, ScriptHash, TxNum};
 use osprey_store::{IndexedBlock, PreparedBatch, Store};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug)]
@@ -76,14 +78,14 @@ pub struct ChunkStats {
 
 pub struct Indexer {
     store: Arc<Store>,
-    source: Arc<dyn ChainSource>,
+    source: Arc<dyn BlockFeed>,
     config: IndexerConfig,
     /// Set by a shutdown request: the sync commits what it has and returns.
     stop: Arc<AtomicBool>,
 }
 
 impl Indexer {
-    pub fn new(store: Arc<Store>, source: Arc<dyn ChainSource>, config: IndexerConfig) -> Indexer {
+    pub fn new(store: Arc<Store>, source: Arc<dyn BlockFeed>, config: IndexerConfig) -> Indexer {
         Indexer {
             store,
             source,
@@ -158,6 +160,11 @@ impl Indexer {
         }
     }
 
+    /// Indexes blocks `from..=source_height`: fetched one chunk ahead on
+    /// one thread, turned into rows here (on all cores), committed on
+    /// another thread. Blocks that stop linking up (the source reorganised
+    /// while we fetched) end the sync without an error: everything before
+    /// them is committed, and the next sync undoes and retries.
     fn connect(
         &mut self,
         from: u32,
@@ -165,185 +172,23 @@ impl Indexer {
         report: &mut SyncReport,
         on_chunk: &mut dyn FnMut(&ChunkStats),
     ) -> Result<(), Error> {
-        let to_go = source_height.0 - from + 1;
-        let bulk = to_go >= self.config.bulk_blocks_min.max(from);
-        if bulk {
-            tracing::info!(
-                blocks = to_go,
-                "bulk load: compaction waits for the end of the sync"
-            );
-            self.store.begin_bulk_load()?;
-        }
-        let chunk = self.config.fetch_blocks.max(1);
-        let source = Arc::clone(&self.source);
-        // One chunk is fetched while the previous one is indexed.
-        let (tx, rx) = mpsc::sync_channel::<Result<Vec<BlockWithPrevouts>, Error>>(2);
-        let fetcher = std::thread::Builder::new()
-            .name("fetch".into())
-            .spawn(move || {
-                let mut start = from;
-                while start <= source_height.0 {
-                    let count = chunk.min(source_height.0 - start + 1);
-                    let result = source
-                        .block_hashes(Height(start), count)
-                        .map_err(Error::from)
-                        .and_then(|hashes| {
-                            let wanted: Vec<_> = hashes
-                                .iter()
-                                .enumerate()
-                                .map(|(i, h)| (Height(start + i as u32), *h))
-                                .collect();
-                            source.blocks(&wanted).map_err(Error::from)
-                        });
-                    let stop = match &result {
-                        Ok(blocks) => blocks.len() < count as usize,
-                        Err(_) => true,
-                    };
-                    if tx.send(result).is_err() || stop {
-                        return;
-                    }
-                    start += count;
-                }
-            })
-            .expect("spawning a thread");
-
-        // Commits run on their own thread, so the next batch's rows are built
-        // while RocksDB takes the last one; at most one batch waits between.
-        let (commit_tx, commit_rx) = mpsc::sync_channel::<(PreparedBatch, Height, bool)>(1);
-        let writer = {
-            let store = Arc::clone(&self.store);
-            std::thread::Builder::new()
-                .name("commit".into())
-                .spawn(move || -> (u32, Result<(), Error>) {
-                    let mut committed = 0;
-                    for (batch, last, sync) in commit_rx {
-                        let blocks = batch.len();
-                        let _span = tracing::info_span!("index", to = last.0).entered();
-                        if let Err(e) = store.commit(batch, sync) {
-                            return (committed, Err(e.into()));
-                        }
-                        committed += blocks;
-                    }
-                    (committed, Ok(()))
-                })
-                .expect("spawning a thread")
-        };
-        let store = Arc::clone(&self.store);
-        let commit = |batch: &mut Vec<IndexedBlock>, sync: bool| -> bool {
-            let Some(last) = batch.last().map(|b| b.height) else {
-                return true;
-            };
-            let prepared = store.prepare(batch, source_height);
-            batch.clear();
-            commit_tx.send((prepared, last, sync)).is_ok()
-        };
-
-        let mut batch: Vec<IndexedBlock> = Vec::new();
-        let mut stats = ChunkStats {
-            height: Height(from),
+        let bulk = self.begin_bulk_load_if_worthwhile(from, source_height)?;
+        let (chunks, fetcher) = spawn_fetcher(
+            Arc::clone(&self.source),
+            from,
             source_height,
-            blocks: 0,
-            txs: 0,
-            rows: 0,
-            block_bytes: 0,
-            elapsed: Duration::ZERO,
-        };
-        let mut batch_rows = 0usize;
-        let mut started = Instant::now();
-        let mut next_tx_num = self.store.tx_count();
-        let mut prev_hash = self.store.tip().map(|(_, h)| h);
-        let mut result = Ok(());
-        for chunk in rx {
-            let blocks = match chunk {
-                Ok(b) => b,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            };
-            // Links and first tx_nums sequentially; checks and rows in parallel.
-            let mut firsts = Vec::with_capacity(blocks.len());
-            for block in &blocks {
-                if let Some(prev) = prev_hash {
-                    if block.block.header.prev_blockhash != prev {
-                        // The source reorganised while we fetched: stop here,
-                        // the next sync undoes and retries.
-                        tracing::info!(height = block.height.0, "source chain changed during sync");
-                        result = Err(Error::Reorged);
-                        break;
-                    }
-                }
-                firsts.push(TxNum(next_tx_num));
-                next_tx_num += block.block.txdata.len() as u64;
-                prev_hash = Some(block.block.block_hash());
-            }
-            let collect_touched = !report.all_touched;
-            let built: Vec<_> = blocks[..firsts.len()]
-                .par_iter()
-                .zip(firsts.par_iter())
-                .map(|(block, first)| block_rows(block, *first, collect_touched))
-                .collect();
-            for (rows, block) in built.into_iter().zip(&blocks) {
-                let rows = match rows {
-                    Ok(rows) => rows,
-                    Err(what) => {
-                        result = Err(Error::BadBlock(format!(
-                            "block {} ({}) from the source is malformed: {what}",
-                            block.height,
-                            block.block.block_hash()
-                        )));
-                        break;
-                    }
-                };
-                let size = block.size;
-                stats.txs += rows.indexed.txids.len() as u64;
-                stats.block_bytes += size as u64;
-                stats.blocks += 1;
-                batch_rows += rows.indexed.rows.len();
-                stats.rows += rows.indexed.rows.len() as u64;
-                if !report.all_touched {
-                    report.touched.extend(rows.touched);
-                    if report.touched.len() > self.config.touched_max {
-                        report.touched = Vec::new();
-                        report.all_touched = true;
-                    }
-                }
-                batch.push(rows.indexed);
-            }
-            let last = batch.last().map(|b| b.height);
-            let at_tip = last.is_some_and(|h| h.0 + 8 >= source_height.0);
-            let stopping = self.stop.load(Ordering::Relaxed);
-            if result.is_err()
-                || stopping
-                || batch_rows >= self.config.batch_rows_max
-                || batch.len() >= self.config.batch_blocks_max
-                || at_tip
-            {
-                batch_rows = 0;
-                if !commit(&mut batch, at_tip || stopping) {
-                    break; // The writer failed: its error is collected below.
-                }
-            }
-            // Progress is reported per chunk, not per commit, so that rates
-            // over parts of the chain mean something even when one commit
-            // covers them all; a commit's cost lands in the chunk that made it.
-            if let Some(last) = last {
-                stats.height = last;
-                stats.elapsed = started.elapsed();
-                on_chunk(&stats);
-                stats.blocks = 0;
-                stats.txs = 0;
-                stats.rows = 0;
-                stats.block_bytes = 0;
-                started = Instant::now();
-            }
-            if result.is_err() || stopping {
-                break;
-            }
-        }
-        commit(&mut batch, true);
-        drop(commit_tx);
-        let (committed, written) = writer.join().expect("commit thread does not panic");
+            self.config.fetch_blocks.max(1),
+        );
+        let mut committer = Committer::spawn(Arc::clone(&self.store), source_height);
+        let indexed = self.index_chunks(
+            chunks,
+            &mut committer,
+            from,
+            source_height,
+            report,
+            on_chunk,
+        );
+        let (committed, written) = committer.finish();
         report.connected += committed;
         fetcher.join().expect("fetch thread does not panic");
         // Compaction resumes whatever happened: a failed sync is retried
@@ -355,15 +200,326 @@ impl Indexer {
         };
         written?;
         bulk_ended?;
-        if report.all_touched {
-            report.touched.clear();
-        } else {
-            report.touched.sort_unstable();
-            report.touched.dedup();
-        }
-        match result {
+        report.settle_touched();
+        match indexed {
             Err(Error::Reorged) => Ok(()),
             other => other,
         }
+    }
+
+    /// Starts a bulk load (see [`IndexerConfig::bulk_blocks_min`]) when
+    /// the blocks to go make one; returns whether it did.
+    fn begin_bulk_load_if_worthwhile(
+        &self,
+        from: u32,
+        source_height: Height,
+    ) -> Result<bool, Error> {
+        let to_go = source_height.0 - from + 1;
+        let bulk = to_go >= self.config.bulk_blocks_min.max(from);
+        if bulk {
+            tracing::info!(
+                blocks = to_go,
+                "bulk load: compaction waits for the end of the sync"
+            );
+            self.store.begin_bulk_load()?;
+        }
+        Ok(bulk)
+    }
+
+    /// Turns each fetched chunk into rows and hands them to `committer` in
+    /// batches, until the chunks run out, one fails, a block is malformed
+    /// or does not link, or a stop is requested. Pending blocks are left to
+    /// the caller's final commit. Dropping `chunks` on return stops the
+    /// fetcher.
+    fn index_chunks(
+        &self,
+        chunks: mpsc::Receiver<Result<Vec<BlockWithPrevouts>, Error>>,
+        committer: &mut Committer,
+        from: u32,
+        source_height: Height,
+        report: &mut SyncReport,
+        on_chunk: &mut dyn FnMut(&ChunkStats),
+    ) -> Result<(), Error> {
+        let mut stats = ChunkStats {
+            height: Height(from),
+            source_height,
+            blocks: 0,
+            txs: 0,
+            rows: 0,
+            block_bytes: 0,
+            elapsed: Duration::ZERO,
+        };
+        let mut started = Instant::now();
+        let mut links = Links {
+            next_tx_num: self.store.tx_count(),
+            prev_hash: self.store.tip().map(|(_, h)| h),
+        };
+        for chunk in chunks {
+            let blocks = chunk?;
+            let (firsts, linked) = links.number(&blocks);
+            let built = build_rows(&blocks[..firsts.len()], &firsts, !report.all_touched);
+            let mut result = linked;
+            for (rows, block) in built.into_iter().zip(&blocks) {
+                match rows {
+                    Ok(rows) => self.take_rows(rows, block.size, committer, &mut stats, report),
+                    Err(what) => {
+                        result = Err(Error::BadBlock(format!(
+                            "block {} ({}) from the source is malformed: {what}",
+                            block.height,
+                            block.block.block_hash()
+                        )));
+                        break;
+                    }
+                }
+            }
+            let last = committer.last_height();
+            let at_tip = last.is_some_and(|h| h.0 + 8 >= source_height.0);
+            let stopping = self.stop.load(Ordering::Relaxed);
+            if (result.is_err() || stopping || at_tip || committer.is_full(&self.config))
+                && !committer.commit(at_tip || stopping)
+            {
+                // The writer failed: the caller collects its error.
+                return result;
+            }
+            if let Some(last) = last {
+                report_chunk(&mut stats, last, &mut started, on_chunk);
+            }
+            result?;
+            if stopping {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds one block's rows to the pending batch, its figures to `stats`
+    /// and its scripts to the report's touched ones (until there are too
+    /// many to name).
+    fn take_rows(
+        &self,
+        rows: BlockRows,
+        size: usize,
+        committer: &mut Committer,
+        stats: &mut ChunkStats,
+        report: &mut SyncReport,
+    ) {
+        stats.txs += rows.indexed.txids.len() as u64;
+        stats.block_bytes += size as u64;
+        stats.blocks += 1;
+        stats.rows += rows.indexed.rows.len() as u64;
+        if !report.all_touched {
+            report.touched.extend(rows.touched);
+            if report.touched.len() > self.config.touched_max {
+                report.touched = Vec::new();
+                report.all_touched = true;
+            }
+        }
+        committer.push(rows.indexed);
+    }
+}
+
+impl SyncReport {
+    /// Sorts the touched script hashes, or drops them when every script
+    /// counts as touched.
+    fn settle_touched(&mut self) {
+        if self.all_touched {
+            self.touched.clear();
+        } else {
+            self.touched.sort_unstable();
+            self.touched.dedup();
+        }
+    }
+}
+
+/// Fetches blocks `from..=source_height` in chunks of `chunk` blocks on a
+/// thread of its own, at most two chunks ahead of the receiver. It stops
+/// after an error, or after a chunk shorter than asked (the source's chain
+/// got shorter meanwhile).
+fn spawn_fetcher(
+    source: Arc<dyn BlockFeed>,
+    from: u32,
+    source_height: Height,
+    chunk: u32,
+) -> (
+    mpsc::Receiver<Result<Vec<BlockWithPrevouts>, Error>>,
+    JoinHandle<()>,
+) {
+    let (tx, rx) = mpsc::sync_channel(2);
+    let fetcher = std::thread::Builder::new()
+        .name("fetch".into())
+        .spawn(move || {
+            let mut start = from;
+            while start <= source_height.0 {
+                let count = chunk.min(source_height.0 - start + 1);
+                let result = fetch_chunk(source.as_ref(), Height(start), count);
+                let stop = match &result {
+                    Ok(blocks) => blocks.len() < count as usize,
+                    Err(_) => true,
+                };
+                if tx.send(result).is_err() || stop {
+                    return;
+                }
+                start += count;
+            }
+        })
+        .expect("spawning a thread");
+    (rx, fetcher)
+}
+
+/// The blocks at `start..start+count` on the source's best chain (fewer
+/// when it is shorter).
+fn fetch_chunk(
+    source: &dyn BlockFeed,
+    start: Height,
+    count: u32,
+) -> Result<Vec<BlockWithPrevouts>, Error> {
+    let hashes = source.block_hashes(start, count)?;
+    let wanted: Vec<_> = hashes
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (Height(start.0 + i as u32), *h))
+        .collect();
+    Ok(source.blocks(&wanted)?)
+}
+
+/// Where the next block must attach: the hash it must build on and the
+/// tx_num of its first transaction.
+struct Links {
+    next_tx_num: u64,
+    prev_hash: Option<BlockHash>,
+}
+
+impl Links {
+    /// Numbers the first transaction of each block that builds on the one
+    /// before, in order; stops at the first that does not, with
+    /// [`Error::Reorged`] (the source reorganised while we fetched).
+    fn number(&mut self, blocks: &[BlockWithPrevouts]) -> (Vec<TxNum>, Result<(), Error>) {
+        let mut firsts = Vec::with_capacity(blocks.len());
+        for block in blocks {
+            if self
+                .prev_hash
+                .is_some_and(|prev| block.block.header.prev_blockhash != prev)
+            {
+                tracing::info!(height = block.height.0, "source chain changed during sync");
+                return (firsts, Err(Error::Reorged));
+            }
+            firsts.push(TxNum(self.next_tx_num));
+            self.next_tx_num += block.block.txdata.len() as u64;
+            self.prev_hash = Some(block.block.block_hash());
+        }
+        (firsts, Ok(()))
+    }
+}
+
+/// The rows of each block, built on all cores.
+fn build_rows(
+    blocks: &[BlockWithPrevouts],
+    firsts: &[TxNum],
+    collect_touched: bool,
+) -> Vec<Result<BlockRows, String>> {
+    blocks
+        .par_iter()
+        .zip(firsts.par_iter())
+        .map(|(block, first)| block_rows(block, *first, collect_touched))
+        .collect()
+}
+
+/// Reports one chunk's figures and starts the next chunk's. Progress is
+/// reported per chunk, not per commit, so that rates over parts of the
+/// chain mean something even when one commit covers them all; a commit's
+/// cost lands in the chunk that made it.
+fn report_chunk(
+    stats: &mut ChunkStats,
+    last: Height,
+    started: &mut Instant,
+    on_chunk: &mut dyn FnMut(&ChunkStats),
+) {
+    stats.height = last;
+    stats.elapsed = started.elapsed();
+    on_chunk(stats);
+    stats.blocks = 0;
+    stats.txs = 0;
+    stats.rows = 0;
+    stats.block_bytes = 0;
+    *started = Instant::now();
+}
+
+/// The blocks indexed but not yet committed, and the thread that commits
+/// them: commits run there so the next batch's rows are built while
+/// RocksDB takes the last one; at most one batch waits between.
+struct Committer {
+    store: Arc<Store>,
+    /// Decides which blocks get undo records ([`Store::prepare`]).
+    source_height: Height,
+    pending: Vec<IndexedBlock>,
+    pending_rows: usize,
+    to_writer: mpsc::SyncSender<(PreparedBatch, Height, bool)>,
+    writer: JoinHandle<(u32, Result<(), Error>)>,
+}
+
+impl Committer {
+    fn spawn(store: Arc<Store>, source_height: Height) -> Committer {
+        let (to_writer, batches) = mpsc::sync_channel::<(PreparedBatch, Height, bool)>(1);
+        let writer = {
+            let store = Arc::clone(&store);
+            std::thread::Builder::new()
+                .name("commit".into())
+                .spawn(move || -> (u32, Result<(), Error>) {
+                    let mut committed = 0;
+                    for (batch, last, sync) in batches {
+                        let blocks = batch.len();
+                        let _span = tracing::info_span!("index", to = last.0).entered();
+                        if let Err(e) = store.commit(batch, sync) {
+                            return (committed, Err(e.into()));
+                        }
+                        committed += blocks;
+                    }
+                    (committed, Ok(()))
+                })
+                .expect("spawning a thread")
+        };
+        Committer {
+            store,
+            source_height,
+            pending: Vec::new(),
+            pending_rows: 0,
+            to_writer,
+            writer,
+        }
+    }
+
+    fn push(&mut self, block: IndexedBlock) {
+        self.pending_rows += block.rows.len();
+        self.pending.push(block);
+    }
+
+    fn last_height(&self) -> Option<Height> {
+        self.pending.last().map(|b| b.height)
+    }
+
+    /// Whether the pending blocks make a batch (see
+    /// [`IndexerConfig::batch_rows_max`]).
+    fn is_full(&self, config: &IndexerConfig) -> bool {
+        self.pending_rows >= config.batch_rows_max || self.pending.len() >= config.batch_blocks_max
+    }
+
+    /// Hands the pending blocks to the writer (`sync`: through the WAL, see
+    /// [`Store::commit`]); false when the writer has failed.
+    fn commit(&mut self, sync: bool) -> bool {
+        self.pending_rows = 0;
+        let Some(last) = self.last_height() else {
+            return true;
+        };
+        let prepared = self.store.prepare(&self.pending, self.source_height);
+        self.pending.clear();
+        self.to_writer.send((prepared, last, sync)).is_ok()
+    }
+
+    /// Commits what is pending and waits for the writer: the blocks it
+    /// committed, and its error.
+    fn finish(mut self) -> (u32, Result<(), Error>) {
+        self.commit(true);
+        drop(self.to_writer);
+        self.writer.join().expect("commit thread does not panic")
     }
 }

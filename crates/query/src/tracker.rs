@@ -304,11 +304,7 @@ pub(crate) mod tests {
         let store = Arc::new(
             Store::open(&dir.path().join("db"), "regtest", StoreConfig::default()).expect("store"),
         );
-        let indexer = Indexer::new(
-            Arc::clone(&store),
-            Arc::clone(&source),
-            IndexerConfig::default(),
-        );
+        let indexer = Indexer::new(Arc::clone(&store), source.clone(), IndexerConfig::default());
         let query = Arc::new(Query::new(store, source, Default::default()));
         let tracker = Tracker::new(indexer, Arc::clone(&query));
         (dir, query, tracker)

@@ -47,7 +47,7 @@ fn indexed_chain_matches_the_manifest() {
         batch_blocks_max: 50,
         ..IndexerConfig::default()
     };
-    let indexer = Indexer::new(Arc::clone(&store), Arc::clone(&source), indexer_config);
+    let indexer = Indexer::new(Arc::clone(&store), source.clone(), indexer_config);
     let query = Arc::new(Query::new(
         Arc::clone(&store),
         source,
@@ -150,11 +150,7 @@ fn history_limit_is_an_error_not_a_truncation() {
         Arc::new(BlkFiles::open(&dir.path().join("chain/blocks"), Network::Regtest).unwrap());
     let store =
         Arc::new(Store::open(&dir.path().join("db"), "regtest", StoreConfig::default()).unwrap());
-    let indexer = Indexer::new(
-        Arc::clone(&store),
-        Arc::clone(&source),
-        IndexerConfig::default(),
-    );
+    let indexer = Indexer::new(Arc::clone(&store), source.clone(), IndexerConfig::default());
     let query = Arc::new(Query::new(
         store,
         source,

@@ -2,15 +2,18 @@
 //! real nodes ([`BtcdNode`], and [`BitcoindNode`] where Bitcoin Core is
 //! installed) started on loopback ports in temporary directories, and a
 //! [`TestWallet`] that signs real transactions of every script kind, and
-//! [`ChainFixture`]s: generated chains to read or to load into a node.
+//! [`ChainFixture`]s: generated chains to read or to load into a node, and
+//! a [`ChainFeed`]: a generated chain in memory that reorganises on cue.
 //! Never used by production code (`publish = false`).
 
 mod blocks;
+mod feed;
 mod fixture;
 mod node;
 mod wallet;
 
 pub use blocks::{burn_script, submit_block_on};
+pub use feed::{ChainFeed, FEED_HEIGHT_MAX};
 pub use fixture::ChainFixture;
 
 pub use node::{

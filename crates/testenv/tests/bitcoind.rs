@@ -11,7 +11,7 @@
 use bitcoin::consensus::serialize;
 use bitcoin::{Amount, BlockHash};
 use osprey_chain::rpc::{Auth, RpcClient};
-use osprey_chain::{BlockSource, BlockSourceChoice, ChainSource, Daemon};
+use osprey_chain::{BlockFeed, BlockSource, BlockSourceChoice, ChainSource, Daemon};
 use osprey_core::Network;
 use osprey_indexer::{Indexer, IndexerConfig};
 use osprey_query::{Query, QueryConfig};

@@ -1,0 +1,186 @@
+//! The node as a [`BlockFeed`]: its best block, long polls for the next
+//! one, and blocks from the source [`Daemon::use_block_source`] picked.
+
+use super::{BlockSource, Daemon, NodeKind};
+use crate::corefiles::CoreBlockFiles;
+use crate::source::{BlockFeed, BlockWithPrevouts};
+use crate::Error;
+use bitcoin::BlockHash;
+use osprey_core::Height;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+impl Daemon {
+    /// Core's own files: blocks and undo records read and parsed on several
+    /// threads; a block they do not give comes from REST or JSON-RPC.
+    fn blocks_from_files(
+        &self,
+        files: &CoreBlockFiles,
+        hashes: &[(Height, BlockHash)],
+    ) -> Result<Vec<BlockWithPrevouts>, Error> {
+        in_parallel(hashes, 2, |&(height, hash)| {
+            if let Some((block, pos)) = files.block(&hash)? {
+                if let Some(prevouts) = files.spent_outputs(&block, pos)? {
+                    return Ok(BlockWithPrevouts {
+                        height,
+                        block,
+                        prevouts,
+                        size: pos.len as usize,
+                    });
+                }
+            }
+            tracing::debug!(height = height.0, %hash, "block not in Core's files yet; asking the node");
+            let one = [(height, hash)];
+            let mut fetched = if self.rest {
+                self.blocks_rest(&one)?
+            } else {
+                self.blocks_verbose3(&one)?
+            };
+            fetched
+                .pop()
+                .ok_or_else(|| Error::transient(format!("node has no block {height}")))
+        })
+    }
+}
+
+/// Runs `fetch` for every item on up to `workers` threads; results keep the
+/// items' order. The first error wins.
+pub(super) fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    workers: usize,
+    fetch: impl Fn(&T) -> Result<R, Error> + Sync,
+) -> Result<Vec<R>, Error> {
+    let next = AtomicUsize::new(0);
+    let workers = workers.clamp(1, items.len().max(1));
+    let mut results: Vec<(usize, Result<R, Error>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        let result = fetch(item);
+                        let failed = result.is_err();
+                        done.push((i, result));
+                        if failed {
+                            // Stop handing out work; others finish theirs.
+                            next.store(items.len(), Ordering::Relaxed);
+                            break;
+                        }
+                    }
+                    done
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("fetch workers do not panic"))
+            .collect()
+    });
+    results.sort_unstable_by_key(|(i, _)| *i);
+    if let Some(pos) = results.iter().position(|(_, r)| r.is_err()) {
+        return Err(results.swap_remove(pos).1.err().expect("an error"));
+    }
+    Ok(results.into_iter().filter_map(|(_, r)| r.ok()).collect())
+}
+
+impl BlockFeed for Daemon {
+    /// Bitcoin Core: `waitfornewblock`, a long poll that returns as soon as
+    /// the tip changes (or at the timeout), so new blocks reach wallets
+    /// within milliseconds without ZMQ settings on the node. btcd has no
+    /// such call: sleep, and the caller polls.
+    fn wait_for_new_block(
+        &self,
+        tip: BlockHash,
+        timeout: std::time::Duration,
+    ) -> Result<bool, Error> {
+        if self.kind == NodeKind::Btcd {
+            std::thread::sleep(timeout);
+            return Ok(self.best_block()?.1 != tip);
+        }
+        if self.best_block()?.1 != tip {
+            return Ok(true);
+        }
+        let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let reply: Value = self.rpc.call("waitfornewblock", &[json!(millis)])?;
+        let hash = reply
+            .get("hash")
+            .and_then(Value::as_str)
+            .and_then(|h| h.parse::<BlockHash>().ok());
+        Ok(hash.is_some_and(|h| h != tip))
+    }
+
+    fn initial_block_download(&self) -> Result<bool, Error> {
+        let info: Value = self.rpc.call("getblockchaininfo", &[])?;
+        Ok(info
+            .get("initialblockdownload")
+            .and_then(Value::as_bool)
+            .unwrap_or(false))
+    }
+
+    fn best_block(&self) -> Result<(Height, BlockHash), Error> {
+        let info: Value = self.rpc.call("getblockchaininfo", &[])?;
+        let height = info.get("blocks").and_then(Value::as_u64);
+        let hash = info
+            .get("bestblockhash")
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok());
+        match (height, hash) {
+            (Some(h), Some(hash)) => Ok((Height(h as u32), hash)),
+            _ => Err(Error::persistent(
+                "getblockchaininfo: missing blocks or bestblockhash".into(),
+            )),
+        }
+    }
+
+    fn block_hashes(&self, start: Height, count: u32) -> Result<Vec<BlockHash>, Error> {
+        let params: Vec<Vec<Value>> = (start.0..start.0.saturating_add(count))
+            .map(|h| vec![json!(h)])
+            .collect();
+        let mut hashes = Vec::with_capacity(params.len());
+        for reply in self.rpc.call_batch("getblockhash", &params)? {
+            // Out of range (Core -8, btcd -1): the chain ends here.
+            let Ok(value) = reply else { break };
+            hashes.push(
+                serde_json::from_value(value)
+                    .map_err(|e| Error::persistent(format!("getblockhash: {e}")))?,
+            );
+        }
+        Ok(hashes)
+    }
+
+    fn blocks(&self, blocks: &[(Height, BlockHash)]) -> Result<Vec<BlockWithPrevouts>, Error> {
+        match (self.block_source, self.kind) {
+            (BlockSource::Files, _) => match &self.files {
+                Some(files) => self.blocks_from_files(files, blocks),
+                None => self.blocks_verbose3(blocks),
+            },
+            (BlockSource::Rest, _) => self.blocks_rest(blocks),
+            (BlockSource::Rpc, NodeKind::BitcoinCore { version }) if version >= 230000 => {
+                self.blocks_verbose3(blocks)
+            }
+            (BlockSource::Rpc, _) => self.blocks_by_funding_txs(blocks),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parallel_fetches_keep_order_and_report_the_first_error() {
+        let items: Vec<u32> = (0..50).collect();
+        let doubled = in_parallel(&items, 4, |&i| Ok(i * 2)).unwrap();
+        assert_eq!(doubled, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+        let failed = in_parallel(&items, 4, |&i| {
+            if i == 17 {
+                Err(Error::persistent("seventeen".into()))
+            } else {
+                Ok(i)
+            }
+        });
+        assert_eq!(failed.unwrap_err().message(), "seventeen");
+    }
+}

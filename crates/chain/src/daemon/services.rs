@@ -1,0 +1,165 @@
+//! The node's services besides blocks ([`ChainSource`]): transactions by
+//! txid, the mempool, relay and fee estimates, in each node's dialect.
+
+use super::{Daemon, NodeKind};
+use crate::source::{ChainSource, MempoolFees, MempoolTx, TxLocation};
+use crate::Error;
+use bitcoin::consensus::deserialize;
+use bitcoin::{Transaction, Txid};
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+
+/// JSON-RPC code for "method not found".
+const RPC_METHOD_NOT_FOUND: i64 = -32601;
+
+impl ChainSource for Daemon {
+    fn transactions_are_local(&self) -> bool {
+        self.files.is_some()
+    }
+
+    fn transaction(&self, txid: &Txid, location: Option<TxLocation>) -> Result<Vec<u8>, Error> {
+        if let (Some(loc), Some(files)) = (location, &self.files) {
+            if let Some(pos) = files.block_position(&loc.block_hash)? {
+                let bytes = files.read_in_block(pos, loc.offset, loc.len)?;
+                if deserialize::<Transaction>(&bytes).is_ok_and(|tx| tx.compute_txid() == *txid) {
+                    return Ok(bytes);
+                }
+            }
+        }
+        if let (Some(loc), true) = (location, self.blockpart.load(Ordering::Relaxed)) {
+            if let Some(bytes) = self.transaction_from_blockpart(txid, &loc)? {
+                return Ok(bytes);
+            }
+        }
+        let params =
+            self.kind
+                .getrawtransaction_params(txid, false, location.map(|loc| loc.block_hash));
+        let hex: Result<String, Error> = self.rpc.call("getrawtransaction", &params);
+        match (hex, location) {
+            (Ok(hex), _) => hex::decode(&hex)
+                .map_err(|e| Error::persistent(format!("transaction {txid}: bad hex: {e}"))),
+            (Err(e), _) if e.is_transient() => Err(e),
+            // btcd without --txindex: read it out of its block.
+            (Err(_), Some(loc)) => {
+                let (block, _) = self
+                    .raw_blocks(&[(loc.height, loc.block_hash)])?
+                    .pop()
+                    .expect("one block asked");
+                let tx = block.txdata.get(loc.position as usize).ok_or_else(|| {
+                    Error::persistent(format!(
+                        "block {} has no transaction {}",
+                        loc.height, loc.position
+                    ))
+                })?;
+                Ok(bitcoin::consensus::serialize(tx))
+            }
+            (Err(e), None) => Err(e),
+        }
+    }
+
+    fn transaction_verbose(
+        &self,
+        txid: &Txid,
+        location: Option<TxLocation>,
+    ) -> Result<Value, Error> {
+        let params =
+            self.kind
+                .getrawtransaction_params(txid, true, location.map(|loc| loc.block_hash));
+        self.rpc.call("getrawtransaction", &params)
+    }
+
+    fn mempool_txids(&self) -> Result<Vec<Txid>, Error> {
+        self.rpc.call("getrawmempool", &[])
+    }
+
+    fn mempool_transactions(&self, txids: &[Txid]) -> Result<Vec<MempoolTx>, Error> {
+        let mut found = Vec::with_capacity(txids.len());
+        for chunk in txids.chunks(500) {
+            let params: Vec<Vec<Value>> = chunk
+                .iter()
+                .map(|t| self.kind.getrawtransaction_params(t, false, None))
+                .collect();
+            for (txid, reply) in chunk
+                .iter()
+                .zip(self.rpc.call_batch("getrawtransaction", &params)?)
+            {
+                // Gone from the mempool since we listed it: skip.
+                let Ok(hex) = reply else { continue };
+                let bytes = hex::decode(hex.as_str().unwrap_or_default()).unwrap_or_default();
+                if let Ok(tx) = deserialize::<Transaction>(&bytes) {
+                    found.push(MempoolTx { txid: *txid, tx });
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    fn broadcast(&self, raw_hex: &str) -> Result<Txid, Error> {
+        self.rpc.call("sendrawtransaction", &[json!(raw_hex)])
+    }
+
+    fn broadcast_package(&self, raw_hexes: &[String]) -> Result<Value, Error> {
+        match self.rpc.call("submitpackage", &[json!(raw_hexes)]) {
+            Err(e) if e.code() == RPC_METHOD_NOT_FOUND || self.kind == NodeKind::Btcd => Err(
+                Error::persistent("the node does not support package relay (submitpackage)".into()),
+            ),
+            other => other,
+        }
+    }
+
+    fn estimate_fee(&self, blocks: u16, mode: Option<&str>) -> Result<Option<f64>, Error> {
+        let mut params = vec![json!(blocks)];
+        if let Some(mode) = mode {
+            params.push(json!(mode));
+        }
+        match self.rpc.call::<Value>("estimatesmartfee", &params) {
+            Ok(v) => Ok(v.get("feerate").and_then(Value::as_f64)),
+            Err(e) if e.code() == RPC_METHOD_NOT_FOUND => {
+                if !self.fee_fallback_logged.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        "node has no estimatesmartfee; using estimatefee (btcd) for fee estimates"
+                    );
+                }
+                let fee: f64 = self.rpc.call("estimatefee", &[json!(blocks)])?;
+                Ok((fee > 0.0).then_some(fee))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn relay_fee(&self) -> Result<f64, Error> {
+        let method = if self.kind == NodeKind::Btcd {
+            "getinfo"
+        } else {
+            "getnetworkinfo"
+        };
+        let info: Value = self.rpc.call(method, &[])?;
+        info.get("relayfee")
+            .and_then(Value::as_f64)
+            .ok_or_else(|| Error::persistent(format!("{method}: no relayfee")))
+    }
+
+    fn mempool_fees(&self) -> Result<MempoolFees, Error> {
+        if self.kind == NodeKind::Btcd {
+            // btcd's getmempoolinfo has only `size` and `bytes`, and its
+            // mempool has no dynamic floor: every floor is its relay fee.
+            let relay = self.relay_fee()?;
+            return Ok(MempoolFees {
+                mempoolminfee: relay,
+                minrelaytxfee: relay,
+                incrementalrelayfee: relay,
+            });
+        }
+        let info: Value = self.rpc.call("getmempoolinfo", &[])?;
+        let field = |name: &str| {
+            info.get(name)
+                .and_then(Value::as_f64)
+                .ok_or_else(|| Error::persistent(format!("getmempoolinfo: no {name}")))
+        };
+        Ok(MempoolFees {
+            mempoolminfee: field("mempoolminfee")?,
+            minrelaytxfee: field("minrelaytxfee")?,
+            incrementalrelayfee: field("incrementalrelayfee")?,
+        })
+    }
+}
