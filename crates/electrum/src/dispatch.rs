@@ -5,7 +5,6 @@
 //! Effects on other sessions' world (subscriptions) are returned as
 //! `Effect`s for the server's notifier, never applied here.
 
-use crate::backend::Backend;
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Call, Incoming, Message};
 use crate::request::{
@@ -16,9 +15,10 @@ use crate::session::{SessionState, SubscriptionBudget};
 use crate::version::ProtocolVersion;
 use crate::{fee, headers, mempool, outpoint, scripthash, server, transaction};
 use bitcoin::OutPoint;
+use osprey_answers::Backend;
+use osprey_answers::OutpointAnswer;
 use osprey_core::StatusHash;
 use osprey_metrics::Metrics;
-use osprey_query::OutpointAnswer;
 use serde_json::Value;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

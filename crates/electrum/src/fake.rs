@@ -1,12 +1,12 @@
 //! An in-memory `Backend` for tests of this crate and of `osprey-server`
 //! (feature `fake`): a chain of made-up headers and hand-written answers in
-//! `osprey_query`'s types, no database and no node. Not for production.
+//! `osprey_answers`' types, no database and no node. Not for production.
 
-use crate::backend::Backend;
 use bitcoin::hashes::{sha256d, Hash};
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
+use osprey_answers::{Backend, Balance, Error, HistoryEntry, OutpointAnswer, TxMerkle, Utxo};
+use osprey_chain::MempoolFees;
 use osprey_core::{Height, ScriptHash, StatusHash};
-use osprey_query::{Balance, Error, HistoryEntry, MempoolFees, OutpointAnswer, TxMerkle, Utxo};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 

@@ -8,8 +8,8 @@ use crate::server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};
 use crate::session::SessionState;
 use bitcoin::hashes::Hash;
 use bitcoin::{BlockHash, TxMerkleNode, Txid};
+use osprey_answers::{Balance, Error, HistoryEntry, TxMerkle, Utxo};
 use osprey_core::{Height, ScriptHash, StatusHash};
-use osprey_query::{Balance, Error, HistoryEntry, TxMerkle, Utxo};
 use serde_json::{json, Value};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -1265,7 +1265,7 @@ fn add_peer_reaches_the_peer_list_with_the_callers_address() {
 #[test]
 fn outpoint_methods_answer_in_the_draft_shapes_at_1_7_only() {
     use bitcoin::OutPoint;
-    use osprey_query::{OutpointAnswer, OutpointStatus};
+    use osprey_answers::{OutpointAnswer, OutpointStatus};
     let funded = OutPoint {
         txid: txid(1),
         vout: 0,

@@ -1,11 +1,12 @@
 //! The Electrum network server: the listeners (TCP, TLS, WebSocket and
 //! WebSocket over TLS), one task per session, the limits, the notifier that
 //! pushes subscription updates, and graceful shutdown. Speaks the protocol through `osprey-electrum` (which owns every
-//! JSON shape and error code); asks the chain only through its `Backend`.
-//! The notifier consumes `osprey_query::Query::changes`, a
-//! `tokio::sync::broadcast` of `Arc<osprey_query::Change>` published
-//! whenever a block is connected or disconnected or the mempool changes
-//! (tests give `Server::bind_with` a channel of their own instead).
+//! JSON shape and error code); asks the chain only through an
+//! `osprey_answers::Backend`, and learns what changed from a change feed, a
+//! `tokio::sync::broadcast` of `Arc<osprey_answers::Change>` (the binary
+//! passes `osprey_query::Query` and its `Query::changes`, published whenever
+//! a block is connected or disconnected or the mempool changes; tests pass
+//! the in-memory fake and a channel of their own).
 //!
 //! Layout: `config` (ServerConfig, Limits, PeerConfig), `framer` (newline
 //! framing with a length cap), `tls` (certificates, reloaded when their
@@ -45,12 +46,10 @@ use activity::{Activity, SILENT_GRACE};
 use anyhow::Context;
 use fair::Scheduler;
 use notifier::Notifier;
+use osprey_answers::{Backend, Change};
 use osprey_core::ByteBudget;
-use osprey_electrum::{
-    Backend, DispatchConfig, Dispatcher, RpcError, ServerInfo, SubscriptionBudget,
-};
+use osprey_electrum::{DispatchConfig, Dispatcher, RpcError, ServerInfo, SubscriptionBudget};
 use osprey_metrics::Metrics;
-use osprey_query::{Change, Query};
 use peers::PeerList;
 use per_ip::PerIp;
 use session::SessionContext;
@@ -84,17 +83,22 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// lines queue, by arrival delayed by their session's recent cost (`fair`).
 const HANDLER_SLOTS_PER_CORE: usize = 4;
 
-/// Serves Electrum clients on every listener `config` names until
+/// Serves Electrum clients on every listener `config` names, answering
+/// from `backend` and telling subscribers what `changes` announces, until
 /// `shutdown` completes, then closes every session.
 ///
 /// # Errors
 /// Invalid limits, or the address cannot be bound.
 pub async fn serve(
     config: ServerConfig,
-    query: Arc<Query>,
+    backend: Arc<dyn Backend>,
+    changes: broadcast::Receiver<Arc<Change>>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    Server::bind(config, query).await?.run(shutdown).await
+    Server::bind(config, backend, changes)
+        .await?
+        .run(shutdown)
+        .await
 }
 
 /// A bound server, not yet accepting (so tests can bind port 0 and learn
@@ -109,23 +113,14 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds the listening sockets and subscribes to the query's changes
-    /// (before serving, so no change is missed).
+    /// Binds the listening sockets. `changes` is the backend's change feed,
+    /// subscribed to before serving so that no change is missed (tests pass
+    /// the in-memory fake and a channel they publish on).
     ///
     /// # Errors
     /// Invalid limits, an address that cannot be bound, or a TLS listener
     /// without a usable certificate.
-    pub async fn bind(config: ServerConfig, query: Arc<Query>) -> anyhow::Result<Self> {
-        let changes = query.changes();
-        Self::bind_with(config, query, changes).await
-    }
-
-    /// As `bind`, with the backend and its change feed given apart (tests
-    /// pass the in-memory fake and a channel they publish on).
-    ///
-    /// # Errors
-    /// As [`Server::bind`].
-    pub async fn bind_with(
+    pub async fn bind(
         config: ServerConfig,
         backend: Arc<dyn Backend>,
         changes: broadcast::Receiver<Arc<Change>>,

@@ -7,11 +7,10 @@
 
 use bitcoin::hashes::Hash;
 use bitcoin::Txid;
+use osprey_answers::{Backend, Change, HistoryEntry};
 use osprey_core::{Height, Network, ScriptHash, StatusHash};
 use osprey_electrum::fake::{fake_header, FakeBackend};
-use osprey_electrum::Backend;
 use osprey_metrics::Metrics;
-use osprey_query::{Change, HistoryEntry};
 use osprey_server::{Limits, ListenerKind, PeerConfig, Server, ServerConfig, TlsFiles};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -60,7 +59,7 @@ impl TestServer {
         let (changes, feed) = broadcast::channel(feed_capacity);
         let dyn_backend: Arc<dyn Backend> = backend.clone();
         let metrics = Arc::new(Metrics::new(&osprey_electrum::METHODS));
-        let server = Server::bind_with(config, dyn_backend, feed)
+        let server = Server::bind(config, dyn_backend, feed)
             .await
             .unwrap()
             .with_metrics(Arc::clone(&metrics));
@@ -566,7 +565,7 @@ async fn bdk_electrum_client_understands_every_answer() {
         );
         s.unspent.insert(
             sh,
-            vec![osprey_query::Utxo {
+            vec![osprey_answers::Utxo {
                 txid: confirmed,
                 vout: 0,
                 height: 50,
@@ -575,14 +574,14 @@ async fn bdk_electrum_client_understands_every_answer() {
         );
         s.balances.insert(
             sh,
-            osprey_query::Balance {
+            osprey_answers::Balance {
                 confirmed: 1234,
                 unconfirmed: -34,
             },
         );
         s.merkles.insert(
             confirmed,
-            osprey_query::TxMerkle {
+            osprey_answers::TxMerkle {
                 block_height: Height(50),
                 block_hash: bitcoin::BlockHash::from_byte_array([5; 32]),
                 pos: 1,
@@ -1598,7 +1597,7 @@ mod websocket {
 #[tokio::test]
 async fn outpoint_statuses_are_pushed_when_they_change() {
     use bitcoin::OutPoint;
-    use osprey_query::{OutpointAnswer, OutpointStatus};
+    use osprey_answers::{OutpointAnswer, OutpointStatus};
     let server = TestServer::start(Limits::default(), 16).await;
     let outpoint = OutPoint {
         txid: Txid::from_byte_array([5; 32]),
