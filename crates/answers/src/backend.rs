@@ -53,7 +53,8 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<OutpointAnswer, Error>;
     fn transaction(&self, txid: &Txid) -> Result<Vec<u8>, Error>;
     /// Whether confirmed transactions are read from local files rather
-    /// than asked of the node (see `osprey_electrum::Dispatcher::new`).
+    /// than asked of the node: the server sizes the threads batches are
+    /// spread over by it (`osprey-server`'s `fair`).
     fn transactions_are_local(&self) -> bool {
         false
     }

@@ -1,7 +1,7 @@
 //! Line-in, line-out tests of the whole protocol layer against the fake
 //! backend: framing, negotiation, every method's result shape and errors.
 
-use crate::dispatch::{DispatchConfig, Dispatcher, Effect, Outcome};
+use crate::dispatch::{BatchThreads, DispatchConfig, Dispatcher, Effect, Outcome};
 use crate::fake::{fake_header, FakeBackend};
 use crate::request::{ScriptForm, ScriptKey};
 use crate::server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};
@@ -38,8 +38,17 @@ fn config() -> DispatchConfig {
         subscription_budget: None,
         subscriptions_per_session_max: 2,
         pong_len_max: 64,
-        cores: std::thread::available_parallelism().map_or(1, usize::from),
     }
+}
+
+/// Threads batches are spread over in these tests, as many as the server
+/// gives them when transactions come from the node (the fake's case).
+const BATCH_THREADS: usize = 8;
+
+/// One set of batch threads for every test, as a server has one.
+fn batch_threads() -> Option<&'static BatchThreads> {
+    static THREADS: std::sync::OnceLock<BatchThreads> = std::sync::OnceLock::new();
+    Some(THREADS.get_or_init(|| BatchThreads::new(BATCH_THREADS).expect("batch threads")))
 }
 
 impl Harness {
@@ -63,7 +72,7 @@ impl Harness {
 
     fn line(&mut self, line: &str) -> Outcome {
         self.dispatcher
-            .handle_line(&mut self.state, line.as_bytes())
+            .handle_line(&mut self.state, line.as_bytes(), batch_threads())
     }
 
     fn raw(&mut self, line: &str) -> Value {
@@ -988,7 +997,8 @@ fn cached_subscriptions_over_the_reply_limit_are_refused_alike() {
     let answered = dispatcher
         .answer_from_cache(&mut fast, incoming)
         .expect("every status is cached");
-    let general = dispatcher.handle_line(&mut SessionState::new(), batch.as_bytes());
+    let general =
+        dispatcher.handle_line(&mut SessionState::new(), batch.as_bytes(), batch_threads());
     assert_eq!(answered.response, general.response);
     assert_eq!(answered.effects, general.effects);
     let answers: Value = serde_json::from_str(answered.response.as_deref().unwrap()).unwrap();
@@ -1040,11 +1050,18 @@ fn responses_over_the_reply_limit_are_refused() {
 
 /// A batch whose answers pass `reply_bytes_max` stops being answered: the
 /// requests after that point are never run, so the server never holds the
-/// reply the client asked for. Both ways a batch is run: in parallel, and
-/// one request at a time (a batch that also subscribes to headers).
+/// reply the client asked for. Every way a batch is run: in parallel, and
+/// one request at a time, whether because it also subscribes to headers or
+/// because its caller gave it no threads (a busy server).
 #[test]
 fn a_batch_over_the_reply_limit_stops_being_answered() {
-    for ordered in [false, true] {
+    for (ordered, threads) in [
+        (false, batch_threads()),
+        (true, batch_threads()),
+        (false, None),
+    ] {
+        let spread = !ordered && threads.is_some();
+        let case = format!("ordered {ordered}, threads given {}", threads.is_some());
         let backend = Arc::new(FakeBackend::with_tip(3000));
         let dispatcher = Dispatcher::new(
             backend.clone(),
@@ -1062,26 +1079,30 @@ fn a_batch_over_the_reply_limit_stops_being_answered() {
         if ordered {
             batch[0] = json!({"id": 0, "method": "blockchain.headers.subscribe", "params": []});
         }
-        let out = dispatcher.handle_line(&mut state, Value::Array(batch).to_string().as_bytes());
+        let out = dispatcher.handle_line(
+            &mut state,
+            Value::Array(batch).to_string().as_bytes(),
+            threads,
+        );
         let answers: Value = serde_json::from_str(&out.response.unwrap()).unwrap();
         let answers = answers.as_array().unwrap();
-        assert_eq!(answers.len(), 100, "ordered {ordered}");
+        assert_eq!(answers.len(), 100, "{case}");
         for (id, answer) in answers.iter().enumerate() {
-            assert_eq!(answer["id"], id, "ordered {ordered}: {answer}");
-            assert_eq!(answer["error"]["code"], -101, "ordered {ordered}: {answer}");
+            assert_eq!(answer["id"], id, "{case}: {answer}");
+            assert_eq!(answer["error"]["code"], -101, "{case}: {answer}");
             let message = answer["error"]["message"].as_str().unwrap();
             assert!(
                 message.contains("more than") && message.contains("exceeds the limit of 1048576"),
                 "{message}"
             );
         }
-        // Four answers pass 1 MiB; each of the pool's workers may have one
+        // Four answers pass 1 MiB; each of the batch threads may have one
         // more under way when the limit is passed.
         let run = backend.update(|s| s.headers_calls);
-        let bound = if ordered { 4 } else { 4 + 8 };
+        let bound = if spread { 4 + BATCH_THREADS } else { 4 };
         assert!(
             (4..=bound).contains(&run),
-            "ordered {ordered}: {run} of 100 header requests were run"
+            "{case}: {run} of 100 header requests were run"
         );
     }
 }

@@ -12,7 +12,9 @@
 //! framing with a length cap), `tls` (certificates, reloaded when their
 //! files change), `transport` (the handshakes, and lines or WebSocket
 //! messages behind one interface), `session` (one connection, whatever its
-//! transport), `fair` (handler slots, cheaper sessions' lines first), `activity` (which session a full server closes for a newcomer),
+//! transport), `fair` (handler slots, cheaper sessions' lines first, and
+//! the threads a batch may be spread over), `activity` (which session a
+//! full server closes for a newcomer),
 //! `notifier` (the single owner of the subscription registry),
 //! `per_ip` (sessions per client address), `peers` (peer discovery: the
 //! peer list, its checks, our announcement). Every listener shares one set
@@ -78,10 +80,6 @@ const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 const SHED_WAIT: Duration = Duration::from_secs(2);
 /// How long a new connection's TLS and WebSocket handshakes may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Lines handled at once, per core: more than one, as a line may wait on
-/// the node (a transaction over RPC) rather than use a core. Beyond that,
-/// lines queue, by arrival delayed by their session's recent cost (`fair`).
-const HANDLER_SLOTS_PER_CORE: usize = 4;
 
 /// Serves Electrum clients on every listener `config` names, answering
 /// from `backend` and telling subscribers what `changes` announces, until
@@ -210,6 +208,7 @@ impl Server {
             hosts: config.peering.public_hosts.clone(),
         };
         let peer_list = PeerList::new(&config.peering, &info);
+        let scheduler = Scheduler::new(limits.worker_threads, backend.transactions_are_local());
         let dispatcher = Arc::new(
             Dispatcher::new(
                 Arc::clone(&backend),
@@ -224,7 +223,6 @@ impl Server {
                         budget: Arc::clone(&client_memory),
                         keep_free: limits.line_bytes_max + limits.reply_bytes_max,
                     }),
-                    cores: limits.worker_threads,
                 },
             )
             .with_peers(Arc::new(peer_list.clone()))
@@ -258,7 +256,7 @@ impl Server {
             activity: Activity::new(),
             client_memory,
             metrics,
-            scheduler: Scheduler::new(HANDLER_SLOTS_PER_CORE * limits.worker_threads),
+            scheduler,
         });
         let permits = Arc::new(Semaphore::new(limits.sessions_max));
         let per_ip = PerIp::new(limits.sessions_per_ip_max, limits.trusted_subnets.clone());
