@@ -775,12 +775,131 @@ fn fees_and_mempool() {
     assert!(info.get("mempoolminfee").is_some() && info.get("incrementalrelayfee").is_some());
 }
 
+/// The id JSON-RPC 2.0 says the reply to `element` (one request of a line)
+/// carries: its own, or null when it has none or an invalid one; `None`
+/// when it gets no reply (a response object, or a notification: a valid
+/// call without id). Written from the spec, apart from `jsonrpc`.
+fn reply_id(element: &Value) -> Option<Value> {
+    let Some(object) = element.as_object() else {
+        return Some(Value::Null);
+    };
+    let id = match object.get("id") {
+        None => None,
+        Some(id @ (Value::Null | Value::Number(_) | Value::String(_))) => Some(id.clone()),
+        Some(_) => return Some(Value::Null),
+    };
+    let method = object.get("method");
+    if method.is_none() && (object.contains_key("result") || object.contains_key("error")) {
+        return None;
+    }
+    let version_ok = match object.get("jsonrpc") {
+        None => true,
+        Some(Value::String(v)) => v == "2.0" || v == "1.0",
+        Some(_) => false,
+    };
+    let params_ok = matches!(
+        object.get("params"),
+        None | Some(Value::Null | Value::Array(_) | Value::Object(_))
+    );
+    let valid_call = version_ok && params_ok && matches!(method, Some(Value::String(_)));
+    match id {
+        Some(id) => Some(id),
+        None if valid_call => None,
+        None => Some(Value::Null),
+    }
+}
+
+/// A xorshift generator: the same lines on every run.
+struct Lines(u64);
+
+impl Lines {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn pick<'a>(&mut self, choices: &[&'a str]) -> &'a str {
+        choices[(self.next() % choices.len() as u64) as usize]
+    }
+
+    /// JSON whose requests mix valid and invalid members: one request, or
+    /// a batch of one to seven, past the limit of five at times.
+    fn requests(&mut self) -> String {
+        if self.next() % 3 == 0 {
+            return self.request();
+        }
+        let count = 1 + self.next() % 7;
+        let batch: Vec<String> = (0..count).map(|_| self.request()).collect();
+        format!("[{}]", batch.join(", "))
+    }
+
+    /// A request object of members picked right or wrong (one picked empty
+    /// is left out), or now and then no object at all.
+    fn request(&mut self) -> String {
+        if self.next() % 8 == 0 {
+            return self.pick(&["1", "\"x\"", "[]"]).to_string();
+        }
+        let members: Vec<String> = [
+            (
+                "id",
+                self.pick(&[
+                    "",
+                    "1",
+                    "\"x\"",
+                    "null",
+                    "-1",
+                    "true",
+                    "[]",
+                    "1.5",
+                    "\"\\u0000\"",
+                ]),
+            ),
+            (
+                "method",
+                self.pick(&[
+                    "",
+                    "\"server.version\"",
+                    "\"blockchain.block.headers\"",
+                    "\"server.ping\"",
+                    "\"no.such.method\"",
+                    "1",
+                ]),
+            ),
+            (
+                "params",
+                self.pick(&[
+                    "",
+                    "[]",
+                    "null",
+                    "{}",
+                    "1",
+                    "[\"x\"]",
+                    "[0, 1]",
+                    "[\"a\", \"1.4\"]",
+                ]),
+            ),
+            ("jsonrpc", self.pick(&["", "\"2.0\"", "\"1.0\"", "2"])),
+            ("result", self.pick(&["", "0"])),
+        ]
+        .into_iter()
+        .filter(|(_, value)| !value.is_empty())
+        .map(|(name, value)| format!("\"{name}\": {value}"))
+        .collect();
+        format!("{{{}}}", members.join(", "))
+    }
+}
+
 /// Fuzz-style check: arbitrary bytes never panic and always answer valid
-/// JSON with the request's id (or null).
+/// JSON with the request's id (or null): one reply per request owed one,
+/// in request order. Half the lines are pieces of JSON in any order, half
+/// JSON requests with members right and wrong.
 #[test]
 fn arbitrary_lines_never_panic() {
     let mut h = Harness::new();
-    let mut seed = 0x2545f4914f6cdd1du64;
+    let mut ids_told = 0;
+    let mut lines = Lines(0x2545f4914f6cdd1d);
     let pieces = [
         "{",
         "}",
@@ -801,20 +920,52 @@ fn arbitrary_lines_never_panic() {
         ":",
         "\"x\"",
     ];
-    for _ in 0..3000 {
-        let mut line = String::new();
-        for _ in 0..(seed % 12) {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            line.push_str(pieces[(seed % pieces.len() as u64) as usize]);
-        }
+    for i in 0..6000 {
+        let line = if i % 2 == 0 {
+            let count = lines.next() % 12;
+            (0..count).map(|_| lines.pick(&pieces)).collect()
+        } else {
+            lines.requests()
+        };
         let out = h.line(&line);
-        if let Some(resp) = out.response {
-            let v: Value = serde_json::from_str(&resp).expect("responses are JSON");
-            assert!(v.is_object() || v.is_array(), "{line} -> {resp}");
+        let reply: Option<Value> = out
+            .response
+            .as_deref()
+            .map(|resp| serde_json::from_str(resp).expect("responses are JSON"));
+        // What the reply must be: `Ok(id)` one object under `id`, `Err(ids)`
+        // an array of replies under `ids`; `None` no reply at all.
+        let owed: Option<Result<Value, Vec<Value>>> = match serde_json::from_str(&line) {
+            _ if line.trim().is_empty() => None,
+            // Not JSON, or an empty batch: one error, its id null.
+            Err(_) => Some(Ok(Value::Null)),
+            Ok(Value::Array(items)) if items.is_empty() => Some(Ok(Value::Null)),
+            Ok(Value::Array(items)) => {
+                let ids: Vec<Value> = items.iter().filter_map(reply_id).collect();
+                (!ids.is_empty()).then_some(Err(ids))
+            }
+            Ok(element) => reply_id(&element).map(Ok),
+        };
+        let got = reply.as_ref().map(|reply| match reply {
+            Value::Array(replies) => Err(replies.iter().map(|r| r["id"].clone()).collect()),
+            reply => {
+                assert!(reply.is_object(), "{line} -> {reply}");
+                Ok(reply["id"].clone())
+            }
+        });
+        assert_eq!(got, owed, "{line} -> {reply:?}");
+        if let Some(reply) = &reply {
+            let replies = reply
+                .as_array()
+                .cloned()
+                .unwrap_or_else(|| vec![reply.clone()]);
+            ids_told += replies.iter().filter(|r| !r["id"].is_null()).count();
         }
     }
+    // Not a check of null ids only: many requests had ids of their own.
+    assert!(
+        ids_told > 100,
+        "{ids_told} replies under a request's own id"
+    );
 }
 
 #[test]
