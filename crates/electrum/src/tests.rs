@@ -827,7 +827,7 @@ impl Lines {
     /// JSON whose requests mix valid and invalid members: one request, or
     /// a batch of one to seven, past the limit of five at times.
     fn requests(&mut self) -> String {
-        if self.next() % 3 == 0 {
+        if self.next().is_multiple_of(3) {
             return self.request();
         }
         let count = 1 + self.next() % 7;
@@ -838,7 +838,7 @@ impl Lines {
     /// A request object of members picked right or wrong (one picked empty
     /// is left out), or now and then no object at all.
     fn request(&mut self) -> String {
-        if self.next() % 8 == 0 {
+        if self.next().is_multiple_of(8) {
             return self.pick(&["1", "\"x\"", "[]"]).to_string();
         }
         let members: Vec<String> = [
@@ -920,8 +920,8 @@ fn arbitrary_lines_never_panic() {
         ":",
         "\"x\"",
     ];
-    for i in 0..6000 {
-        let line = if i % 2 == 0 {
+    for i in 0..6000u32 {
+        let line = if i.is_multiple_of(2) {
             let count = lines.next() % 12;
             (0..count).map(|_| lines.pick(&pieces)).collect()
         } else {
