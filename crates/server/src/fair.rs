@@ -16,9 +16,9 @@
 //! (`osprey_electrum::BatchThreads`), and tells each line whether it may
 //! use them: only this module sees every session's lines, so the decision
 //! is made here, not in the dispatcher that runs the batch (which decides
-//! only what protocol rules allow to run at once). Two schedulers, each
-//! blind to the other's load, spread batches over a pool while every core
-//! was busy with other lines.
+//! only what protocol rules allow to run at once). The dispatcher used to
+//! keep a pool of its own and its own count of lines in hand, beside the
+//! slots here: two places deciding how one server's work runs.
 
 use osprey_electrum::BatchThreads;
 use std::collections::BinaryHeap;
@@ -104,9 +104,9 @@ pub(crate) struct Slot {
 
 impl Slot {
     /// The threads this slot's line may spread a batch over: the
-    /// scheduler's, while the lines holding slots leave no core idle
-    /// without them; `None` when every core is taken (the batch then runs
-    /// on the line's own thread).
+    /// scheduler's, while no more lines hold slots than there are cores
+    /// (this one included); `None` once every core is taken, and the batch
+    /// runs on the line's own thread.
     pub fn batch_threads(&self) -> Option<Arc<BatchThreads>> {
         let scheduler = &self.scheduler;
         let running = scheduler.lock().running;

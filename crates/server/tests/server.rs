@@ -660,11 +660,27 @@ async fn bdk_electrum_client_understands_every_answer() {
     })
     .await
     .unwrap();
-    // Change the script's history; once the server has pushed the new
-    // status, the client reads it before the answer to its next request.
     server
         .backend
         .update(|s| s.histories.get_mut(&sh).unwrap().pop());
+    let pushed = pushed_status(&server, sh, client, script).await;
+    assert!(
+        pushed.is_some() && pushed != status.map(|s| hex::encode(*s)),
+        "a new status was pushed"
+    );
+    server.stop().await;
+}
+
+/// Publishes a change of `sh` and returns the status of `script` that
+/// `client` was then pushed, in hex: once the server has pushed it, the
+/// client reads it before the answer to its next request.
+async fn pushed_status(
+    server: &TestServer,
+    sh: ScriptHash,
+    client: electrum_client::Client,
+    script: bitcoin::ScriptBuf,
+) -> Option<String> {
+    use electrum_client::ElectrumApi;
     server.publish(Change {
         scripthashes: vec![sh],
         ..Change::default()
@@ -673,14 +689,10 @@ async fn bdk_electrum_client_understands_every_answer() {
     tokio::task::spawn_blocking(move || {
         client.ping().unwrap();
         let popped = client.script_pop(&script).unwrap();
-        assert!(
-            popped.is_some() && popped != status,
-            "a new status was pushed"
-        );
+        popped.map(|s| hex::encode(*s))
     })
     .await
-    .unwrap();
-    server.stop().await;
+    .unwrap()
 }
 
 /// `{"id":ID,"method":"server.ping","pad":"xxx…` of `bytes` bytes: a valid
@@ -1288,25 +1300,12 @@ async fn bdk_electrum_client_over_tls_with_a_self_signed_certificate() {
     })
     .await
     .unwrap();
-    // Once the server has pushed the new status, the client reads it
-    // before the answer to its next request.
     server.backend.update(history(sh, &[(1, 50), (2, 0)]));
-    server.publish(Change {
-        scripthashes: vec![sh],
-        ..Change::default()
-    });
-    settle().await;
-    tokio::task::spawn_blocking(move || {
-        client.ping().unwrap();
-        let popped = client.script_pop(&script).unwrap();
-        assert_eq!(
-            popped.map(|s| hex::encode(*s)),
-            status_of(&[(1, 50), (2, 0)]).as_str().map(str::to_string),
-            "the new status was pushed over TLS"
-        );
-    })
-    .await
-    .unwrap();
+    assert_eq!(
+        pushed_status(&server, sh, client, script).await,
+        status_of(&[(1, 50), (2, 0)]).as_str().map(str::to_string),
+        "the new status was pushed over TLS"
+    );
     // The certificate shown is the generated one.
     let generated_der = rustls::pki_types::CertificateDer::from_pem_slice(&generated)
         .unwrap()
