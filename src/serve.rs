@@ -486,7 +486,8 @@ pub fn run_server(
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             };
-            osprey_server::Server::bind(server_config, query)
+            let changes = query.changes();
+            osprey_server::Server::bind(server_config, query, changes)
                 .await?
                 .with_metrics(metrics)
                 .run(shutdown)

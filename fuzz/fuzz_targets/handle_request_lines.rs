@@ -22,7 +22,8 @@ use osprey_electrum::fake::FakeBackend;
 use osprey_electrum::jsonrpc::{parse_line, Call, Incoming, Message};
 use osprey_electrum::params::SCRIPT_BYTES_MAX;
 use osprey_electrum::{
-    DispatchConfig, Dispatcher, ProtocolVersion, Request, ScriptForm, ServerInfo, SessionState,
+    BatchThreads, DispatchConfig, Dispatcher, ProtocolVersion, Request, ScriptForm, ServerInfo,
+    SessionState,
 };
 use serde_json::Value;
 use std::sync::{Arc, OnceLock};
@@ -30,6 +31,9 @@ use std::sync::{Arc, OnceLock};
 const BATCH_REQUESTS_MAX: usize = 4;
 const REPLY_BYTES_MAX: usize = 2048;
 const LINES_MAX: usize = 16;
+/// Threads batches are spread over, as many as the server gives them when
+/// transactions come from the node (the fake's case).
+const BATCH_THREADS: usize = 8;
 
 fn dispatcher() -> &'static Dispatcher {
     static DISPATCHER: OnceLock<Dispatcher> = OnceLock::new();
@@ -50,17 +54,21 @@ fn dispatcher() -> &'static Dispatcher {
             pong_len_max: 64,
             reply_bytes_max: REPLY_BYTES_MAX,
             subscription_budget: None,
-            cores: std::thread::available_parallelism().map_or(1, usize::from),
         };
         Dispatcher::new(Arc::new(backend), config)
     })
+}
+
+fn batch_threads() -> &'static BatchThreads {
+    static THREADS: OnceLock<BatchThreads> = OnceLock::new();
+    THREADS.get_or_init(|| BatchThreads::new(BATCH_THREADS).expect("batch threads"))
 }
 
 fuzz_target!(|data: &[u8]| {
     let mut state = SessionState::new();
     for line in data.split(|&b| b == b'\n').take(LINES_MAX) {
         check_parse(line);
-        let outcome = dispatcher().handle_line(&mut state, line);
+        let outcome = dispatcher().handle_line(&mut state, line, Some(batch_threads()));
         if let Some(response) = outcome.response {
             check_response(&response);
         }

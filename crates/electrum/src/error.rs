@@ -22,7 +22,7 @@
 //! go to the log, never to a client: `Internal` and `NodeUnavailable`
 //! answers made from query errors carry fixed messages.
 
-use osprey_query::Error;
+use osprey_answers::Error;
 use serde_json::{json, Value};
 
 /// An error answered to a client instead of a result.

@@ -1,12 +1,12 @@
 //! An in-memory `Backend` for tests of this crate and of `osprey-server`
 //! (feature `fake`): a chain of made-up headers and hand-written answers in
-//! `osprey_query`'s types, no database and no node. Not for production.
+//! `osprey_answers`' types, no database and no node. Not for production.
 
-use crate::backend::Backend;
 use bitcoin::hashes::{sha256d, Hash};
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
+use osprey_answers::{Backend, Balance, Error, HistoryEntry, OutpointAnswer, TxMerkle, Utxo};
+use osprey_chain::MempoolFees;
 use osprey_core::{Height, ScriptHash, StatusHash};
-use osprey_query::{Balance, Error, HistoryEntry, MempoolFees, OutpointAnswer, TxMerkle, Utxo};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -58,6 +58,7 @@ pub struct Gate {
     opened: Condvar,
     /// Whether someone has waited at it.
     reached: Mutex<bool>,
+    arrived: Condvar,
 }
 
 impl Gate {
@@ -66,12 +67,20 @@ impl Gate {
         self.opened.notify_all();
     }
 
-    pub fn reached(&self) -> bool {
-        *self.reached.lock().unwrap_or_else(|e| e.into_inner())
+    /// Blocks until someone waits at the gate, for at most `limit`;
+    /// returns whether someone did.
+    pub fn wait_reached(&self, limit: std::time::Duration) -> bool {
+        let reached = self.reached.lock().unwrap_or_else(|e| e.into_inner());
+        let (reached, _) = self
+            .arrived
+            .wait_timeout_while(reached, limit, |reached| !*reached)
+            .unwrap_or_else(|e| e.into_inner());
+        *reached
     }
 
     fn wait(&self) {
         *self.reached.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.arrived.notify_all();
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         while !*open {
             open = self.opened.wait(open).unwrap_or_else(|e| e.into_inner());

@@ -3,8 +3,8 @@
 //! `mempool.get_info`, still served for clients that call it). Rates are BTC
 //! per kvB, as the node gives them.
 
-use crate::backend::Backend;
 use crate::error::RpcError;
+use osprey_answers::Backend;
 use serde_json::{json, Value};
 
 /// Bitcoin Core's `estimatesmartfee` accepts confirmation targets 1..=1008;

@@ -3,10 +3,10 @@
 //! cp_height proofs and the 1.6 list shape. Asks the backend for headers and
 //! proofs; owns the checkpoint rules and the JSON shapes.
 
-use crate::backend::Backend;
 use crate::error::RpcError;
 use crate::request::HEADERS_SUBSCRIBE;
 use bitcoin::TxMerkleNode;
+use osprey_answers::Backend;
 use osprey_core::Height;
 use serde_json::{json, Map, Value};
 

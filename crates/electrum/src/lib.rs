@@ -7,14 +7,14 @@
 //! `Request`) → `dispatch` (runs a line for a `session`) → the families
 //! `server`, `headers`, `scripthash`, `outpoint`, `transaction`, `mempool`,
 //! `fee`, which
-//! ask a `Backend` (implemented by `osprey_query::Query`, and by the
-//! in-memory fake for tests) and shape JSON. The answers' types and the
-//! error are `osprey_query`'s.
+//! ask an `osprey_answers::Backend` (implemented by `osprey_query::Query`,
+//! and by the in-memory fake for tests) and shape JSON. The answers' types
+//! and the error are `osprey_answers`', so this crate builds without the
+//! index's database.
 //! Errors become JSON-RPC objects only in `error::RpcError::to_json`.
 //! Sockets, tasks and notifications across sessions belong to
 //! `osprey-server`.
 
-pub mod backend;
 pub mod dispatch;
 pub mod error;
 pub mod fee;
@@ -32,10 +32,8 @@ pub mod version;
 
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
-mod query_backend;
 
-pub use backend::Backend;
-pub use dispatch::{DispatchConfig, Dispatcher, Effect, Outcome};
+pub use dispatch::{BatchThreads, DispatchConfig, Dispatcher, Effect, Outcome};
 pub use error::RpcError;
 pub use request::{Request, ScriptForm, ScriptKey, METHODS};
 pub use server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};

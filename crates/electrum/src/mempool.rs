@@ -1,9 +1,9 @@
 //! The `mempool.*` family: `get_fee_histogram` and (1.6) `get_info`. The
 //! backend already buckets the histogram; this module only shapes JSON.
 
-use crate::backend::Backend;
 use crate::error::RpcError;
-use osprey_query::MempoolFees;
+use osprey_answers::Backend;
+use osprey_chain::MempoolFees;
 use serde_json::{json, Value};
 
 /// Shapes the histogram as `[[fee_rate, vsize], ...]`, highest rate first.

@@ -4,12 +4,12 @@
 //! notification `[[tx_hash, txout_idx], status]`. Subscription bookkeeping
 //! is in `session` (this session) and the server's notifier (all sessions).
 
-use crate::backend::Backend;
 use crate::error::RpcError;
 use crate::request::OUTPOINT_SUBSCRIBE;
 use bitcoin::OutPoint;
+use osprey_answers::Backend;
+use osprey_answers::OutpointStatus;
 use osprey_core::ScriptHash;
-use osprey_query::OutpointStatus;
 use serde_json::{json, Map, Value};
 
 /// Shapes a status: a key is present only when its fact is known (the

@@ -4,11 +4,11 @@
 //! their JSON shapes and the status notification. Subscription bookkeeping
 //! is in `session` (this session) and the server's notifier (all sessions).
 
-use crate::backend::Backend;
 use crate::error::RpcError;
 use crate::request::{ScriptKey, ScriptMethod};
+use osprey_answers::Backend;
+use osprey_answers::{Balance, HistoryEntry, Utxo};
 use osprey_core::{ScriptHash, StatusHash};
-use osprey_query::{Balance, HistoryEntry, Utxo};
 use serde_json::{json, Value};
 
 /// Shapes history entries: `{"height", "tx_hash"}`, plus `fee` for mempool

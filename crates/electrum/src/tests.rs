@@ -1,15 +1,15 @@
 //! Line-in, line-out tests of the whole protocol layer against the fake
 //! backend: framing, negotiation, every method's result shape and errors.
 
-use crate::dispatch::{DispatchConfig, Dispatcher, Effect, Outcome};
+use crate::dispatch::{BatchThreads, DispatchConfig, Dispatcher, Effect, Outcome};
 use crate::fake::{fake_header, FakeBackend};
 use crate::request::{ScriptForm, ScriptKey};
 use crate::server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};
 use crate::session::SessionState;
 use bitcoin::hashes::Hash;
 use bitcoin::{BlockHash, TxMerkleNode, Txid};
+use osprey_answers::{Balance, Error, HistoryEntry, TxMerkle, Utxo};
 use osprey_core::{Height, ScriptHash, StatusHash};
-use osprey_query::{Balance, Error, HistoryEntry, TxMerkle, Utxo};
 use serde_json::{json, Value};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -38,8 +38,17 @@ fn config() -> DispatchConfig {
         subscription_budget: None,
         subscriptions_per_session_max: 2,
         pong_len_max: 64,
-        cores: std::thread::available_parallelism().map_or(1, usize::from),
     }
+}
+
+/// Threads batches are spread over in these tests, as many as the server
+/// gives them when transactions come from the node (the fake's case).
+const BATCH_THREADS: usize = 8;
+
+/// One set of batch threads for every test, as a server has one.
+fn batch_threads() -> Option<&'static BatchThreads> {
+    static THREADS: std::sync::OnceLock<BatchThreads> = std::sync::OnceLock::new();
+    Some(THREADS.get_or_init(|| BatchThreads::new(BATCH_THREADS).expect("batch threads")))
 }
 
 impl Harness {
@@ -63,7 +72,7 @@ impl Harness {
 
     fn line(&mut self, line: &str) -> Outcome {
         self.dispatcher
-            .handle_line(&mut self.state, line.as_bytes())
+            .handle_line(&mut self.state, line.as_bytes(), batch_threads())
     }
 
     fn raw(&mut self, line: &str) -> Value {
@@ -766,12 +775,131 @@ fn fees_and_mempool() {
     assert!(info.get("mempoolminfee").is_some() && info.get("incrementalrelayfee").is_some());
 }
 
+/// The id JSON-RPC 2.0 says the reply to `element` (one request of a line)
+/// carries: its own, or null when it has none or an invalid one; `None`
+/// when it gets no reply (a response object, or a notification: a valid
+/// call without id). Written from the spec, apart from `jsonrpc`.
+fn reply_id(element: &Value) -> Option<Value> {
+    let Some(object) = element.as_object() else {
+        return Some(Value::Null);
+    };
+    let id = match object.get("id") {
+        None => None,
+        Some(id @ (Value::Null | Value::Number(_) | Value::String(_))) => Some(id.clone()),
+        Some(_) => return Some(Value::Null),
+    };
+    let method = object.get("method");
+    if method.is_none() && (object.contains_key("result") || object.contains_key("error")) {
+        return None;
+    }
+    let version_ok = match object.get("jsonrpc") {
+        None => true,
+        Some(Value::String(v)) => v == "2.0" || v == "1.0",
+        Some(_) => false,
+    };
+    let params_ok = matches!(
+        object.get("params"),
+        None | Some(Value::Null | Value::Array(_) | Value::Object(_))
+    );
+    let valid_call = version_ok && params_ok && matches!(method, Some(Value::String(_)));
+    match id {
+        Some(id) => Some(id),
+        None if valid_call => None,
+        None => Some(Value::Null),
+    }
+}
+
+/// A xorshift generator: the same lines on every run.
+struct Lines(u64);
+
+impl Lines {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn pick<'a>(&mut self, choices: &[&'a str]) -> &'a str {
+        choices[(self.next() % choices.len() as u64) as usize]
+    }
+
+    /// JSON whose requests mix valid and invalid members: one request, or
+    /// a batch of one to seven, past the limit of five at times.
+    fn requests(&mut self) -> String {
+        if self.next().is_multiple_of(3) {
+            return self.request();
+        }
+        let count = 1 + self.next() % 7;
+        let batch: Vec<String> = (0..count).map(|_| self.request()).collect();
+        format!("[{}]", batch.join(", "))
+    }
+
+    /// A request object of members picked right or wrong (one picked empty
+    /// is left out), or now and then no object at all.
+    fn request(&mut self) -> String {
+        if self.next().is_multiple_of(8) {
+            return self.pick(&["1", "\"x\"", "[]"]).to_string();
+        }
+        let members: Vec<String> = [
+            (
+                "id",
+                self.pick(&[
+                    "",
+                    "1",
+                    "\"x\"",
+                    "null",
+                    "-1",
+                    "true",
+                    "[]",
+                    "1.5",
+                    "\"\\u0000\"",
+                ]),
+            ),
+            (
+                "method",
+                self.pick(&[
+                    "",
+                    "\"server.version\"",
+                    "\"blockchain.block.headers\"",
+                    "\"server.ping\"",
+                    "\"no.such.method\"",
+                    "1",
+                ]),
+            ),
+            (
+                "params",
+                self.pick(&[
+                    "",
+                    "[]",
+                    "null",
+                    "{}",
+                    "1",
+                    "[\"x\"]",
+                    "[0, 1]",
+                    "[\"a\", \"1.4\"]",
+                ]),
+            ),
+            ("jsonrpc", self.pick(&["", "\"2.0\"", "\"1.0\"", "2"])),
+            ("result", self.pick(&["", "0"])),
+        ]
+        .into_iter()
+        .filter(|(_, value)| !value.is_empty())
+        .map(|(name, value)| format!("\"{name}\": {value}"))
+        .collect();
+        format!("{{{}}}", members.join(", "))
+    }
+}
+
 /// Fuzz-style check: arbitrary bytes never panic and always answer valid
-/// JSON with the request's id (or null).
+/// JSON with the request's id (or null): one reply per request owed one,
+/// in request order. Half the lines are pieces of JSON in any order, half
+/// JSON requests with members right and wrong.
 #[test]
 fn arbitrary_lines_never_panic() {
     let mut h = Harness::new();
-    let mut seed = 0x2545f4914f6cdd1du64;
+    let mut ids_told = 0;
+    let mut lines = Lines(0x2545f4914f6cdd1d);
     let pieces = [
         "{",
         "}",
@@ -792,20 +920,52 @@ fn arbitrary_lines_never_panic() {
         ":",
         "\"x\"",
     ];
-    for _ in 0..3000 {
-        let mut line = String::new();
-        for _ in 0..(seed % 12) {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            line.push_str(pieces[(seed % pieces.len() as u64) as usize]);
-        }
+    for i in 0..6000u32 {
+        let line = if i.is_multiple_of(2) {
+            let count = lines.next() % 12;
+            (0..count).map(|_| lines.pick(&pieces)).collect()
+        } else {
+            lines.requests()
+        };
         let out = h.line(&line);
-        if let Some(resp) = out.response {
-            let v: Value = serde_json::from_str(&resp).expect("responses are JSON");
-            assert!(v.is_object() || v.is_array(), "{line} -> {resp}");
+        let reply: Option<Value> = out
+            .response
+            .as_deref()
+            .map(|resp| serde_json::from_str(resp).expect("responses are JSON"));
+        // What the reply must be: `Ok(id)` one object under `id`, `Err(ids)`
+        // an array of replies under `ids`; `None` no reply at all.
+        let owed: Option<Result<Value, Vec<Value>>> = match serde_json::from_str(&line) {
+            _ if line.trim().is_empty() => None,
+            // Not JSON, or an empty batch: one error, its id null.
+            Err(_) => Some(Ok(Value::Null)),
+            Ok(Value::Array(items)) if items.is_empty() => Some(Ok(Value::Null)),
+            Ok(Value::Array(items)) => {
+                let ids: Vec<Value> = items.iter().filter_map(reply_id).collect();
+                (!ids.is_empty()).then_some(Err(ids))
+            }
+            Ok(element) => reply_id(&element).map(Ok),
+        };
+        let got = reply.as_ref().map(|reply| match reply {
+            Value::Array(replies) => Err(replies.iter().map(|r| r["id"].clone()).collect()),
+            reply => {
+                assert!(reply.is_object(), "{line} -> {reply}");
+                Ok(reply["id"].clone())
+            }
+        });
+        assert_eq!(got, owed, "{line} -> {reply:?}");
+        if let Some(reply) = &reply {
+            let replies = reply
+                .as_array()
+                .cloned()
+                .unwrap_or_else(|| vec![reply.clone()]);
+            ids_told += replies.iter().filter(|r| !r["id"].is_null()).count();
         }
     }
+    // Not a check of null ids only: many requests had ids of their own.
+    assert!(
+        ids_told > 100,
+        "{ids_told} replies under a request's own id"
+    );
 }
 
 #[test]
@@ -988,7 +1148,8 @@ fn cached_subscriptions_over_the_reply_limit_are_refused_alike() {
     let answered = dispatcher
         .answer_from_cache(&mut fast, incoming)
         .expect("every status is cached");
-    let general = dispatcher.handle_line(&mut SessionState::new(), batch.as_bytes());
+    let general =
+        dispatcher.handle_line(&mut SessionState::new(), batch.as_bytes(), batch_threads());
     assert_eq!(answered.response, general.response);
     assert_eq!(answered.effects, general.effects);
     let answers: Value = serde_json::from_str(answered.response.as_deref().unwrap()).unwrap();
@@ -1040,11 +1201,18 @@ fn responses_over_the_reply_limit_are_refused() {
 
 /// A batch whose answers pass `reply_bytes_max` stops being answered: the
 /// requests after that point are never run, so the server never holds the
-/// reply the client asked for. Both ways a batch is run: in parallel, and
-/// one request at a time (a batch that also subscribes to headers).
+/// reply the client asked for. Every way a batch is run: in parallel, and
+/// one request at a time, whether because it also subscribes to headers or
+/// because its caller gave it no threads (a busy server).
 #[test]
 fn a_batch_over_the_reply_limit_stops_being_answered() {
-    for ordered in [false, true] {
+    for (ordered, threads) in [
+        (false, batch_threads()),
+        (true, batch_threads()),
+        (false, None),
+    ] {
+        let spread = !ordered && threads.is_some();
+        let case = format!("ordered {ordered}, threads given {}", threads.is_some());
         let backend = Arc::new(FakeBackend::with_tip(3000));
         let dispatcher = Dispatcher::new(
             backend.clone(),
@@ -1062,26 +1230,30 @@ fn a_batch_over_the_reply_limit_stops_being_answered() {
         if ordered {
             batch[0] = json!({"id": 0, "method": "blockchain.headers.subscribe", "params": []});
         }
-        let out = dispatcher.handle_line(&mut state, Value::Array(batch).to_string().as_bytes());
+        let out = dispatcher.handle_line(
+            &mut state,
+            Value::Array(batch).to_string().as_bytes(),
+            threads,
+        );
         let answers: Value = serde_json::from_str(&out.response.unwrap()).unwrap();
         let answers = answers.as_array().unwrap();
-        assert_eq!(answers.len(), 100, "ordered {ordered}");
+        assert_eq!(answers.len(), 100, "{case}");
         for (id, answer) in answers.iter().enumerate() {
-            assert_eq!(answer["id"], id, "ordered {ordered}: {answer}");
-            assert_eq!(answer["error"]["code"], -101, "ordered {ordered}: {answer}");
+            assert_eq!(answer["id"], id, "{case}: {answer}");
+            assert_eq!(answer["error"]["code"], -101, "{case}: {answer}");
             let message = answer["error"]["message"].as_str().unwrap();
             assert!(
                 message.contains("more than") && message.contains("exceeds the limit of 1048576"),
                 "{message}"
             );
         }
-        // Four answers pass 1 MiB; each of the pool's workers may have one
+        // Four answers pass 1 MiB; each of the batch threads may have one
         // more under way when the limit is passed.
         let run = backend.update(|s| s.headers_calls);
-        let bound = if ordered { 4 } else { 4 + 8 };
+        let bound = if spread { 4 + BATCH_THREADS } else { 4 };
         assert!(
             (4..=bound).contains(&run),
-            "ordered {ordered}: {run} of 100 header requests were run"
+            "{case}: {run} of 100 header requests were run"
         );
     }
 }
@@ -1265,7 +1437,7 @@ fn add_peer_reaches_the_peer_list_with_the_callers_address() {
 #[test]
 fn outpoint_methods_answer_in_the_draft_shapes_at_1_7_only() {
     use bitcoin::OutPoint;
-    use osprey_query::{OutpointAnswer, OutpointStatus};
+    use osprey_answers::{OutpointAnswer, OutpointStatus};
     let funded = OutPoint {
         txid: txid(1),
         vout: 0,

@@ -3,11 +3,11 @@
 //! owns the result shapes, including the 1.7 draft's `block_hash` in get_merkle and
 //! the non-verbose form of `submitpackage`'s answer.
 
-use crate::backend::Backend;
 use crate::error::RpcError;
 use bitcoin::{TxMerkleNode, Txid};
+use osprey_answers::Backend;
+use osprey_answers::TxMerkle;
 use osprey_core::Height;
-use osprey_query::TxMerkle;
 use serde_json::{json, Value};
 
 pub fn broadcast(backend: &dyn Backend, raw_tx: &str) -> Result<Value, RpcError> {

@@ -10,31 +10,10 @@
 //! when two outputs of the script share the spent-txid prefix and vout);
 //! an unconfirmed spender comes from the mempool.
 
-use crate::query::{Funding, Query};
-use crate::Error;
+use crate::query::{store_failed, Funding, Query};
 use bitcoin::{OutPoint, Txid};
+use osprey_answers::{Error, OutpointAnswer, OutpointStatus};
 use osprey_core::{ScriptHash, TxNum};
-
-/// What the protocol tells of an outpoint.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OutpointStatus {
-    /// The height of the funding transaction: its block, or in the
-    /// mempool 0 (every input confirmed) or -1. `None`: no such output is
-    /// known.
-    pub height: Option<i64>,
-    /// The spending transaction and its height, by the same rules.
-    pub spender: Option<(Txid, i64)>,
-}
-
-/// An outpoint's status and the script hash of its output, when the output
-/// is known: the script of `txid:vout` never changes, so a change touching
-/// that script hash is the only one (with one naming `txid`) that can change
-/// the status.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OutpointAnswer {
-    pub status: OutpointStatus,
-    pub scripthash: Option<ScriptHash>,
-}
 
 /// What an outpoint answer read first: the chain's length, and the
 /// mempool's spender of the outpoint, read before that length.
@@ -69,7 +48,11 @@ impl Query {
             visible: self.store().tx_count(),
             mempool_spender,
         };
-        match self.store().find_tx_num(&outpoint.txid)? {
+        match self
+            .store()
+            .find_tx_num(&outpoint.txid)
+            .map_err(store_failed)?
+        {
             Some(tx_num) if tx_num.0 < seen.visible => {
                 self.confirmed_outpoint_status(outpoint, tx_num, script_hint, &seen)
             }
@@ -138,7 +121,10 @@ impl Query {
         if let Some(tx_num) = spent_by {
             // `None` if a rollback cut the chain since the rows were read.
             if let Some((h, _)) = self.store().locate(tx_num) {
-                spender = Some((self.store().txid(tx_num)?, i64::from(h.0)));
+                spender = Some((
+                    self.store().txid(tx_num).map_err(store_failed)?,
+                    i64::from(h.0),
+                ));
             }
         }
         if spender.is_none() {

@@ -4,10 +4,10 @@
 use crate::mempool::{Mempool, MempoolEntry};
 use crate::merkle::MerkleTree;
 use crate::status_cache::StatusCache;
-use crate::Error;
 use bitcoin::consensus::{deserialize, serialize};
 use bitcoin::hashes::Hash;
 use bitcoin::{BlockHash, OutPoint, Transaction, TxMerkleNode, Txid};
+use osprey_answers::{Balance, Change, Error, HistoryEntry, TxMerkle, Utxo};
 use osprey_chain::{ChainSource, MempoolFees, TxLocation};
 use osprey_core::{Height, ScriptHash, StatusHash, TxNum};
 use osprey_store::codec::{HistoryRow, RowKind, SPENT_TXID_PREFIX_LEN};
@@ -36,53 +36,11 @@ impl Default for QueryConfig {
     }
 }
 
-/// One transaction of a script's history.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HistoryEntry {
-    pub txid: Txid,
-    /// The block height; for mempool transactions 0 when every input is
-    /// confirmed and -1 otherwise.
-    pub height: i64,
-    /// The fee in satoshis, for mempool transactions.
-    pub fee: Option<u64>,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Balance {
-    pub confirmed: u64,
-    /// What the mempool adds (or, if negative, spends).
-    pub unconfirmed: i64,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Utxo {
-    pub txid: Txid,
-    pub vout: u32,
-    /// 0 for mempool outputs.
-    pub height: u32,
-    pub value: u64,
-}
-
-#[derive(Clone, Debug)]
-pub struct TxMerkle {
-    pub block_height: Height,
-    pub block_hash: BlockHash,
-    pub pos: u32,
-    pub branch: Vec<TxMerkleNode>,
-}
-
-/// What changed with a new block, a reorg or a mempool update.
-#[derive(Clone, Debug, Default)]
-pub struct Change {
-    pub new_tip: Option<(Height, [u8; 80])>,
-    /// Script hashes whose status may have changed.
-    pub scripthashes: Vec<ScriptHash>,
-    /// Transactions that were confirmed, or entered or left the mempool:
-    /// the status of an outpoint whose script is not known yet (or has no
-    /// rows, `OP_RETURN`) changes only with its funding transaction.
-    pub txids: Vec<Txid>,
-    /// Blocks were undone: every script's status may have changed.
-    pub all_scripthashes: bool,
+/// A database error, as an answer's error: internal, its detail for the
+/// log only (it may name the index's files). A function, not a `From`: the
+/// error type is `osprey-answers`', which knows no store.
+pub(crate) fn store_failed(e: osprey_store::Error) -> Error {
+    Error::Internal(e.to_string())
 }
 
 /// Queries over the index and the mempool. Thread-safe; share as `Arc`.
@@ -257,7 +215,8 @@ impl Query {
     fn rows(&self, scripthash: &ScriptHash, visible: u64) -> Result<Vec<HistoryRow>, Error> {
         let mut rows = self
             .store
-            .history(scripthash, self.config.history_entries_max)?
+            .history(scripthash, self.config.history_entries_max)
+            .map_err(store_failed)?
             .ok_or(Error::HistoryTooLarge {
                 limit: self.config.history_entries_max,
             })?;
@@ -269,7 +228,8 @@ impl Query {
     pub(crate) fn confirmed_within(&self, txid: &Txid, visible: u64) -> Result<bool, Error> {
         Ok(self
             .store
-            .find_tx_num(txid)?
+            .find_tx_num(txid)
+            .map_err(store_failed)?
             .is_some_and(|tx_num| tx_num.0 < visible))
     }
 
@@ -293,7 +253,7 @@ impl Query {
                 continue;
             };
             history.push(HistoryEntry {
-                txid: self.store.txid(row.tx_num)?,
+                txid: self.store.txid(row.tx_num).map_err(store_failed)?,
                 height: i64::from(height.0),
                 fee: None,
             });
@@ -375,7 +335,7 @@ impl Query {
         for row in rows {
             match row.kind {
                 RowKind::Funding { vout, amount } => {
-                    let txid = self.store.txid(row.tx_num)?;
+                    let txid = self.store.txid(row.tx_num).map_err(store_failed)?;
                     let mut prefix = [0u8; SPENT_TXID_PREFIX_LEN];
                     prefix.copy_from_slice(&txid.as_byte_array()[..SPENT_TXID_PREFIX_LEN]);
                     by_outpoint
@@ -421,7 +381,7 @@ impl Query {
 
     /// The outpoint input `input` of confirmed transaction `tx_num` spends.
     fn spent_outpoint(&self, tx_num: TxNum, input: u32) -> Result<OutPoint, Error> {
-        let txid = self.store.txid(tx_num)?;
+        let txid = self.store.txid(tx_num).map_err(store_failed)?;
         let tx = self.confirmed_transaction(&txid, tx_num)?;
         tx.input
             .get(input as usize)
@@ -442,7 +402,7 @@ impl Query {
         let Some((height, position)) = self.store.locate(tx_num) else {
             return Ok(None);
         };
-        let Some((_, offset, len)) = self.store.tx_span(tx_num)? else {
+        let Some((_, offset, len)) = self.store.tx_span(tx_num).map_err(store_failed)? else {
             return Ok(None);
         };
         let Some(block_hash) = self.store.block_hash(height) else {
@@ -466,7 +426,7 @@ impl Query {
     /// txid is read again after the location, so a location is never
     /// answered for a transaction it does not hold.
     fn confirmed_location(&self, txid: &Txid) -> Result<Option<TxLocation>, Error> {
-        let Some(tx_num) = self.store.find_tx_num(txid)? else {
+        let Some(tx_num) = self.store.find_tx_num(txid).map_err(store_failed)? else {
             return Ok(None);
         };
         #[cfg(test)]
@@ -479,7 +439,7 @@ impl Query {
             Ok(_) => Ok(None),
             // A rollback cut the txids file since the location was read.
             Err(_) if self.store.locate(tx_num).is_none() => Ok(None),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(store_failed(e)),
         }
     }
 
@@ -670,7 +630,7 @@ impl Query {
                 "block {height} has no transaction at position {pos}"
             )));
         }
-        let txids = self.store.txids(range)?;
+        let txids = self.store.txids(range).map_err(store_failed)?;
         let txid = txids[pos as usize];
         let tree = MerkleTree::new(txids.iter().map(|t| t.to_byte_array()).collect());
         Ok((txid, tree.branch(pos as usize)))

@@ -31,8 +31,9 @@ pub(crate) fn step_pending() -> bool {
 mod tests {
     use super::*;
     use crate::tracker::tests::{funded_node, tracking};
-    use crate::{Balance, Error, Tracker};
+    use crate::Tracker;
     use bitcoin::{Amount, Txid};
+    use osprey_answers::{Balance, Error};
     use osprey_core::ScriptHash;
     use osprey_testenv::{submit_block_on, Node, ScriptKind};
     use std::sync::{Arc, Mutex};

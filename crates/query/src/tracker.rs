@@ -2,8 +2,9 @@
 //! changed: one call to [`Tracker::update`] per poll.
 
 use crate::mempool::MempoolEntry;
-use crate::query::{Change, Query};
+use crate::query::Query;
 use bitcoin::{Transaction, TxOut, Txid};
+use osprey_answers::Change;
 use osprey_chain::MempoolTx;
 use osprey_core::{Height, ScriptHash};
 use osprey_indexer::{ChunkStats, Indexer};

@@ -10,8 +10,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Notify;
+// Tokio's clock, which tests can pause and advance.
+use tokio::time::Instant;
 
 /// How long a connection that has sent nothing keeps its place on a full
 /// server.
@@ -114,18 +116,22 @@ impl Activity {
 mod tests {
     use super::*;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn the_idlest_session_is_shed_once_and_only_when_idle_enough() {
         let activity = Activity::new();
         let first = activity.register(1);
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        tokio::time::advance(Duration::from_millis(30)).await;
         let second = activity.register(2);
         let minute = Duration::from_secs(60);
         assert!(
             !activity.shed_idlest(minute, minute),
             "nobody idle a minute"
         );
-        assert!(activity.shed_idlest(minute, Duration::from_millis(20)));
+        assert!(
+            !activity.shed_idlest(minute, Duration::from_millis(31)),
+            "nobody idle 31 ms"
+        );
+        assert!(activity.shed_idlest(minute, Duration::from_millis(30)));
         tokio::time::timeout(Duration::from_secs(1), first.shed.notified())
             .await
             .expect("the older session is told to close");
@@ -144,20 +150,21 @@ mod tests {
     /// A session that never sent a request is shed after the short grace,
     /// before older sessions that did (a wallet waiting for
     /// notifications), which keep the long rule.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn silent_sessions_are_shed_first() {
         let activity = Activity::new();
         let wallet = activity.register(1);
         wallet.touch();
-        tokio::time::sleep(Duration::from_millis(40)).await;
+        tokio::time::advance(Duration::from_millis(40)).await;
         let silent = activity.register(2);
         let grace = Duration::from_millis(20);
         let minute = Duration::from_secs(60);
+        tokio::time::advance(Duration::from_millis(19)).await;
         assert!(
             !activity.shed_idlest(grace, minute),
             "the silent one is within its grace, the wallet idle less than a minute"
         );
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        tokio::time::advance(Duration::from_millis(1)).await;
         assert!(activity.shed_idlest(grace, minute));
         tokio::time::timeout(Duration::from_secs(1), silent.shed.notified())
             .await
@@ -166,7 +173,9 @@ mod tests {
             !activity.shed_idlest(grace, minute),
             "the wallet keeps its place"
         );
-        assert!(activity.shed_idlest(grace, Duration::from_millis(50)));
+        // The wallet has been idle 60 ms.
+        assert!(!activity.shed_idlest(grace, Duration::from_millis(61)));
+        assert!(activity.shed_idlest(grace, Duration::from_millis(60)));
         tokio::time::timeout(Duration::from_secs(1), wallet.shed.notified())
             .await
             .expect("the wallet, idle past idle_min, goes next");

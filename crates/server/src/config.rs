@@ -122,8 +122,9 @@ pub struct Limits {
     /// runs in another container names that container's network.
     pub trusted_subnets: Vec<Subnet>,
     /// Cores the server may keep busy: request handlers in hand at once
-    /// (`HANDLER_SLOTS_PER_CORE` each) and batch workers. Default: the
-    /// cores this process may use.
+    /// (`HANDLER_SLOTS_PER_CORE` each), batch threads, and how many lines
+    /// may run before batches stop being spread over them (see `fair`).
+    /// Default: the cores this process may use.
     pub worker_threads: usize,
 }
 

@@ -11,7 +11,16 @@
 //! A session's cost is the time its requests held a handler slot, decayed
 //! with a half-life of [`COST_HALF_LIFE`]. Answers from the status cache
 //! run on the session's own task and take no slot.
+//!
+//! The scheduler also owns the threads a batch's requests are spread over
+//! (`osprey_electrum::BatchThreads`), and tells each line whether it may
+//! use them: only this module sees every session's lines, so the decision
+//! is made here, not in the dispatcher that runs the batch (which decides
+//! only what protocol rules allow to run at once). The dispatcher used to
+//! keep a pool of its own and its own count of lines in hand, beside the
+//! slots here: two places deciding how one server's work runs.
 
+use osprey_electrum::BatchThreads;
 use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,9 +29,37 @@ use tokio::sync::oneshot;
 /// How fast a session's cost is forgiven.
 const COST_HALF_LIFE: Duration = Duration::from_secs(10);
 
-/// Handler slots and the requests waiting for one.
+/// Lines handled at once, per core: more than one, as a line may wait on
+/// the node (a transaction over RPC) rather than use a core. Beyond that,
+/// lines queue, by arrival delayed by their session's recent cost.
+const HANDLER_SLOTS_PER_CORE: usize = 4;
+
+/// Batch threads when transactions come from the node over REST or RPC:
+/// more than the cores, because those requests wait on the node rather
+/// than on a CPU.
+const BATCH_THREADS_REMOTE: usize = 8;
+
+/// Batch threads per core when transactions are read from local files:
+/// the work is then reads of the page cache or the disk. Idle rayon
+/// workers spin before they sleep, and eight of them on two cores took CPU
+/// from the ones working: with two per core, a cold initial load took
+/// 7-10% less time and many wallets got 3-12% more requests/s (lab m, two
+/// sets of 5 alternating rounds). One per core was a little faster still,
+/// but leaves no thread to run while one waits on a disk read.
+const BATCH_THREADS_PER_CORE_LOCAL: usize = 2;
+
+/// Handler slots, the requests waiting for one, and the batch threads.
 pub(crate) struct Scheduler {
     slots: usize,
+    /// Lines holding a slot, up to which a line may spread a batch over
+    /// `batch_threads`: past it every core is busy already, and spreading
+    /// a batch only added context switches (many-wallets p99 on the medium
+    /// chain: 142-254 ms while batches were spread anyway, 75-88 ms once
+    /// they were not).
+    cores: usize,
+    /// `None` (batches run one request at a time) if the threads could not
+    /// be started.
+    batch_threads: Option<Arc<BatchThreads>>,
     /// The clock of the queue's keys.
     epoch: Instant,
     queue: Mutex<Queue>,
@@ -65,6 +102,20 @@ pub(crate) struct Slot {
     scheduler: Arc<Scheduler>,
 }
 
+impl Slot {
+    /// The threads this slot's line may spread a batch over: the
+    /// scheduler's, while no more lines hold slots than there are cores
+    /// (this one included); `None` once every core is taken, and the batch
+    /// runs on the line's own thread.
+    pub fn batch_threads(&self) -> Option<Arc<BatchThreads>> {
+        let scheduler = &self.scheduler;
+        let running = scheduler.lock().running;
+        (running <= scheduler.cores)
+            .then(|| scheduler.batch_threads.clone())
+            .flatten()
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         self.scheduler.release();
@@ -72,10 +123,35 @@ impl Drop for Slot {
 }
 
 impl Scheduler {
-    /// A scheduler of `slots` handler slots (at least one).
-    pub fn new(slots: usize) -> Arc<Scheduler> {
+    /// A scheduler for `cores` cores, with batch threads sized for where
+    /// transactions come from (`transactions_are_local`: files, else the
+    /// node).
+    pub fn new(cores: usize, transactions_are_local: bool) -> Arc<Scheduler> {
+        let cores = cores.max(1);
+        let (threads, from) = if transactions_are_local {
+            (BATCH_THREADS_PER_CORE_LOCAL * cores, "local files")
+        } else {
+            (BATCH_THREADS_REMOTE, "the node")
+        };
+        tracing::info!("batches: up to {threads} requests at once (transactions from {from})");
+        let batch_threads = BatchThreads::new(threads)
+            .map_err(|e| tracing::warn!("batches will run one request at a time: {e}"))
+            .ok();
+        Scheduler::with_slots(HANDLER_SLOTS_PER_CORE * cores, cores, batch_threads)
+    }
+
+    /// A scheduler of `slots` handler slots (at least one), which lets a
+    /// line spread its batch over `batch_threads` while at most `cores`
+    /// slots are held.
+    fn with_slots(
+        slots: usize,
+        cores: usize,
+        batch_threads: Option<BatchThreads>,
+    ) -> Arc<Scheduler> {
         Arc::new(Scheduler {
             slots: slots.max(1),
+            cores,
+            batch_threads: batch_threads.map(Arc::new),
             epoch: Instant::now(),
             queue: Mutex::new(Queue {
                 running: 0,
@@ -191,9 +267,11 @@ mod tests {
     /// With every slot taken, requests of sessions that cost little go
     /// before those of sessions that cost a lot (here seconds of handler
     /// time), even ones that came earlier; equal costs in arrival order.
-    #[tokio::test]
+    /// The clock is paused: a sleep returns once every other task waits,
+    /// so each waiter has queued before the next is started.
+    #[tokio::test(start_paused = true)]
     async fn a_freed_slot_goes_to_the_cheapest_waiter() {
-        let scheduler = Scheduler::new(1);
+        let scheduler = Scheduler::with_slots(1, 1, None);
         let held = scheduler.acquire(0).await;
         let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel();
         let mut tasks = Vec::new();
@@ -225,10 +303,11 @@ mod tests {
         assert_eq!(served, ["light", "light too", "greedy", "greedier"]);
     }
 
-    /// A waiter that gives up does not take a slot with it.
-    #[tokio::test]
+    /// A waiter that gives up does not take a slot with it. (Paused clock,
+    /// as above: the sleep lets the waiter queue.)
+    #[tokio::test(start_paused = true)]
     async fn a_cancelled_wait_passes_the_slot_on() {
-        let scheduler = Scheduler::new(1);
+        let scheduler = Scheduler::with_slots(1, 1, None);
         let held = scheduler.acquire(0).await;
         let cancelled = {
             let scheduler = Arc::clone(&scheduler);
@@ -243,6 +322,23 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), scheduler.acquire(2))
             .await
             .expect("the slot is free again");
+    }
+
+    /// A line may spread its batch over the batch threads only while the
+    /// lines holding slots, its own included, leave it a core.
+    #[tokio::test]
+    async fn batches_are_spread_only_while_cores_are_free() {
+        let threads = BatchThreads::new(1).unwrap();
+        let scheduler = Scheduler::with_slots(4, 2, Some(threads));
+        let first = scheduler.acquire(0).await;
+        assert!(first.batch_threads().is_some(), "one line on two cores");
+        let second = scheduler.acquire(0).await;
+        assert!(second.batch_threads().is_some(), "two lines on two cores");
+        let third = scheduler.acquire(0).await;
+        assert!(third.batch_threads().is_none(), "three lines on two cores");
+        assert!(first.batch_threads().is_none(), "for every line of them");
+        drop(third);
+        assert!(first.batch_threads().is_some(), "a core is free again");
     }
 
     #[test]

@@ -1,17 +1,20 @@
 //! The Electrum network server: the listeners (TCP, TLS, WebSocket and
 //! WebSocket over TLS), one task per session, the limits, the notifier that
 //! pushes subscription updates, and graceful shutdown. Speaks the protocol through `osprey-electrum` (which owns every
-//! JSON shape and error code); asks the chain only through its `Backend`.
-//! The notifier consumes `osprey_query::Query::changes`, a
-//! `tokio::sync::broadcast` of `Arc<osprey_query::Change>` published
-//! whenever a block is connected or disconnected or the mempool changes
-//! (tests give `Server::bind_with` a channel of their own instead).
+//! JSON shape and error code); asks the chain only through an
+//! `osprey_answers::Backend`, and learns what changed from a change feed, a
+//! `tokio::sync::broadcast` of `Arc<osprey_answers::Change>` (the binary
+//! passes `osprey_query::Query` and its `Query::changes`, published whenever
+//! a block is connected or disconnected or the mempool changes; tests pass
+//! the in-memory fake and a channel of their own).
 //!
 //! Layout: `config` (ServerConfig, Limits, PeerConfig), `framer` (newline
 //! framing with a length cap), `tls` (certificates, reloaded when their
 //! files change), `transport` (the handshakes, and lines or WebSocket
 //! messages behind one interface), `session` (one connection, whatever its
-//! transport), `fair` (handler slots, cheaper sessions' lines first), `activity` (which session a full server closes for a newcomer),
+//! transport), `fair` (handler slots, cheaper sessions' lines first, and
+//! the threads a batch may be spread over), `activity` (which session a
+//! full server closes for a newcomer),
 //! `notifier` (the single owner of the subscription registry),
 //! `per_ip` (sessions per client address), `peers` (peer discovery: the
 //! peer list, its checks, our announcement). Every listener shares one set
@@ -45,12 +48,10 @@ use activity::{Activity, SILENT_GRACE};
 use anyhow::Context;
 use fair::Scheduler;
 use notifier::Notifier;
+use osprey_answers::{Backend, Change};
 use osprey_core::ByteBudget;
-use osprey_electrum::{
-    Backend, DispatchConfig, Dispatcher, RpcError, ServerInfo, SubscriptionBudget,
-};
+use osprey_electrum::{DispatchConfig, Dispatcher, RpcError, ServerInfo, SubscriptionBudget};
 use osprey_metrics::Metrics;
-use osprey_query::{Change, Query};
 use peers::PeerList;
 use per_ip::PerIp;
 use session::SessionContext;
@@ -79,22 +80,23 @@ const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 const SHED_WAIT: Duration = Duration::from_secs(2);
 /// How long a new connection's TLS and WebSocket handshakes may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Lines handled at once, per core: more than one, as a line may wait on
-/// the node (a transaction over RPC) rather than use a core. Beyond that,
-/// lines queue, by arrival delayed by their session's recent cost (`fair`).
-const HANDLER_SLOTS_PER_CORE: usize = 4;
 
-/// Serves Electrum clients on every listener `config` names until
+/// Serves Electrum clients on every listener `config` names, answering
+/// from `backend` and telling subscribers what `changes` announces, until
 /// `shutdown` completes, then closes every session.
 ///
 /// # Errors
 /// Invalid limits, or the address cannot be bound.
 pub async fn serve(
     config: ServerConfig,
-    query: Arc<Query>,
+    backend: Arc<dyn Backend>,
+    changes: broadcast::Receiver<Arc<Change>>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    Server::bind(config, query).await?.run(shutdown).await
+    Server::bind(config, backend, changes)
+        .await?
+        .run(shutdown)
+        .await
 }
 
 /// A bound server, not yet accepting (so tests can bind port 0 and learn
@@ -109,23 +111,14 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds the listening sockets and subscribes to the query's changes
-    /// (before serving, so no change is missed).
+    /// Binds the listening sockets. `changes` is the backend's change feed,
+    /// subscribed to before serving so that no change is missed (tests pass
+    /// the in-memory fake and a channel they publish on).
     ///
     /// # Errors
     /// Invalid limits, an address that cannot be bound, or a TLS listener
     /// without a usable certificate.
-    pub async fn bind(config: ServerConfig, query: Arc<Query>) -> anyhow::Result<Self> {
-        let changes = query.changes();
-        Self::bind_with(config, query, changes).await
-    }
-
-    /// As `bind`, with the backend and its change feed given apart (tests
-    /// pass the in-memory fake and a channel they publish on).
-    ///
-    /// # Errors
-    /// As [`Server::bind`].
-    pub async fn bind_with(
+    pub async fn bind(
         config: ServerConfig,
         backend: Arc<dyn Backend>,
         changes: broadcast::Receiver<Arc<Change>>,
@@ -215,6 +208,7 @@ impl Server {
             hosts: config.peering.public_hosts.clone(),
         };
         let peer_list = PeerList::new(&config.peering, &info);
+        let scheduler = Scheduler::new(limits.worker_threads, backend.transactions_are_local());
         let dispatcher = Arc::new(
             Dispatcher::new(
                 Arc::clone(&backend),
@@ -229,7 +223,6 @@ impl Server {
                         budget: Arc::clone(&client_memory),
                         keep_free: limits.line_bytes_max + limits.reply_bytes_max,
                     }),
-                    cores: limits.worker_threads,
                 },
             )
             .with_peers(Arc::new(peer_list.clone()))
@@ -263,7 +256,7 @@ impl Server {
             activity: Activity::new(),
             client_memory,
             metrics,
-            scheduler: Scheduler::new(HANDLER_SLOTS_PER_CORE * limits.worker_threads),
+            scheduler,
         });
         let permits = Arc::new(Semaphore::new(limits.sessions_max));
         let per_ip = PerIp::new(limits.sessions_per_ip_max, limits.trusted_subnets.clone());

@@ -21,11 +21,11 @@
 
 use crate::outpoints::Outpoints;
 use bitcoin::OutPoint;
+use osprey_answers::{Backend, Change, OutpointAnswer};
 use osprey_core::{ByteBudget, Charge, Height, ScriptHash, StatusHash};
 use osprey_electrum::request::{ScriptForm, ScriptKey};
-use osprey_electrum::{headers, outpoint, scripthash, Backend};
+use osprey_electrum::{headers, outpoint, scripthash};
 use osprey_metrics::Metrics;
-use osprey_query::{Change, OutpointAnswer};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -646,8 +646,8 @@ impl Notifier {
 mod tests {
     use super::*;
     use bitcoin::hashes::Hash;
+    use osprey_answers::HistoryEntry;
     use osprey_electrum::fake::FakeBackend;
-    use osprey_query::HistoryEntry;
 
     fn notifier(backend: &Arc<FakeBackend>) -> (Notifier, Arc<AtomicU64>) {
         let (_feed_tx, feed_rx) = broadcast::channel(8);

@@ -9,8 +9,8 @@
 
 use crate::notifier::SessionId;
 use bitcoin::{OutPoint, Txid};
+use osprey_answers::{Change, OutpointAnswer, OutpointStatus};
 use osprey_core::ScriptHash;
-use osprey_query::{Change, OutpointAnswer, OutpointStatus};
 use std::collections::{HashMap, HashSet};
 
 #[derive(Debug)]

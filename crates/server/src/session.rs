@@ -8,7 +8,8 @@
 //! Lines of one session run one at a time, in order; the next line is not
 //! read while one runs, which bounds a session's memory and CPU. Across
 //! sessions, a line waits for a handler slot, behind lines of sessions
-//! that cost the server less lately (`fair`). What all sessions hold
+//! that cost the server less lately, and its slot says whether a batch may
+//! be spread over more threads (`fair`). What all sessions hold
 //! together (incomplete lines, replies and notifications
 //! their client has not taken yet, subscriptions) is charged to one byte
 //! budget, `Limits::client_memory_bytes_max`.
@@ -233,13 +234,17 @@ async fn serve(
                     let priority = cost.now();
                     running = Some(tokio::spawn(async move {
                         let slot = scheduler.acquire(priority).await;
+                        let batch_threads = slot.batch_threads();
                         let started = std::time::Instant::now();
                         let handled = tokio::task::spawn_blocking(move || {
+                            let threads = batch_threads.as_deref();
                             let outcome = match incoming {
-                                Some(incoming) => {
-                                    dispatcher.handle_incoming(&mut session_state, incoming)
-                                }
-                                None => dispatcher.handle_line(&mut session_state, &line),
+                                Some(incoming) => dispatcher.handle_incoming(
+                                    &mut session_state,
+                                    incoming,
+                                    threads,
+                                ),
+                                None => dispatcher.handle_line(&mut session_state, &line, threads),
                             };
                             (session_state, outcome)
                         })

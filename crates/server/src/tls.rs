@@ -21,8 +21,10 @@ use rustls::sign::CertifiedKey;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+// Tokio's clock, which tests can pause and advance.
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 

@@ -7,11 +7,10 @@
 
 use bitcoin::hashes::Hash;
 use bitcoin::Txid;
+use osprey_answers::{Backend, Change, HistoryEntry};
 use osprey_core::{Height, Network, ScriptHash, StatusHash};
 use osprey_electrum::fake::{fake_header, FakeBackend};
-use osprey_electrum::Backend;
 use osprey_metrics::Metrics;
-use osprey_query::{Change, HistoryEntry};
 use osprey_server::{Limits, ListenerKind, PeerConfig, Server, ServerConfig, TlsFiles};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -24,6 +23,15 @@ use tokio::task::JoinHandle;
 
 const SH: &str = "8b01df4e368ea28f8dc0423bcf7a4923e3a12d307c875e47a0cfbf90b5c39161";
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Returns once the server has done all it can. For tests on the paused
+/// clock (`start_paused`): tokio moves that clock, and so ends this sleep,
+/// only when every task waits on something else and no blocking work runs
+/// (the server answers and computes statuses on blocking threads). The
+/// clock is then a millisecond later.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
 
 struct TestServer {
     addr: std::net::SocketAddr,
@@ -60,7 +68,7 @@ impl TestServer {
         let (changes, feed) = broadcast::channel(feed_capacity);
         let dyn_backend: Arc<dyn Backend> = backend.clone();
         let metrics = Arc::new(Metrics::new(&osprey_electrum::METHODS));
-        let server = Server::bind_with(config, dyn_backend, feed)
+        let server = Server::bind(config, dyn_backend, feed)
             .await
             .unwrap()
             .with_metrics(Arc::clone(&metrics));
@@ -261,7 +269,7 @@ async fn answers_requests_and_survives_bad_input() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn extra_sessions_are_refused_politely() {
     let server = TestServer::start(
         Limits {
@@ -282,20 +290,11 @@ async fn extra_sessions_are_refused_politely() {
     assert_eq!(r["error"]["code"], -102);
     assert!(second.read().await.is_none(), "then closed");
     drop(first);
-    // The slot frees up once the first session ends.
-    let mut third = None;
-    for _ in 0..50 {
-        let mut c = server.client().await;
-        c.send_raw(b"{\"id\":1,\"method\":\"server.ping\"}\n").await;
-        let r = c.read().await.unwrap();
-        if r.get("result").is_some() {
-            third = Some(c);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // The slot frees up once the first session has ended.
+    settle().await;
+    let mut third = server.client().await;
     assert!(
-        third.is_some(),
+        third.is_served().await,
         "a new session is accepted after one closes"
     );
     server.stop().await;
@@ -303,14 +302,21 @@ async fn extra_sessions_are_refused_politely() {
 
 /// A full server closes the session idle the longest for a newcomer,
 /// rather than lock new wallets out until idle sessions time out.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_full_server_makes_room_by_closing_the_idlest_session() {
     let server = full_at_two_sessions().await;
     let mut idlest = server.client().await;
     assert!(idlest.is_served().await);
     let mut other = server.client().await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    // Both idle past a second; the first the longest.
+    // Its session starts before the clock moves.
+    settle().await;
+    tokio::time::advance(Duration::from_millis(900)).await;
+    // Idle less than a second: nobody makes room yet.
+    let mut early = server.client().await;
+    let r = early.read().await.expect("an error line");
+    assert_eq!(r["error"]["code"], -102);
+    tokio::time::advance(Duration::from_millis(100)).await;
+    // Both idle a second; the first the longest.
     assert!(other.is_served().await);
     let mut newcomer = server.client().await;
     assert!(newcomer.is_served().await, "the newcomer is served");
@@ -324,22 +330,23 @@ async fn a_full_server_makes_room_by_closing_the_idlest_session() {
     let r = refused.read().await.expect("an error line");
     assert_eq!(r["error"]["code"], -102);
     let sessions = &server.metrics.sessions;
-    assert_eq!((sessions.shed.get(), sessions.refused.get()), (1, 1));
+    assert_eq!((sessions.shed.get(), sessions.refused.get()), (1, 2));
     server.stop().await;
 }
 
 /// A connection that never sent a request makes room before a wallet that
 /// did, even one idle longer (waiting for notifications is normal): a flood
 /// of silent connections cannot keep wallets out.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_full_server_closes_silent_connections_first() {
     let server = full_at_two_sessions().await;
     let mut wallet = server.client().await;
     assert!(wallet.is_served().await);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::advance(Duration::from_millis(300)).await;
     let mut silent = server.client().await;
+    settle().await;
     // Both idle past a second; the wallet the longest.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    tokio::time::advance(Duration::from_millis(1200)).await;
     let mut newcomer = server.client().await;
     assert!(newcomer.is_served().await, "the newcomer is served");
     assert!(
@@ -363,7 +370,7 @@ async fn full_at_two_sessions() -> TestServer {
     .await
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn idle_sessions_are_closed() {
     let server = TestServer::start(
         Limits {
@@ -374,9 +381,13 @@ async fn idle_sessions_are_closed() {
     )
     .await;
     let mut c = server.client().await;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     assert!(c.read().await.is_none(), "closed by the server");
-    assert!(started.elapsed() >= Duration::from_millis(900));
+    let waited = started.elapsed();
+    assert!(
+        (Duration::from_secs(1)..Duration::from_millis(1100)).contains(&waited),
+        "closed once idle a second, after {waited:?}"
+    );
     server.stop().await;
 }
 
@@ -539,8 +550,8 @@ async fn shutdown_closes_sessions() {
 }
 
 /// BDK's client library (electrum-client 0.25, which negotiates 1.6) parses
-/// every answer it asks for.
-#[tokio::test]
+/// every answer it asks for. (Paused clock: see `settle`.)
+#[tokio::test(start_paused = true)]
 async fn bdk_electrum_client_understands_every_answer() {
     use electrum_client::{ElectrumApi, EstimationMode};
     let server = TestServer::start(Limits::default(), 16).await;
@@ -566,7 +577,7 @@ async fn bdk_electrum_client_understands_every_answer() {
         );
         s.unspent.insert(
             sh,
-            vec![osprey_query::Utxo {
+            vec![osprey_answers::Utxo {
                 txid: confirmed,
                 vout: 0,
                 height: 50,
@@ -575,14 +586,14 @@ async fn bdk_electrum_client_understands_every_answer() {
         );
         s.balances.insert(
             sh,
-            osprey_query::Balance {
+            osprey_answers::Balance {
                 confirmed: 1234,
                 unconfirmed: -34,
             },
         );
         s.merkles.insert(
             confirmed,
-            osprey_query::TxMerkle {
+            osprey_answers::TxMerkle {
                 block_height: Height(50),
                 block_hash: bitcoin::BlockHash::from_byte_array([5; 32]),
                 pos: 1,
@@ -592,9 +603,7 @@ async fn bdk_electrum_client_understands_every_answer() {
         s.estimate = Some(0.0001);
     });
     let url = format!("tcp://{}", server.addr);
-    let backend = Arc::clone(&server.backend);
-    let changes = server.changes.clone();
-    tokio::task::spawn_blocking(move || {
+    let (client, status, script) = tokio::task::spawn_blocking(move || {
         let client = electrum_client::Client::new(&url).unwrap();
         let features = client.server_features().unwrap();
         assert_eq!(features.server_version, "Osprey 0.1.0");
@@ -645,33 +654,45 @@ async fn bdk_electrum_client_understands_every_answer() {
             txid,
             Txid::from_raw_hash(bitcoin::hashes::sha256d::Hash::hash(&raw))
         );
-        // Subscribe, change the script's history, and pop the notification.
         let status = client.script_subscribe(&script).unwrap();
         assert!(status.is_some());
-        backend.update(|s| s.histories.get_mut(&sh).unwrap().pop());
-        changes
-            .send(Arc::new(Change {
-                scripthashes: vec![sh],
-                ..Change::default()
-            }))
-            .unwrap();
-        let mut popped = None;
-        for _ in 0..100 {
-            client.ping().unwrap(); // reads whatever the server pushed
-            popped = client.script_pop(&script).unwrap();
-            if popped.is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(
-            popped.is_some() && popped != status,
-            "a new status was pushed"
-        );
+        (client, status, script)
     })
     .await
     .unwrap();
+    server
+        .backend
+        .update(|s| s.histories.get_mut(&sh).unwrap().pop());
+    let pushed = pushed_status(&server, sh, client, script).await;
+    assert!(
+        pushed.is_some() && pushed != status.map(|s| hex::encode(*s)),
+        "a new status was pushed"
+    );
     server.stop().await;
+}
+
+/// Publishes a change of `sh` and returns the status of `script` that
+/// `client` was then pushed, in hex: once the server has pushed it, the
+/// client reads it before the answer to its next request.
+async fn pushed_status(
+    server: &TestServer,
+    sh: ScriptHash,
+    client: electrum_client::Client,
+    script: bitcoin::ScriptBuf,
+) -> Option<String> {
+    use electrum_client::ElectrumApi;
+    server.publish(Change {
+        scripthashes: vec![sh],
+        ..Change::default()
+    });
+    settle().await;
+    tokio::task::spawn_blocking(move || {
+        client.ping().unwrap();
+        let popped = client.script_pop(&script).unwrap();
+        popped.map(|s| hex::encode(*s))
+    })
+    .await
+    .unwrap()
 }
 
 /// `{"id":ID,"method":"server.ping","pad":"xxx…` of `bytes` bytes: a valid
@@ -684,8 +705,8 @@ fn padded_ping_start(id: u64, bytes: usize) -> Vec<u8> {
 
 /// Incomplete lines of every session draw on one byte budget: past it a
 /// session is told and closed, the others go on, and the bytes come back
-/// when sessions end.
-#[tokio::test]
+/// when sessions end. (Paused clock: see `settle`.)
+#[tokio::test(start_paused = true)]
 async fn incomplete_lines_share_one_memory_budget() {
     let limits = Limits {
         line_bytes_max: 200_000,
@@ -701,8 +722,8 @@ async fn incomplete_lines_share_one_memory_budget() {
     for id in 0..12u64 {
         let mut c = server.client().await;
         c.send_raw(&padded_ping_start(id, 190_000)).await;
-        // Time for the server to read them before the next session sends.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The server reads them before the next session sends.
+        settle().await;
         holders.push(c);
     }
     let mut over = server.client().await;
@@ -739,7 +760,7 @@ async fn incomplete_lines_share_one_memory_budget() {
 /// Subscriptions are charged to the same budget: past it, a subscribe gets
 /// -102 and the subscriptions already held keep working; a session's
 /// subscriptions are given back when it ends.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn subscriptions_share_the_memory_budget() {
     // Subscriptions leave one line and reply free: 1,114,112 bytes for
     // them, 4,352 subscriptions of 256 bytes, less what requests and
@@ -770,16 +791,10 @@ async fn subscriptions_share_the_memory_budget() {
         .is_some());
     drop(first);
     // The first session's 4,000 come back once it has ended.
-    let mut refused_after = usize::MAX;
-    for attempt in 0..50 {
-        refused_after = subscribe_batch(&mut second, 100_000 + attempt * 200).await;
-        if refused_after == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    settle().await;
     assert_eq!(
-        refused_after, 0,
+        subscribe_batch(&mut second, 100_000).await,
+        0,
         "the ended session's subscriptions came back"
     );
     server.stop().await;
@@ -800,7 +815,7 @@ fn least_budget() -> Limits {
 /// waiting on clients that do not read draw on the budget: past it,
 /// another client's large response is refused with -102 (not queued),
 /// while small ones still fit.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn unread_responses_share_one_memory_budget() {
     let server = TestServer::start(least_budget(), 16).await;
     let sh: ScriptHash = SH.parse().unwrap();
@@ -816,32 +831,23 @@ async fn unread_responses_share_one_memory_budget() {
     };
     // Clients that ask and never read, with a small receive window, so
     // the server's writes to them soon block: two blocked answers and a
-    // third pass the 2,228,224 bytes.
+    // third pass the 2,228,224 bytes. (The server reads their requests
+    // one at a time, so that they fit in its receive buffer.)
+    let mut greedy = Vec::new();
     for _ in 0..3 {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.set_recv_buffer_size(4096).unwrap();
-        let mut greedy = socket.connect(server.addr).await.unwrap();
+        let mut stream = socket.connect(server.addr).await.unwrap();
         let asks: String = (0..40).map(get_history).collect();
-        tokio::spawn(async move {
-            let _ = greedy.write_all(asks.as_bytes()).await;
-            tokio::time::sleep(Duration::from_secs(30)).await;
-            drop(greedy);
-        });
+        stream.write_all(asks.as_bytes()).await.unwrap();
+        greedy.push(stream);
     }
+    // Each greedy session holds a response it cannot send.
+    settle().await;
     let mut good = server.client().await;
-    let mut refusal = None;
-    for id in 0..200 {
-        let r = good
-            .call("blockchain.scripthash.get_history", json!([SH]))
-            .await;
-        assert_eq!(r["id"], id + 1);
-        if r.get("error").is_some() {
-            refusal = Some(r);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let refusal = refusal.expect("once the reader-less session holds a blocked response");
+    let refusal = good
+        .call("blockchain.scripthash.get_history", json!([SH]))
+        .await;
     assert_eq!(refusal["error"]["code"], -102, "{refusal}");
     assert!(
         refusal["error"]["message"]
@@ -897,14 +903,12 @@ async fn replies_do_not_wait_for_the_notifier() {
         scripthashes: vec![sh],
         ..Change::default()
     });
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !gate.reached() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the notifier never computed the status"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let waiting = Arc::clone(&gate);
+    let reached = tokio::task::spawn_blocking(move || waiting.wait_reached(READ_TIMEOUT));
+    assert!(
+        reached.await.unwrap(),
+        "the notifier never computed the status"
+    );
     // The notifier is now held inside its work.
     for _ in 0..3 {
         assert!(client
@@ -927,10 +931,13 @@ async fn replies_do_not_wait_for_the_notifier() {
             .await;
         assert_eq!(r["result"], status_of(&[(3, 60)]), "{r}");
     }
-    assert!(
-        !client_has_line(&mut client).await,
-        "no notification while the notifier is held"
-    );
+    // No notification while the notifier is held: every reply above came
+    // first, and so does this one.
+    assert!(client
+        .call("server.ping", json!([]))
+        .await
+        .get("result")
+        .is_some());
     gate.open();
     let n = client
         .read()
@@ -939,17 +946,6 @@ async fn replies_do_not_wait_for_the_notifier() {
     assert_eq!(n["method"], "blockchain.scripthash.subscribe", "{n}");
     assert_eq!(n["params"][1], status_of(&[(1, 50), (2, 0)]), "{n}");
     server.stop().await;
-}
-
-/// Whether a line arrives within 200 ms.
-async fn client_has_line(client: &mut Client) -> bool {
-    let mut line = String::new();
-    tokio::time::timeout(
-        Duration::from_millis(200),
-        client.reader.read_line(&mut line),
-    )
-    .await
-    .is_ok()
 }
 
 /// Subscribes script hashes `first..first + 200` in one batch; returns how
@@ -977,7 +973,7 @@ async fn subscribe_batch(client: &mut Client, first: u32) -> usize {
 /// Past `sessions_per_ip_max`, a connection gets a -102 line and is closed;
 /// the cap counts 127.0.0.2 but not 127.0.0.1 (where Tor and local proxies
 /// connect from), and a slot comes back when its session ends.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn sessions_per_address_are_capped_but_localhost_is_exempt() {
     let server = TestServer::start(
         Limits {
@@ -1020,18 +1016,11 @@ async fn sessions_per_address_are_capped_but_localhost_is_exempt() {
         "the sessions under the cap go on"
     );
     drop(first);
-    let mut admitted = None;
-    for _ in 0..50 {
-        let mut c = server.client_from("127.0.0.2").await;
-        c.send_raw(b"{\"id\":1,\"method\":\"server.ping\"}\n").await;
-        if c.read().await.unwrap().get("result").is_some() {
-            admitted = Some(c);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Once its session has ended.
+    settle().await;
+    let mut admitted = server.client_from("127.0.0.2").await;
     assert!(
-        admitted.is_some(),
+        admitted.is_served().await,
         "the slot of a closed session is given back"
     );
     server.stop().await;
@@ -1120,15 +1109,16 @@ fn public_config(network: Network, peers: &[u16]) -> ServerConfig {
 }
 
 /// Asks `server` for its peers until `done` holds of them (peers are
-/// checked in the background).
+/// checked in the background, in rounds: each try lets every server do
+/// all it can first, see `settle`).
 async fn peers_until(server: &TestServer, done: impl Fn(&Value) -> bool) -> Value {
     let mut client = server.client().await;
-    for _ in 0..300 {
+    for _ in 0..20 {
+        settle().await;
         let peers = client.call("server.peers.subscribe", json!([])).await["result"].clone();
         if done(&peers) {
             return peers;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("peers never became as expected");
 }
@@ -1138,7 +1128,7 @@ async fn peers_until(server: &TestServer, done: impl Fn(&Value) -> bool) -> Valu
 /// itself to B with add_peer; B connects back, checks A and lists it.
 /// `hosts` reports the public host; a second add_peer from the same address
 /// is refused (rate limit).
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_server_announces_itself_and_is_listed_once_checked() {
     let b = TestServer::start_with(public_config(Network::Regtest, &[]), 16).await;
     let b_port = b.addr.port();
@@ -1176,7 +1166,7 @@ async fn a_server_announces_itself_and_is_listed_once_checked() {
 /// false at once, and as a configured peer it fails its check and is not
 /// listed; so is a private server, whose hosts do not list the address we
 /// reach it at. Both are checked before an honest peer, which is listed.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn peers_of_another_chain_or_not_listing_themselves_are_refused() {
     let other_chain = TestServer::start_with(public_config(Network::Testnet, &[]), 16).await;
     let private = TestServer::start(Limits::default(), 16).await;
@@ -1265,7 +1255,7 @@ async fn presented_certificate(addr: std::net::SocketAddr, trusted: &[&[u8]]) ->
 /// BDK's client over `ssl://` against a self-signed certificate the server
 /// generated and kept, with real calls and a pushed notification; a second
 /// server on the same files presents the same certificate.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bdk_electrum_client_over_tls_with_a_self_signed_certificate() {
     use electrum_client::ElectrumApi;
     let dir = tempfile::tempdir().unwrap();
@@ -1287,9 +1277,7 @@ async fn bdk_electrum_client_over_tls_with_a_self_signed_certificate() {
         bitcoin::ScriptBuf::from_hex("76a91462e907b15cbf27d5425399ebf6f0fb50ebb88f1888ac").unwrap();
     let sh = ScriptHash::from_script(script.as_bytes());
     server.backend.update(history(sh, &[(1, 50)]));
-    let backend = Arc::clone(&server.backend);
-    let changes = server.changes.clone();
-    tokio::task::spawn_blocking(move || {
+    let (client, script) = tokio::task::spawn_blocking(move || {
         let config = electrum_client::ConfigBuilder::new()
             .validate_domain(false)
             .timeout(Some(Duration::from_secs(10)))
@@ -1308,30 +1296,16 @@ async fn bdk_electrum_client_over_tls_with_a_self_signed_certificate() {
             status.map(|s| hex::encode(*s)),
             status_of(&[(1, 50)]).as_str().map(str::to_string)
         );
-        backend.update(history(sh, &[(1, 50), (2, 0)]));
-        changes
-            .send(Arc::new(Change {
-                scripthashes: vec![sh],
-                ..Change::default()
-            }))
-            .unwrap();
-        let mut popped = None;
-        for _ in 0..250 {
-            client.ping().unwrap(); // reads whatever the server pushed
-            popped = client.script_pop(&script).unwrap();
-            if popped.is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert_eq!(
-            popped.map(|s| hex::encode(*s)),
-            status_of(&[(1, 50), (2, 0)]).as_str().map(str::to_string),
-            "the new status was pushed over TLS"
-        );
+        (client, script)
     })
     .await
     .unwrap();
+    server.backend.update(history(sh, &[(1, 50), (2, 0)]));
+    assert_eq!(
+        pushed_status(&server, sh, client, script).await,
+        status_of(&[(1, 50), (2, 0)]).as_str().map(str::to_string),
+        "the new status was pushed over TLS"
+    );
     // The certificate shown is the generated one.
     let generated_der = rustls::pki_types::CertificateDer::from_pem_slice(&generated)
         .unwrap()
@@ -1370,7 +1344,7 @@ use rustls::pki_types::pem::PemObject as _;
 /// A renewal (new files on disk) reaches new connections without a
 /// restart; a broken file afterwards is ignored and the last good
 /// certificate kept.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn tls_certificates_are_reloaded_when_their_files_change() {
     let dir = tempfile::tempdir().unwrap();
     let files = TlsFiles {
@@ -1393,21 +1367,23 @@ async fn tls_certificates_are_reloaded_when_their_files_change() {
     let second = write_certificate(&files);
     assert_ne!(first, second);
     let trusted: [&[u8]; 2] = [&first, &second];
-    let started = std::time::Instant::now();
-    loop {
-        if presented_certificate(addr, &trusted).await == second {
-            break;
-        }
-        assert!(
-            started.elapsed() < osprey_server::RELOAD_CHECK_INTERVAL * 5,
-            "new connections still get the old certificate"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // The files are looked at again once the check interval has passed
+    // (the paused clock moves only when told to here).
+    assert_eq!(
+        presented_certificate(addr, &trusted).await,
+        first,
+        "not looked at again within the interval"
+    );
+    tokio::time::advance(osprey_server::RELOAD_CHECK_INTERVAL).await;
+    assert_eq!(
+        presented_certificate(addr, &trusted).await,
+        second,
+        "new connections get the new certificate"
+    );
 
     // A broken renewal: logged, and the last good certificate stays.
     std::fs::write(&files.cert_file, "-----BEGIN CERTIFICATE-----\ngarbage\n").unwrap();
-    tokio::time::sleep(osprey_server::RELOAD_CHECK_INTERVAL + Duration::from_millis(500)).await;
+    tokio::time::advance(osprey_server::RELOAD_CHECK_INTERVAL).await;
     assert_eq!(presented_certificate(addr, &trusted).await, second);
     assert_eq!(presented_certificate(addr, &trusted).await, second);
 
@@ -1598,7 +1574,7 @@ mod websocket {
 #[tokio::test]
 async fn outpoint_statuses_are_pushed_when_they_change() {
     use bitcoin::OutPoint;
-    use osprey_query::{OutpointAnswer, OutpointStatus};
+    use osprey_answers::{OutpointAnswer, OutpointStatus};
     let server = TestServer::start(Limits::default(), 16).await;
     let outpoint = OutPoint {
         txid: Txid::from_byte_array([5; 32]),

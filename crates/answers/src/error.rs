@@ -45,12 +45,6 @@ pub enum Error {
 /// broadcast.
 const BROADCAST_METHODS: [&str; 2] = ["sendrawtransaction", "submitpackage"];
 
-impl From<osprey_store::Error> for Error {
-    fn from(e: osprey_store::Error) -> Self {
-        Error::Internal(e.to_string())
-    }
-}
-
 impl From<osprey_chain::Error> for Error {
     fn from(e: osprey_chain::Error) -> Self {
         match e.kind() {

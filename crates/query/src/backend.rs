@@ -1,12 +1,11 @@
-//! `Backend` for `osprey_query::Query`: delegation, nothing more (the types
-//! are the same on both sides).
+//! `Backend` for `Query`: delegation, nothing more (the types are the same
+//! on both sides).
 
-use crate::backend::Backend;
+use crate::Query;
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
+use osprey_answers::{Backend, Balance, Error, HistoryEntry, OutpointAnswer, TxMerkle, Utxo};
+use osprey_chain::MempoolFees;
 use osprey_core::{Height, ScriptHash, StatusHash};
-use osprey_query::{
-    Balance, Error, HistoryEntry, MempoolFees, OutpointAnswer, Query, TxMerkle, Utxo,
-};
 
 impl Backend for Query {
     fn tip(&self) -> (Height, BlockHash) {

@@ -1,19 +1,21 @@
 //! The questions the protocol layer asks about the chain and the mempool.
 //!
-//! `Backend` exists for one reason: a second implementation, the in-memory
-//! fake (`fake`, feature `fake`), lets dispatch, parameter parsing and result
-//! shaping be tested here and in `osprey-server` with no database and no
-//! node. It has exactly `osprey_query::Query`'s methods and types (the data
-//! types and the error are `osprey_query`'s own, not copies);
-//! `query_backend` implements it for `Query` by plain delegation. This
+//! `Backend` exists for two reasons: a second implementation, the in-memory
+//! fake (`osprey_electrum::fake`, feature `fake`), lets dispatch, parameter
+//! parsing and result shaping be tested in `osprey-electrum` and
+//! `osprey-server` with no database and no node; and those crates, asking
+//! only through it, do not link RocksDB. It has exactly
+//! `osprey_query::Query`'s methods and this crate's types;
+//! `osprey_query` implements it for `Query` by plain delegation. This
 //! module knows nothing of JSON.
 
+use crate::{Balance, Error, HistoryEntry, OutpointAnswer, TxMerkle, Utxo};
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
+use osprey_chain::MempoolFees;
 use osprey_core::{Height, ScriptHash, StatusHash};
-use osprey_query::{Balance, Error, HistoryEntry, MempoolFees, OutpointAnswer, TxMerkle, Utxo};
 
 /// Everything the Electrum methods need to know: `osprey_query::Query`'s
-/// methods, as a trait only so that the fake (`crate::fake::FakeBackend`)
+/// methods, as a trait so that the fake (`osprey_electrum::fake::FakeBackend`)
 /// can stand in for `Query` in tests. Calls are synchronous and may block
 /// (database reads, node RPC): the server runs them on a blocking thread,
 /// never on an async worker.
@@ -51,7 +53,8 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<OutpointAnswer, Error>;
     fn transaction(&self, txid: &Txid) -> Result<Vec<u8>, Error>;
     /// Whether confirmed transactions are read from local files rather
-    /// than asked of the node (see [`crate::Dispatcher::new`]).
+    /// than asked of the node: the server sizes the threads batches are
+    /// spread over by it (`osprey-server`'s `fair`).
     fn transactions_are_local(&self) -> bool {
         false
     }

@@ -1,0 +1,61 @@
+//! The answers about scripts, outpoints and transactions, as the index and
+//! the mempool give them (the protocol layer shapes them into JSON).
+
+use bitcoin::{BlockHash, TxMerkleNode, Txid};
+use osprey_core::{Height, ScriptHash};
+
+/// One transaction of a script's history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub txid: Txid,
+    /// The block height; for mempool transactions 0 when every input is
+    /// confirmed and -1 otherwise.
+    pub height: i64,
+    /// The fee in satoshis, for mempool transactions.
+    pub fee: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Balance {
+    pub confirmed: u64,
+    /// What the mempool adds (or, if negative, spends).
+    pub unconfirmed: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Utxo {
+    pub txid: Txid,
+    pub vout: u32,
+    /// 0 for mempool outputs.
+    pub height: u32,
+    pub value: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct TxMerkle {
+    pub block_height: Height,
+    pub block_hash: BlockHash,
+    pub pos: u32,
+    pub branch: Vec<TxMerkleNode>,
+}
+
+/// What the protocol tells of an outpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutpointStatus {
+    /// The height of the funding transaction: its block, or in the
+    /// mempool 0 (every input confirmed) or -1. `None`: no such output is
+    /// known.
+    pub height: Option<i64>,
+    /// The spending transaction and its height, by the same rules.
+    pub spender: Option<(Txid, i64)>,
+}
+
+/// An outpoint's status and the script hash of its output, when the output
+/// is known: the script of `txid:vout` never changes, so a change touching
+/// that script hash is the only one (with one naming `txid`) that can change
+/// the status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutpointAnswer {
+    pub status: OutpointStatus,
+    pub scripthash: Option<ScriptHash>,
+}

@@ -1,0 +1,18 @@
+//! What the Electrum protocol asks of the chain and the mempool, and the
+//! shape of the answers: the `Backend` trait, the answer types, the change
+//! feed's `Change`, and the `Error` an answer can end in.
+//!
+//! The contract sits apart from both sides of it: `osprey-query`
+//! implements `Backend` over the index (and so over RocksDB), while
+//! `osprey-electrum` and `osprey-server` only ask, and build without the
+//! database.
+
+mod answer;
+mod backend;
+mod change;
+mod error;
+
+pub use answer::{Balance, HistoryEntry, OutpointAnswer, OutpointStatus, TxMerkle, Utxo};
+pub use backend::Backend;
+pub use change::Change;
+pub use error::Error;

@@ -1,0 +1,205 @@
+//! Runs one parsed request: the method table, from `Request` to the method
+//! family that answers it. Requests that change the session (the version,
+//! subscriptions) go through `execute`; those that only read, which a batch
+//! may run in parallel, through `execute_query`.
+
+use super::{Dispatcher, Effect, Outcome};
+use crate::error::RpcError;
+use crate::request::{Request, ScriptMethod};
+use crate::server::PeerFeatures;
+use crate::session::SessionState;
+use crate::version::ProtocolVersion;
+use crate::{fee, headers, mempool, outpoint, scripthash, server, transaction};
+use osprey_answers::Backend;
+use serde_json::Value;
+use std::net::IpAddr;
+
+impl Dispatcher {
+    /// `server.add_peer`: whether the announced server was tentatively
+    /// accepted. Features this server cannot use (another chain, no
+    /// reachable host) are a `false`, as the spec's result is a boolean.
+    pub(super) fn add_peer(&self, source: Option<IpAddr>, features: &Value) -> bool {
+        let (Some(peers), Some(source)) = (&self.peers, source) else {
+            return false;
+        };
+        match PeerFeatures::parse(features) {
+            Ok(features) if features.genesis_hash == self.config.info.genesis_hash.to_string() => {
+                peers.add(features, source)
+            }
+            Ok(_) => {
+                tracing::debug!(%source, "add_peer refused: another chain's genesis hash");
+                false
+            }
+            Err(e) => {
+                tracing::debug!(%source, "add_peer refused: {e}");
+                false
+            }
+        }
+    }
+
+    pub(super) fn execute(
+        &self,
+        state: &mut SessionState,
+        request: Request,
+        out: &mut Outcome,
+    ) -> Result<Value, RpcError> {
+        if !matches!(request, Request::ServerVersion { .. }) {
+            state.note_other_message();
+        }
+        let backend: &dyn Backend = &*self.backend;
+        let config = &self.config;
+        match request {
+            Request::ServerVersion {
+                client_name,
+                min,
+                max,
+            } => match state.negotiate(min, max) {
+                Ok(version) => {
+                    tracing::debug!(client = %client_name.chars().take(64).collect::<String>(), %version, "negotiated");
+                    Ok(server::version(&config.info, version))
+                }
+                Err(e) => {
+                    // No version in common: the spec says to close.
+                    out.close = state.negotiated().is_none();
+                    Err(e)
+                }
+            },
+            Request::HeadersSubscribe => {
+                let tip = headers::subscribe(backend)?;
+                state.subscribe_headers();
+                out.effects.push(Effect::HeadersSubscribed);
+                Ok(tip)
+            }
+            Request::Script {
+                method: ScriptMethod::Subscribe,
+                key,
+            } => {
+                let new = state.subscribe(&key, config.subscriptions_per_session_max)?;
+                let status = match backend.status(&key.scripthash) {
+                    Ok(status) => status,
+                    Err(e) => {
+                        // Not subscribed if the client never got a status; a
+                        // subscription it had before stays, as the notifier
+                        // still has it.
+                        if new {
+                            state.unsubscribe(&key);
+                        }
+                        return Err(e.into());
+                    }
+                };
+                out.effects.push(Effect::Subscribed { key, status });
+                Ok(scripthash::status_json(status))
+            }
+            Request::Script {
+                method: ScriptMethod::Unsubscribe,
+                key,
+            } => {
+                let removed = state.unsubscribe(&key);
+                if removed {
+                    out.effects.push(Effect::Unsubscribed { key });
+                }
+                Ok(Value::Bool(removed))
+            }
+            Request::ServerAddPeer { features } => {
+                Ok(Value::Bool(self.add_peer(state.source(), &features)))
+            }
+            Request::OutpointSubscribe { outpoint, spk_hint } => {
+                let new =
+                    state.subscribe_outpoint(&outpoint, config.subscriptions_per_session_max)?;
+                let answer = match backend.outpoint_status(&outpoint, spk_hint.as_ref()) {
+                    Ok(answer) => answer,
+                    Err(e) => {
+                        // As for scripts: no status told, no subscription.
+                        if new {
+                            state.unsubscribe_outpoint(&outpoint);
+                        }
+                        return Err(e.into());
+                    }
+                };
+                out.effects
+                    .push(Effect::OutpointSubscribed { outpoint, answer });
+                Ok(outpoint::status_json(&answer.status))
+            }
+            Request::OutpointUnsubscribe { outpoint } => {
+                let removed = state.unsubscribe_outpoint(&outpoint);
+                if removed {
+                    out.effects.push(Effect::OutpointUnsubscribed { outpoint });
+                }
+                Ok(Value::Bool(removed))
+            }
+            query => self.execute_query(state.protocol(), query),
+        }
+    }
+
+    /// Runs a request that reads the backend and nothing of the session but
+    /// its protocol version, so batches run these in parallel.
+    pub(super) fn execute_query(
+        &self,
+        protocol: ProtocolVersion,
+        request: Request,
+    ) -> Result<Value, RpcError> {
+        let backend: &dyn Backend = &*self.backend;
+        let config = &self.config;
+        match request {
+            Request::ServerBanner => Ok(Value::String(config.info.banner.clone())),
+            Request::ServerDonationAddress => {
+                Ok(Value::String(config.info.donation_address.clone()))
+            }
+            Request::ServerFeatures => Ok(server::features(&config.info, protocol)),
+            Request::ServerPeersSubscribe => Ok(server::peers(
+                &self.peers.as_ref().map(|p| p.known()).unwrap_or_default(),
+            )),
+            Request::ServerPing { pong_len } => {
+                server::ping(protocol, pong_len, config.pong_len_max)
+            }
+            Request::BlockHeader { height, cp_height } => {
+                headers::header(backend, height, cp_height)
+            }
+            Request::BlockHeaders {
+                start_height,
+                count,
+                cp_height,
+            } => headers::headers(
+                backend,
+                config.headers_per_call_max,
+                protocol.is_1_6_or_later(),
+                start_height,
+                count,
+                cp_height,
+            ),
+            Request::EstimateFee { number, mode } => {
+                fee::estimatefee(backend, number, mode.as_deref())
+            }
+            // 1.6 replaced `relayfee` with `mempool.get_info`, but we keep
+            // serving it: electrum-client 0.25 (BDK) negotiates 1.6 and still
+            // calls it, and servers may support extra methods.
+            Request::RelayFee => fee::relayfee(backend),
+            Request::Script { method, key } => scripthash::query(backend, method, &key.scripthash),
+            Request::OutpointGetStatus { outpoint, spk_hint } => {
+                outpoint::get_status(backend, &outpoint, spk_hint.as_ref())
+            }
+            Request::TxBroadcast { raw_tx } => transaction::broadcast(backend, &raw_tx),
+            Request::TxBroadcastPackage { raw_txs, verbose } => {
+                transaction::broadcast_package(backend, &raw_txs, verbose)
+            }
+            Request::TxGet { txid, verbose } => transaction::get(backend, &txid, verbose),
+            Request::TxGetMerkle { txid, height } => {
+                transaction::get_merkle(backend, &txid, height, protocol.is_1_7_draft())
+            }
+            Request::TxIdFromPos {
+                height,
+                tx_pos,
+                merkle,
+            } => transaction::id_from_pos(backend, height, tx_pos, merkle),
+            Request::MempoolFeeHistogram => Ok(mempool::fee_histogram(backend)),
+            Request::MempoolGetInfo => mempool::info(backend),
+            Request::ServerVersion { .. }
+            | Request::HeadersSubscribe
+            | Request::ServerAddPeer { .. }
+            | Request::OutpointSubscribe { .. }
+            | Request::OutpointUnsubscribe { .. } => Err(RpcError::Internal(
+                "a request that changes the session was run as a query".into(),
+            )),
+        }
+    }
+}

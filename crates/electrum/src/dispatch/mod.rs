@@ -1,0 +1,224 @@
+//! Runs one line of a session: parse (`jsonrpc`, `request`), apply the
+//! version rules (`session`), call the method family, and build the
+//! response line. Synchronous and possibly blocking (the backend may read
+//! the database or ask the node): the server calls it on a blocking thread.
+//! Effects on other sessions' world (subscriptions) are returned as
+//! `Effect`s for the server's notifier, never applied here.
+//!
+//! Here: the entry points, a single request and the `Outcome`. Beside it:
+//! `execute` (the method table), `batch` (batches, in order or spread over
+//! the threads the caller hands over), `cached` (a reconnecting wallet's
+//! cached statuses, answered without I/O) and `reply_limit`
+//! (`reply_bytes_max`).
+
+mod batch;
+mod cached;
+mod execute;
+mod reply_limit;
+
+pub use batch::BatchThreads;
+
+use crate::error::RpcError;
+use crate::jsonrpc::{self, Incoming, Message};
+use crate::request::{Request, ScriptKey, METHODS};
+use crate::server::{Peers, ServerInfo};
+use crate::session::{SessionState, SubscriptionBudget};
+use bitcoin::OutPoint;
+use osprey_answers::{Backend, OutpointAnswer};
+use osprey_core::StatusHash;
+use osprey_metrics::Metrics;
+use serde_json::Value;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Limits and identity the protocol layer needs.
+#[derive(Debug, Clone)]
+pub struct DispatchConfig {
+    pub info: ServerInfo,
+    /// The `max` of `blockchain.block.headers` (at least 2016).
+    pub headers_per_call_max: usize,
+    pub batch_requests_max: usize,
+    pub subscriptions_per_session_max: usize,
+    /// The largest 1.7-draft `server.ping` padding we send back, in characters.
+    pub pong_len_max: usize,
+    /// The longest response line, in bytes (ElectrumX's MAX_SEND): a
+    /// larger answer is replaced by a -101 error for each request it
+    /// answers, so that no session holds more than this for a client that
+    /// does not read.
+    pub reply_bytes_max: usize,
+    /// The server-wide budget subscriptions are charged to (see
+    /// [`crate::session::SUBSCRIPTION_BYTES`]); `None`: not counted.
+    pub subscription_budget: Option<SubscriptionBudget>,
+}
+
+/// A change to the session's subscriptions, for the server's notifier.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Subscribed (or subscribed again); `status` is what the client got.
+    Subscribed {
+        key: ScriptKey,
+        status: Option<StatusHash>,
+    },
+    Unsubscribed {
+        key: ScriptKey,
+    },
+    HeadersSubscribed,
+    /// Subscribed to an outpoint (or again); `answer.status` is what the
+    /// client got.
+    OutpointSubscribed {
+        outpoint: OutPoint,
+        answer: OutpointAnswer,
+    },
+    OutpointUnsubscribed {
+        outpoint: OutPoint,
+    },
+}
+
+/// What handling a line produced.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// The response line (without newline); `None` when nothing is owed
+    /// (notifications, responses, blank lines).
+    pub response: Option<String>,
+    pub effects: Vec<Effect>,
+    /// Close the connection after sending the response (no common version).
+    pub close: bool,
+}
+
+/// Answers lines for any number of sessions.
+pub struct Dispatcher {
+    backend: Arc<dyn Backend>,
+    config: DispatchConfig,
+    /// The peer list; `None` for a server that takes no part in peer
+    /// discovery (no peers, `server.add_peer` answers false).
+    peers: Option<Arc<dyn Peers>>,
+    /// Requests by method, their latency, and errors by code.
+    metrics: Arc<Metrics>,
+}
+
+impl Dispatcher {
+    pub fn new(backend: Arc<dyn Backend>, config: DispatchConfig) -> Self {
+        Dispatcher {
+            backend,
+            config,
+            peers: None,
+            metrics: Arc::new(Metrics::new(&METHODS)),
+        }
+    }
+
+    /// Answers `server.peers.subscribe` and `server.add_peer` from `peers`.
+    pub fn with_peers(mut self, peers: Arc<dyn Peers>) -> Self {
+        self.peers = Some(peers);
+        self
+    }
+
+    /// Counts requests and errors in `metrics` (the process's registry)
+    /// instead of a registry of its own.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Counts one answered request: its method, how long it took since
+    /// `started`, and its error code if it failed.
+    fn record<T>(&self, method: &str, started: Instant, result: &Result<T, RpcError>) {
+        self.metrics
+            .requests
+            .method(method)
+            .observe(started.elapsed());
+        if let Err(e) = result {
+            self.metrics.requests.error(e.code());
+        }
+    }
+
+    pub fn config(&self) -> &DispatchConfig {
+        &self.config
+    }
+
+    /// Handles one line (without its newline), a batch spread over
+    /// `threads` if given (see [`Self::handle_incoming`]). Never panics on
+    /// client input.
+    pub fn handle_line(
+        &self,
+        state: &mut SessionState,
+        line: &[u8],
+        threads: Option<&BatchThreads>,
+    ) -> Outcome {
+        self.handle_incoming(state, self.parse(line), threads)
+    }
+
+    /// Parses one line (without its newline) into requests.
+    pub fn parse(&self, line: &[u8]) -> Incoming {
+        jsonrpc::parse_line(line, self.config.batch_requests_max)
+    }
+
+    /// Handles parsed requests. A batch's reading requests are spread
+    /// over `threads` when given, else run one after the other on this
+    /// thread: the caller, which knows what else the server is running,
+    /// decides (see `batch`). Never panics on client input.
+    pub fn handle_incoming(
+        &self,
+        state: &mut SessionState,
+        incoming: Incoming,
+        threads: Option<&BatchThreads>,
+    ) -> Outcome {
+        let mut out = Outcome::default();
+        let response = match incoming {
+            Incoming::Empty => None,
+            Incoming::Error(error) => {
+                state.note_other_message();
+                self.metrics.requests.error(error.code());
+                Some(jsonrpc::response(Value::Null, Err(error)))
+            }
+            Incoming::Single(message) => self.handle_message(state, message, &mut out),
+            Incoming::Batch(messages) => {
+                let responses = self.handle_batch(state, messages, &mut out, threads);
+                // A batch of notifications gets no response at all.
+                (!responses.is_empty()).then_some(Value::Array(responses))
+            }
+        };
+        out.response = response.map(|r| self.within_reply_limit(r));
+        out
+    }
+
+    /// The state of a new session from `source`, its subscriptions charged
+    /// to the server's client memory budget.
+    pub fn new_session(&self, source: IpAddr) -> SessionState {
+        let state = SessionState::from_source(source);
+        match &self.config.subscription_budget {
+            Some(budget) => state.charged_to(budget),
+            None => state,
+        }
+    }
+
+    fn handle_message(
+        &self,
+        state: &mut SessionState,
+        message: Message,
+        out: &mut Outcome,
+    ) -> Option<Value> {
+        match message {
+            Message::Response => None,
+            Message::Invalid { id, error } => {
+                state.note_other_message();
+                self.metrics.requests.error(error.code());
+                Some(jsonrpc::response(id, Err(error)))
+            }
+            Message::Call(call) => {
+                // Notifications (no id) are not answered, so they are not run
+                // either: the only one a client sends is a 1.7-draft
+                // `server.ping`.
+                let id = call.id?;
+                let started = Instant::now();
+                let result = Request::parse(&call.method, &call.params, state.protocol())
+                    .and_then(|request| self.execute(state, request, out));
+                if let Err(e) = &result {
+                    tracing::debug!(method = %call.method, error = %e, "request failed");
+                }
+                self.record(&call.method, started, &result);
+                Some(jsonrpc::response(id, result))
+            }
+        }
+    }
+}
