@@ -300,12 +300,12 @@ fn sort_key_orders_like_the_key_bytes() {
     by_bytes.sort();
     let mut by_sort_key = keys;
     by_sort_key.sort_by(|a, b| {
-        super::sort_key(a)
-            .cmp(&super::sort_key(b))
+        crate::write::sort_key(a)
+            .cmp(&crate::write::sort_key(b))
             .then_with(|| a.cmp(b))
     });
     assert_eq!(by_sort_key, by_bytes);
-    assert!(super::sort_key(&[1]) < super::sort_key(&[1, 1]));
+    assert!(crate::write::sort_key(&[1]) < crate::write::sort_key(&[1, 1]));
 }
 
 #[test]

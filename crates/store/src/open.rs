@@ -1,0 +1,291 @@
+//! Opening an index: RocksDB's options (each with the measurement behind
+//! it), the format and network checks, and the flat files cut back to the
+//! committed tip.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::RwLock;
+
+use bitcoin::block::Header;
+use bitcoin::consensus::deserialize;
+use rocksdb::{ColumnFamilyDescriptor, Options, DB};
+
+use crate::flat::FlatFile;
+use crate::{
+    codec, layout, schema_tag, Chain, Error, Files, Result, Store, StoreConfig, ALL_CFS,
+    CF_HISTORY, CF_META, CF_TXID, CF_UNDO, META_NETWORK, META_SCHEMA, META_TIP,
+};
+use osprey_core::Height;
+
+impl Store {
+    /// Opens (or creates) the index in `dir` for `network`, and cuts the flat
+    /// files back to the committed tip.
+    ///
+    /// # Errors
+    /// On I/O errors, a format or network mismatch, or an inconsistent index.
+    pub fn open(dir: &Path, network: &str, config: StoreConfig) -> Result<Store> {
+        std::fs::create_dir_all(dir).map_err(file_err(dir))?;
+        let db_path = dir.join(layout::ROCKSDB_DIR);
+        refuse_foreign_column_families(dir, &db_path)?;
+        let opts = db_options()?;
+        let cache = rocksdb::Cache::new_lru_cache(config.cache_bytes);
+        let cf = |name, prefix_len| column_family(name, prefix_len, &config, &cache);
+        let cfs = vec![
+            cf(CF_META, None),
+            cf(CF_HISTORY, Some(codec::SCRIPT_BUCKET_LEN)),
+            cf(CF_TXID, Some(codec::TXID_PREFIX_LEN)),
+            cf(CF_UNDO, None),
+        ];
+        let db = DB::open_cf_descriptors(&opts, &db_path, cfs)?;
+        let meta = db.cf_handle(CF_META).expect("meta cf opened above");
+
+        check_format(&db, dir, network)?;
+        let tip_height = match db.get_cf(meta, META_TIP)? {
+            None => None,
+            Some(v) => Some(Height(u32::from_be_bytes(
+                v.get(..4)
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or_else(|| Error::Corrupt("bad tip record".into()))?,
+            ))),
+        };
+        let blocks = tip_height.map_or(0, |h| u64::from(h.0) + 1);
+
+        let (files, headers, tx_counts) = open_files(dir, blocks)?;
+        let hashes = headers.iter().map(Header::block_hash).collect();
+        Ok(Store {
+            db,
+            options: opts,
+            path: dir.to_path_buf(),
+            config,
+            chain: RwLock::new(Chain {
+                headers,
+                hashes,
+                tx_counts,
+            }),
+            files: RwLock::new(files),
+            unlogged: AtomicBool::new(false),
+            bulk: AtomicBool::new(false),
+        })
+    }
+}
+
+/// A format that dropped or renamed a column family would make RocksDB's
+/// open fail with "column families not opened": that is a format change
+/// too, and must say so.
+fn refuse_foreign_column_families(dir: &Path, db_path: &Path) -> Result<()> {
+    if let Ok(found) = DB::list_cf(&Options::default(), db_path) {
+        if let Some(foreign) = found
+            .iter()
+            .find(|cf| !ALL_CFS.contains(&cf.as_str()) && cf.as_str() != "default")
+        {
+            return Err(Error::Schema {
+                path: dir.to_path_buf(),
+                found: format!("with column family {foreign:?}"),
+                expected: osprey_core::to_hex(&schema_tag()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The database's options (the column families have their own).
+fn db_options() -> Result<Options> {
+    // No fallocate (a DB option the Rust API only takes as a string):
+    // RocksDB would reserve 1.1x a memtable for each WAL and a whole
+    // target file for each SST being written, which showed as ~36 MB of
+    // a 152 MB index on disk (peerlab, medium chain). Osprey writes big
+    // sequential files, so the reservation buys nothing.
+    let mut opts = Options::default().get_options_from_string("allow_fallocate=false")?;
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    opts.set_max_open_files(256);
+    opts.set_keep_log_file_num(4);
+    opts.increase_parallelism(2);
+    opts.set_target_file_size_base(128 << 20);
+    opts.set_max_bytes_for_level_base(1 << 30);
+    opts.set_level_compaction_dynamic_level_bytes(true);
+    // The merge that ends a bulk load is one compaction of every level-0
+    // file: split by key range, it uses both background threads.
+    opts.set_max_subcompactions(2);
+    // The initial sync writes without the WAL (see `apply`): flushing
+    // every column family together is what keeps a crash consistent,
+    // since all of them then come back at the same earlier batch.
+    opts.set_atomic_flush(true);
+    // Counters only (bytes written, for monitoring): no histograms or
+    // timers, whose clock reads would cost on every write.
+    opts.enable_statistics();
+    opts.set_statistics_level(rocksdb::statistics::StatsLevel::ExceptHistogramOrTimers);
+    Ok(opts)
+}
+
+/// The options of one column family; `prefix_len` sets up prefix scans
+/// and their bloom filters.
+fn column_family(
+    name: &str,
+    prefix_len: Option<usize>,
+    config: &StoreConfig,
+    cache: &rocksdb::Cache,
+) -> ColumnFamilyDescriptor {
+    let mut o = Options::default();
+    // Memtables are most of the initial sync's memory. On chaingen
+    // `medium` over Core REST, 32 MB instead of 128 MB took peak RSS
+    // from ~450 to ~270 MB at the same speed and index size.
+    o.set_write_buffer_size(32 << 20);
+    o.set_target_file_size_base(128 << 20);
+    // A bulk load ends with up to `bulk_l0_files_max` level-0 files;
+    // writes (a new block) must not stall while they are merged.
+    // Outside bulk loads level 0 stays at the compaction trigger.
+    let l0_max = i32::try_from(config.bulk_l0_files_max).unwrap_or(i32::MAX);
+    o.set_level_zero_slowdown_writes_trigger(l0_max.saturating_add(20));
+    o.set_level_zero_stop_writes_trigger(l0_max.saturating_add(40));
+    // zstd level 1 on every level, memtable flushes included: on
+    // chaingen `medium` it cut the index from 178 to 136 MB for 0.8 s
+    // more CPU; level 3 saved 3 MB more for twice the CPU. (Leaving
+    // upper levels uncompressed saves nothing: an initial sync of a
+    // small chain ends with every row still in level-0 flushes.)
+    o.set_compression_type(rocksdb::DBCompressionType::Zstd);
+    o.set_compression_options(-14, 1, 0, 0);
+    // Once a bulk load is merged, nearly every row sits in the last
+    // level and is written there once: zstd level 3 there took the
+    // mainnet-profile chain's history from 76.0 to 73.6 MB (level
+    // 9: 73.0 MB, for 2.5x the compaction CPU; a 16 KiB trained
+    // dictionary: no better than level 3 alone).
+    o.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
+    o.set_bottommost_compression_options(-14, 3, 0, 0, true);
+    let mut table = rocksdb::BlockBasedOptions::default();
+    // 16 KiB blocks instead of 4 KiB: zstd sees more rows at once
+    // (history 76.0 to 72.6 MB on the mainnet-profile chain), a
+    // wallet's lookup still reads one block per script, and the
+    // index blocks are a quarter as big: on the 10M-transaction
+    // mainnet-profile chain, 4 KiB blocks made a refresh 4.3x and
+    // many wallets 3.3x slower (bench, same run). Partitioned
+    // filters and indexes changed neither figure there.
+    table.set_block_size(16 << 10);
+    table.set_block_cache(cache);
+    table.set_bloom_filter(10.0, false);
+    table.set_cache_index_and_filter_blocks(true);
+    if let Some(len) = prefix_len {
+        // Lookups are prefix scans: prefix blooms let a scan skip
+        // files that cannot hold the script or txid at all.
+        o.set_prefix_extractor(rocksdb::SliceTransform::create_fixed_prefix(len));
+        table.set_whole_key_filtering(false);
+    }
+    if name == CF_TXID {
+        // Its lookups are of transactions a wallet or the mempool
+        // saw confirmed: they nearly always hit, and a filter
+        // answers only misses. None in the last level, where
+        // nearly every row is, saved 1.3 bytes per transaction
+        // (mainnet-profile chain, 10 bits per key).
+        o.set_optimize_filters_for_hits(true);
+    }
+    o.set_block_based_table_factory(&table);
+    ColumnFamilyDescriptor::new(name, o)
+}
+
+/// Writes the format tag and network of a new index, or refuses an index
+/// of another format or network.
+fn check_format(db: &DB, dir: &Path, network: &str) -> Result<()> {
+    let meta = db.cf_handle(CF_META).expect("meta cf opened");
+    let tag = schema_tag();
+    match db.get_cf(meta, META_SCHEMA)? {
+        None => {
+            db.put_cf(meta, META_SCHEMA, &tag)?;
+            db.put_cf(meta, META_NETWORK, network.as_bytes())?;
+        }
+        Some(found) if found != tag => {
+            return Err(Error::Schema {
+                path: dir.to_path_buf(),
+                found: osprey_core::to_hex(&found),
+                expected: osprey_core::to_hex(&tag),
+            })
+        }
+        Some(_) => {
+            let found = db.get_cf(meta, META_NETWORK)?.unwrap_or_default();
+            if found != network.as_bytes() {
+                return Err(Error::Network {
+                    path: dir.to_path_buf(),
+                    found: String::from_utf8_lossy(&found).into_owned(),
+                    expected: network.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Opens the flat files, cuts them back to the committed tip (`blocks`
+/// blocks), and reads the headers and transaction counts.
+fn open_files(dir: &Path, blocks: u64) -> Result<(Files, Vec<Header>, Vec<u64>)> {
+    let open_flat = |name: &str, len: usize| {
+        let path = dir.join(name);
+        FlatFile::open(&path, len).map_err(file_err(&path))
+    };
+    let mut files = Files {
+        headers: open_flat("headers.dat", 80)?,
+        txcounts: open_flat("txcounts.dat", 8)?,
+        txids: open_flat("txids.dat", 32)?,
+        txends: open_flat("txends.dat", 4)?,
+    };
+    if files.headers.len() < blocks || files.txcounts.len() < blocks {
+        return Err(Error::Corrupt(format!(
+            "tip is height {} but the flat files hold {} headers and {} tx counts",
+            blocks.saturating_sub(1),
+            files.headers.len(),
+            files.txcounts.len()
+        )));
+    }
+    let truncated = files.headers.len() > blocks;
+    files
+        .headers
+        .truncate(blocks)
+        .map_err(file_err(&dir.join("headers.dat")))?;
+    files
+        .txcounts
+        .truncate(blocks)
+        .map_err(file_err(&dir.join("txcounts.dat")))?;
+
+    let mut raw = vec![0u8; blocks as usize * 80];
+    files
+        .headers
+        .read_many(0, &mut raw)
+        .map_err(file_err(&dir.join("headers.dat")))?;
+    let headers: Vec<Header> = raw
+        .chunks_exact(80)
+        .map(|c| deserialize(c).map_err(|e| Error::Corrupt(format!("bad header: {e}"))))
+        .collect::<Result<_>>()?;
+    let mut raw = vec![0u8; blocks as usize * 8];
+    files
+        .txcounts
+        .read_many(0, &mut raw)
+        .map_err(file_err(&dir.join("txcounts.dat")))?;
+    let tx_counts: Vec<u64> = raw
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk")))
+        .collect();
+    let txs = tx_counts.last().copied().unwrap_or(0);
+    if files.txids.len() < txs || files.txends.len() < txs {
+        return Err(Error::Corrupt(format!(
+            "{} txids and {} tx ends on file, {txs} expected",
+            files.txids.len(),
+            files.txends.len()
+        )));
+    }
+    files
+        .txids
+        .truncate(txs)
+        .map_err(file_err(&dir.join("txids.dat")))?;
+    files
+        .txends
+        .truncate(txs)
+        .map_err(file_err(&dir.join("txends.dat")))?;
+    if truncated {
+        tracing::info!(blocks, "cut flat files back to the committed tip");
+    }
+    Ok((files, headers, tx_counts))
+}
+
+/// The error of an I/O failure on `path`.
+fn file_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::File { path, source }
+}

@@ -1,0 +1,207 @@
+//! What the index answers: the chain of headers, where a transaction is,
+//! txids, and a script's history rows.
+
+use std::sync::RwLockReadGuard;
+
+use bitcoin::consensus::serialize;
+use bitcoin::hashes::Hash;
+use bitcoin::{BlockHash, Txid};
+use osprey_core::{Height, ScriptHash, TxNum};
+
+use crate::codec::{self, HistoryRow};
+use crate::{compact_size_len, Chain, Error, Result, Store, CF_HISTORY, CF_TXID};
+
+impl Store {
+    pub(crate) fn chain(&self) -> RwLockReadGuard<'_, Chain> {
+        self.chain.read().expect("chain lock poisoned")
+    }
+
+    /// The committed tip, or `None` for an empty index.
+    pub fn tip(&self) -> Option<(Height, BlockHash)> {
+        let chain = self.chain();
+        chain
+            .hashes
+            .last()
+            .map(|h| (Height(chain.hashes.len() as u32 - 1), *h))
+    }
+
+    /// Up to `count` headers from `start`, serialized, stopping at the tip.
+    pub fn raw_headers(&self, start: Height, count: usize) -> Vec<[u8; 80]> {
+        let chain = self.chain();
+        let from = start.as_usize().min(chain.headers.len());
+        let to = from.saturating_add(count).min(chain.headers.len());
+        chain.headers[from..to]
+            .iter()
+            .map(|h| serialize(h).try_into().expect("a header is 80 bytes"))
+            .collect()
+    }
+
+    pub fn block_hash(&self, height: Height) -> Option<BlockHash> {
+        self.chain().hashes.get(height.as_usize()).copied()
+    }
+
+    /// Block hashes from `start` up to `end` inclusive (clamped to the tip).
+    pub fn block_hashes(&self, start: Height, end: Height) -> Vec<BlockHash> {
+        let chain = self.chain();
+        let to = (end.as_usize() + 1).min(chain.hashes.len());
+        chain
+            .hashes
+            .get(start.as_usize()..to)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default()
+    }
+
+    /// The tx_nums of the block at `height`: `first..end`.
+    pub fn block_tx_nums(&self, height: Height) -> Option<std::ops::Range<u64>> {
+        let chain = self.chain();
+        let end = *chain.tx_counts.get(height.as_usize())?;
+        let first = if height.0 == 0 {
+            0
+        } else {
+            chain.tx_counts[height.as_usize() - 1]
+        };
+        Some(first..end)
+    }
+
+    /// Total transactions indexed (the next tx_num).
+    pub fn tx_count(&self) -> u64 {
+        self.chain().tx_counts.last().copied().unwrap_or(0)
+    }
+
+    /// The height of the block holding `tx_num`, and its position in it.
+    pub fn locate(&self, tx_num: TxNum) -> Option<(Height, u32)> {
+        let chain = self.chain();
+        let h = chain.tx_counts.partition_point(|&count| count <= tx_num.0);
+        let first = if h == 0 {
+            0
+        } else {
+            *chain.tx_counts.get(h - 1)?
+        };
+        chain.tx_counts.get(h)?;
+        Some((Height(h as u32), (tx_num.0 - first) as u32))
+    }
+
+    /// Where the bytes of `tx_num` are: its block's height, and its offset
+    /// and length within the serialized block. `None` beyond the tip.
+    ///
+    /// # Errors
+    /// When the positions file cannot be read.
+    pub fn tx_span(&self, tx_num: TxNum) -> Result<Option<(Height, u32, u32)>> {
+        let Some((height, position)) = self.locate(tx_num) else {
+            return Ok(None);
+        };
+        let read_end = |n: u64| -> Result<u32> {
+            let mut buf = [0u8; 4];
+            let files = self.files.read().expect("files lock poisoned");
+            files
+                .txends
+                .read(n, &mut buf)
+                .map_err(|source| Error::File {
+                    path: self.path.join("txends.dat"),
+                    source,
+                })?;
+            Ok(u32::from_le_bytes(buf))
+        };
+        let start = if position == 0 {
+            let txs = self.block_tx_nums(height).map_or(0, |r| r.end - r.start);
+            80 + compact_size_len(txs)
+        } else {
+            read_end(tx_num.0 - 1)?
+        };
+        let end = read_end(tx_num.0)?;
+        if end <= start {
+            return Err(Error::Corrupt(format!(
+                "transaction {tx_num} ends at {end}, before its start {start}"
+            )));
+        }
+        Ok(Some((height, start, end - start)))
+    }
+
+    /// The txid of `tx_num`.
+    ///
+    /// # Errors
+    /// When the txids file cannot be read.
+    pub fn txid(&self, tx_num: TxNum) -> Result<Txid> {
+        let mut buf = [0u8; 32];
+        let files = self.files.read().expect("files lock poisoned");
+        files
+            .txids
+            .read(tx_num.0, &mut buf)
+            .map_err(|source| Error::File {
+                path: self.path.join("txids.dat"),
+                source,
+            })?;
+        Ok(Txid::from_byte_array(buf))
+    }
+
+    /// Txids of consecutive tx_nums (a whole block, for merkle proofs).
+    ///
+    /// # Errors
+    /// When the txids file cannot be read.
+    pub fn txids(&self, range: std::ops::Range<u64>) -> Result<Vec<Txid>> {
+        let mut buf = vec![0u8; (range.end - range.start) as usize * 32];
+        let files = self.files.read().expect("files lock poisoned");
+        files
+            .txids
+            .read_many(range.start, &mut buf)
+            .map_err(|source| Error::File {
+                path: self.path.join("txids.dat"),
+                source,
+            })?;
+        Ok(buf
+            .chunks_exact(32)
+            .map(|c| Txid::from_byte_array(c.try_into().expect("32 bytes")))
+            .collect())
+    }
+
+    /// Finds the tx_num of a confirmed transaction. Every prefix match is
+    /// confirmed against the full txid; with duplicate txids (BIP30) the
+    /// later transaction wins, as the earlier one can no longer be spent.
+    ///
+    /// # Errors
+    /// On database or file errors.
+    pub fn find_tx_num(&self, txid: &Txid) -> Result<Option<TxNum>> {
+        let cf = self.db.cf_handle(CF_TXID).expect("txid cf");
+        let prefix = codec::txid_prefix(txid);
+        let mut found = None;
+        for item in self.db.prefix_iterator_cf(cf, prefix) {
+            let (key, _) = item?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            let tx_num = codec::decode_txid_key(&key)?;
+            if self.txid(tx_num)? == *txid {
+                found = Some(tx_num);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Returns the history rows of `scripthash` in key order (chain order),
+    /// or `None` if there are more than `limit` of them.
+    ///
+    /// # Errors
+    /// On database errors or corrupt rows.
+    pub fn history(
+        &self,
+        scripthash: &ScriptHash,
+        limit: usize,
+    ) -> Result<Option<Vec<HistoryRow>>> {
+        let cf = self.db.cf_handle(CF_HISTORY).expect("history cf");
+        let prefix = codec::history_prefix(scripthash);
+        let mut rows = Vec::new();
+        for item in self.db.prefix_iterator_cf(cf, prefix) {
+            let (key, value) = item?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            if let Some(row) = HistoryRow::decode(scripthash, &key, &value)? {
+                if rows.len() == limit {
+                    return Ok(None);
+                }
+                rows.push(row);
+            }
+        }
+        Ok(Some(rows))
+    }
+}
