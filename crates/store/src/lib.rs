@@ -32,12 +32,12 @@ pub use layout::remove_index;
 
 use bitcoin::block::Header;
 use bitcoin::{BlockHash, Txid};
-use codec::{CodecError, HistoryRow};
+use codec::CodecError;
 use flat::FlatFile;
-use osprey_core::{Height, ScriptHash, TxNum};
+use osprey_core::{Height, TxNum};
 use rocksdb::{Options, WriteBatch, DB};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::RwLock;
 
 /// Bumped whenever any key, value or file layout changes; a database with

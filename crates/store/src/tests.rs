@@ -2,6 +2,10 @@ use super::*;
 use bitcoin::block::Version;
 use bitcoin::hashes::Hash;
 use bitcoin::{CompactTarget, TxMerkleNode};
+use codec::HistoryRow;
+use osprey_core::ScriptHash;
+use std::path::Path;
+use std::sync::atomic::Ordering;
 
 fn header(height: u32, prev: BlockHash) -> Header {
     Header {
