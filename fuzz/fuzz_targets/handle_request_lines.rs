@@ -47,6 +47,8 @@ fn dispatcher() -> &'static Dispatcher {
                 genesis_hash: bitcoin::constants::genesis_block(bitcoin::Network::Regtest)
                     .block_hash(),
                 hosts: Vec::new(),
+                // The draft on, so that sessions reach every method.
+                protocol_max: ProtocolVersion::max_offered(true),
             },
             headers_per_call_max: 2016,
             batch_requests_max: BATCH_REQUESTS_MAX,

@@ -7,9 +7,9 @@
 //!
 //! | module        | proves |
 //! |---------------|--------|
-//! | `protocol`    | every Electrum method answers like the node, notifications included |
+//! | `protocol`    | every Electrum method answers like the node, notifications included; 1.6 at most by default |
 //! | `mempool`     | mempool answers follow the node: parents mined alone, replacements, surprise blocks |
-//! | `outpoint`    | 1.7 draft outpoint statuses and notifications follow the node; exact spenders |
+//! | `outpoint`    | 1.7 draft outpoint statuses and notifications follow the node (the draft enabled); exact spenders |
 //! | `bad_input`   | malformed or oversized input and exhausted limits give clear errors; the server lives on |
 //! | `reorg`       | after a reorg, answers equal the node's view and a fresh index's |
 //! | `restart`     | a SIGTERM + restart on the same index equals a fresh index |

@@ -3,7 +3,8 @@
 //! `spender_height`) at every stage of its life, a subscription notified at
 //! each change, and exact spenders among many outputs of one script (under
 //! the 1-byte-prefix build, their spent-txid prefixes collide). Below 1.7
-//! the methods do not exist.
+//! the methods do not exist. The draft is offered only with
+//! `--protocol-draft-1-7`, which these tests give.
 //!
 //! Expected statuses come from the node only: the transaction that funds
 //! the outpoint and the one that spends it, found in the node's blocks and
@@ -22,6 +23,11 @@ use crate::common::{start_btcd, NodeView, Osprey, OspreyConfig, Session};
 
 const NOTIFICATION_TIMEOUT: Duration = Duration::from_secs(30);
 const SUBSCRIBE: &str = "blockchain.outpoint.subscribe";
+
+/// Osprey offering the 1.7 draft, which it does not by default.
+fn draft_1_7() -> OspreyConfig {
+    OspreyConfig::with_args(&["--protocol-draft-1-7"])
+}
 
 fn params(o: &OutPoint) -> Value {
     json!([o.txid.to_string(), o.vout])
@@ -124,7 +130,8 @@ fn expect_status(session: &mut Session, node: &BtcdNode, o: &OutPoint, what: &st
     }
 }
 
-/// 1. btcd (105 blocks), osprey; at 1.6 the three methods are not found.
+/// 1. btcd (105 blocks), osprey with the draft; at 1.6 the three methods
+///    are not found.
 /// 2. At 1.7, subscribe to P:x before P exists: `{}` (and the
 ///    subscription is kept, as the draft requires).
 /// 3. P enters the mempool: notified `{"height": 0}`.
@@ -144,7 +151,7 @@ fn outpoint_status_follows_the_node_and_is_notified() {
     let mut wallet = TestWallet::new();
     wallet.sync(&node).expect("wallet sync");
     let dir = tempfile::tempdir().expect("tempdir");
-    let osprey = Osprey::start(&node, &dir.path().join("db"), OspreyConfig::default());
+    let osprey = Osprey::start(&node, &dir.path().join("db"), draft_1_7());
     let mut old = osprey.session();
     assert_eq!(old.negotiate(json!("1.6")), "1.6");
     let any = OutPoint {
@@ -280,7 +287,7 @@ fn outpoint_spenders_are_exact_among_many_outputs_of_one_script() {
     let mut wallet = TestWallet::new();
     wallet.sync(&node).expect("wallet sync");
     let dir = tempfile::tempdir().expect("tempdir");
-    let osprey = Osprey::start(&node, &dir.path().join("db"), OspreyConfig::default());
+    let osprey = Osprey::start(&node, &dir.path().join("db"), draft_1_7());
     let mut session = osprey.session();
     assert_eq!(session.negotiate(json!("1.7")), "1.7");
     let x = wallet.new_script(ScriptKind::P2pkh);

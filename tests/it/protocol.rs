@@ -199,8 +199,9 @@ fn build_scenario(node: &dyn Node, wallet: &mut TestWallet) -> Scenario {
 ///    (P2PKH, P2SH-P2WPKH, P2WPKH, P2WSH, P2TR); block B spends each (P2WSH
 ///    paying itself) and pays each again; the mempool holds m0 (confirmed inputs: height 0), m1
 ///    (spends m0: height -1) and m2 (a second height-0 entry).
-/// 3. Start osprey; wait until it serves the tip and sees the mempool.
-/// 4. Check the server.* methods, negotiation of 1.4 and 1.6 included.
+/// 3. Start osprey with the 1.7 draft enabled; wait until it serves the tip
+///    and sees the mempool.
+/// 4. Check the server.* methods, negotiation of 1.4, 1.6 and 1.7 included.
 /// 5. Check headers: subscribe, block.header(s), cp_height proofs folded
 ///    to a root computed here from the node's block hashes, 2016 at once.
 /// 6. Check fees: estimatefee, relayfee, mempool.get_info,
@@ -247,7 +248,7 @@ fn every_method_answers_like_the_node() {
     let osprey = Osprey::start(
         &node,
         &dir.path().join("db"),
-        OspreyConfig::with_args(&["--banner", BANNER]),
+        OspreyConfig::with_args(&["--banner", BANNER, "--protocol-draft-1-7"]),
     );
     let p2pkh_sh = scripthash(scenario.target(ScriptKind::P2pkh));
     let mut session = osprey.session();
@@ -1250,5 +1251,70 @@ fn unanswerable_requests_are_bad_requests_not_internal_errors() {
         wrong.is_empty(),
         "expected code 1 (bad request):\n{}",
         wrong.join("\n")
+    );
+}
+
+/// The 1.7 draft differs from 1.7 as merged, so by default Osprey offers
+/// 1.6 at most (`--protocol-draft-1-7` offers the draft, as
+/// `every_method_answers_like_the_node` does):
+/// 1. Start btcd and osprey with its default settings.
+/// 2. A client that takes up to 1.7, or up to 2.0, gets 1.6; the features
+///    say `protocol_max` 1.6, without the draft's `method_flavours`, and so
+///    does electrum-client's view of them.
+/// 3. At such a session the draft's methods are unknown (-32601), as they
+///    are at 1.4, and `server.ping` answers null.
+/// 4. A client that asks for 1.7 alone has no version in common: an
+///    error, then the connection is closed.
+#[test]
+fn the_1_7_draft_is_not_offered_by_default() {
+    // 1.
+    let node = start_btcd();
+    node.generate(1).expect("mining");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let osprey = Osprey::start(&node, &dir.path().join("db"), OspreyConfig::default());
+    let draft_calls = [
+        (
+            "blockchain.outpoint.subscribe",
+            json!([Txid::all_zeros().to_string(), 0]),
+        ),
+        (
+            "blockchain.scriptpubkey.subscribe",
+            json!([hex::encode(burn_script(1).as_bytes())]),
+        ),
+    ];
+    let mut s14 = osprey.session();
+    assert_eq!(s14.negotiate(json!("1.4")), "1.4");
+    for asked in [json!(["1.4", "1.7"]), json!(["1.4", "2.0"])] {
+        // 2.
+        let mut session = osprey.session();
+        assert_eq!(session.negotiate(asked.clone()), "1.6", "{asked}");
+        let features = session.call("server.features", json!([]));
+        assert_eq!(features["protocol_max"], json!("1.6"), "{features}");
+        assert!(features.get("method_flavours").is_none(), "{features}");
+        // 3.
+        for (method, params) in &draft_calls {
+            let e = session.call_err(method, params.clone());
+            let at_1_4 = s14.call_err(method, params.clone());
+            assert_eq!((e.code, at_1_4.code), (-32601, -32601), "{method}: {e:?}");
+        }
+        assert_eq!(
+            session.call("server.ping", json!([4, "ab"])),
+            Value::Null,
+            "1.6 pads nothing"
+        );
+    }
+    let typed = osprey
+        .client()
+        .server_features()
+        .expect("electrum-client server_features");
+    assert_eq!(typed.protocol_max, "1.6");
+    // 4.
+    let mut only_1_7 = osprey.session();
+    let e = only_1_7.call_err("server.version", json!(["osprey-it", "1.7"]));
+    assert!(e.message.contains("this server speaks 1.4 to 1.6"), "{e:?}");
+    let (closed, _) = only_1_7.closed_within(Duration::from_secs(10));
+    assert!(
+        closed,
+        "no common version: the server must close the connection"
     );
 }

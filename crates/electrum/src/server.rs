@@ -22,6 +22,9 @@ pub struct ServerInfo {
     /// Where the public can reach this server (`server.features` `hosts`);
     /// empty for a private server.
     pub hosts: Vec<PublicHost>,
+    /// The highest version negotiated and announced (`protocol_max`), from
+    /// [`ProtocolVersion::max_offered`].
+    pub protocol_max: ProtocolVersion,
 }
 
 /// A host name (or IP address) at which a server can be reached, with its
@@ -257,7 +260,7 @@ pub fn features(info: &ServerInfo, protocol: ProtocolVersion) -> Value {
     let mut features = json!({
         "genesis_hash": info.genesis_hash.to_string(),
         "hosts": hosts,
-        "protocol_max": ProtocolVersion::MAX.to_string(),
+        "protocol_max": info.protocol_max.to_string(),
         "protocol_min": ProtocolVersion::MIN.to_string(),
         "pruning": null,
         "server_version": info.server_version,
@@ -314,20 +317,27 @@ mod tests {
     use super::*;
     use bitcoin::hashes::Hash;
 
-    fn info() -> ServerInfo {
+    /// A server's info, with the 1.7 draft enabled or not.
+    fn info_with(draft_1_7: bool) -> ServerInfo {
         ServerInfo {
             server_version: "Osprey 0.1.0".into(),
             banner: "hi".into(),
             donation_address: String::new(),
             genesis_hash: BlockHash::all_zeros(),
             hosts: Vec::new(),
+            protocol_max: ProtocolVersion::max_offered(draft_1_7),
         }
+    }
+
+    fn info() -> ServerInfo {
+        info_with(false)
     }
 
     #[test]
     fn features_have_every_mandatory_key() {
-        let f = features(&info(), ProtocolVersion::V1_7_DRAFT);
+        let f = features(&info_with(true), ProtocolVersion::V1_7_DRAFT);
         assert_eq!(f["method_flavours"], json!({}));
+        assert_eq!(f["protocol_max"], "1.7");
         let f = features(&info(), ProtocolVersion::V1_6);
         assert!(f.get("method_flavours").is_none(), "a 1.7 draft key");
         for key in [
@@ -342,7 +352,7 @@ mod tests {
             assert!(f.get(key).is_some(), "missing {key}");
         }
         assert_eq!(f["protocol_min"], "1.4");
-        assert_eq!(f["protocol_max"], "1.7");
+        assert_eq!(f["protocol_max"], "1.6", "the 1.7 draft is off by default");
         assert_eq!(f["hash_function"], "sha256");
         assert!(f["pruning"].is_null());
         assert_eq!(f["hosts"], json!({}));

@@ -92,7 +92,8 @@ impl SessionState {
         self.other_message_seen = true;
     }
 
-    /// Applies `server.version`, returning the version to speak from now on.
+    /// Applies `server.version`, returning the version to speak from now on:
+    /// the highest the client takes, up to the server's `server_max`.
     ///
     /// # Errors
     /// `BadRequest` if a version was already negotiated, or if there is no
@@ -101,11 +102,13 @@ impl SessionState {
         &mut self,
         client_min: ProtocolVersion,
         client_max: ProtocolVersion,
+        server_max: ProtocolVersion,
     ) -> Result<ProtocolVersion, RpcError> {
         if self.negotiated.is_some() {
             return Err(RpcError::BadRequest("server.version already sent".into()));
         }
-        let Some(chosen) = version::negotiate(client_min, client_max, !self.other_message_seen)
+        let Some(chosen) =
+            version::negotiate(client_min, client_max, server_max, !self.other_message_seen)
         else {
             let why = if self.other_message_seen && client_max >= ProtocolVersion::V1_6 {
                 " (1.6 requires server.version to be the first message)"
@@ -114,9 +117,8 @@ impl SessionState {
             };
             return Err(RpcError::BadRequest(format!(
                 "unsupported protocol version: [{client_min}, {client_max}]; this server speaks \
-                 {} to {}{why}",
+                 {} to {server_max}{why}",
                 ProtocolVersion::MIN,
-                ProtocolVersion::MAX
             )));
         };
         self.negotiated = Some(chosen);
@@ -246,6 +248,9 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// What a server offers by default.
+    const MAX: ProtocolVersion = ProtocolVersion::max_offered(false);
+
     fn key(byte: u8, spk: bool) -> ScriptKey {
         let form = if spk {
             ScriptForm::ScriptPubKey(vec![byte].into())
@@ -262,9 +267,9 @@ mod tests {
     fn defaults_to_1_4_and_accepts_only_the_first_version() {
         let mut s = SessionState::new();
         assert_eq!(s.protocol(), v("1.4"));
-        assert_eq!(s.negotiate(v("1.4"), v("1.6")).unwrap(), v("1.6"));
+        assert_eq!(s.negotiate(v("1.4"), v("1.6"), MAX).unwrap(), v("1.6"));
         assert_eq!(s.protocol(), v("1.6"));
-        let e = s.negotiate(v("1.4"), v("1.4")).unwrap_err();
+        let e = s.negotiate(v("1.4"), v("1.4"), MAX).unwrap_err();
         assert_eq!(
             e,
             RpcError::BadRequest("server.version already sent".into())
@@ -280,10 +285,10 @@ mod tests {
     fn version_after_other_messages_cannot_reach_1_6() {
         let mut s = SessionState::new();
         s.note_other_message();
-        assert_eq!(s.negotiate(v("1.4"), v("1.6")).unwrap(), v("1.4.2"));
+        assert_eq!(s.negotiate(v("1.4"), v("1.6"), MAX).unwrap(), v("1.4.2"));
         let mut s = SessionState::new();
         s.note_other_message();
-        let e = s.negotiate(v("1.6"), v("1.6")).unwrap_err();
+        let e = s.negotiate(v("1.6"), v("1.6"), MAX).unwrap_err();
         assert!(e.to_string().contains("first message"), "{e}");
         assert_eq!(s.negotiated(), None);
     }

@@ -6,6 +6,7 @@ use crate::fake::{fake_header, FakeBackend};
 use crate::request::{ScriptForm, ScriptKey};
 use crate::server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};
 use crate::session::SessionState;
+use crate::version::ProtocolVersion;
 use bitcoin::hashes::Hash;
 use bitcoin::{BlockHash, TxMerkleNode, Txid};
 use osprey_answers::{Balance, Error, HistoryEntry, TxMerkle, Utxo};
@@ -31,6 +32,7 @@ fn config() -> DispatchConfig {
             donation_address: "bc1qdonate".into(),
             genesis_hash: BlockHash::all_zeros(),
             hosts: Vec::new(),
+            protocol_max: ProtocolVersion::max_offered(false),
         },
         headers_per_call_max: 2016,
         batch_requests_max: 5,
@@ -52,9 +54,14 @@ fn batch_threads() -> Option<&'static BatchThreads> {
 }
 
 impl Harness {
+    /// A new session of a server as configured by default.
     fn new() -> Self {
+        Harness::with_config(config())
+    }
+
+    fn with_config(config: DispatchConfig) -> Self {
         let backend = Arc::new(FakeBackend::with_tip(3000));
-        let dispatcher = Dispatcher::new(backend.clone(), config());
+        let dispatcher = Dispatcher::new(backend.clone(), config);
         Harness {
             backend,
             dispatcher,
@@ -64,10 +71,21 @@ impl Harness {
 
     /// A session that negotiated `version`.
     fn at(version: &str) -> Self {
-        let mut h = Harness::new();
-        let r = h.call("server.version", json!(["test", version]));
+        Harness::new().negotiated(version)
+    }
+
+    /// A session that negotiated the 1.7 draft, of a server whose operator
+    /// enabled it.
+    fn at_1_7_draft() -> Self {
+        let mut config = config();
+        config.info.protocol_max = ProtocolVersion::max_offered(true);
+        Harness::with_config(config).negotiated("1.7")
+    }
+
+    fn negotiated(mut self, version: &str) -> Self {
+        let r = self.call("server.version", json!(["test", version]));
         assert_eq!(r["result"][1], version, "{r}");
-        h
+        self
     }
 
     fn line(&mut self, line: &str) -> Outcome {
@@ -208,6 +226,56 @@ fn no_common_version_closes_the_session() {
         .contains("unsupported protocol version"));
 }
 
+/// By default the 1.7 draft is neither negotiated nor announced: a client
+/// that would take 1.7 gets 1.6, one that insists on 1.7 is refused, and
+/// the draft's methods are unknown, as they are to any session below 1.7.
+#[test]
+fn the_1_7_draft_is_off_by_default() {
+    for asked in [json!(["1.4", "1.7"]), json!(["1.4", "2.0"])] {
+        let mut h = Harness::new();
+        assert_eq!(
+            h.ok("server.version", json!(["Electrum 4.6", asked])),
+            json!(["Osprey 0.1.0", "1.6"]),
+            "{asked}"
+        );
+        let features = h.ok("server.features", json!([]));
+        assert_eq!(features["protocol_max"], "1.6");
+        assert!(features.get("method_flavours").is_none(), "{features}");
+        assert_eq!(
+            h.ok("server.ping", json!({"pong_len": 3, "data": "ff"})),
+            Value::Null
+        );
+        for (method, params) in [
+            (
+                "blockchain.outpoint.subscribe",
+                json!([txid(1).to_string(), 0]),
+            ),
+            ("blockchain.scriptpubkey.subscribe", json!([P2PKH])),
+        ] {
+            let (code, msg) = h.err(method, params);
+            assert_eq!(
+                (code, msg.as_str()),
+                (
+                    -32601,
+                    format!(
+                        "unknown method \"{method} (a 1.7 draft method; this session speaks 1.6)\""
+                    )
+                    .as_str()
+                )
+            );
+        }
+        assert_eq!(h.state.subscription_count(), 0);
+    }
+    let mut h = Harness::new();
+    let out = h.line(r#"{"id":1,"method":"server.version","params":["x","1.7"]}"#);
+    assert!(out.close, "no version in common");
+    let r: Value = serde_json::from_str(&out.response.unwrap()).unwrap();
+    assert_eq!(
+        r["error"]["message"],
+        "unsupported protocol version: [1.7, 1.7]; this server speaks 1.4 to 1.6"
+    );
+}
+
 #[test]
 fn version_1_6_must_come_first() {
     let mut h = Harness::new();
@@ -249,7 +317,7 @@ fn server_family() {
         .ok("server.features", json!([]))
         .get("method_flavours")
         .is_none());
-    let mut h = Harness::at("1.7");
+    let mut h = Harness::at_1_7_draft();
     assert_eq!(
         h.ok("server.ping", json!({"pong_len": 3, "data": "ff"})),
         json!({"data": "000"})
@@ -405,7 +473,7 @@ fn scripthash_queries_shape_results() {
             .0,
         -32601
     );
-    let mut h17 = Harness::at("1.7");
+    let mut h17 = Harness::at_1_7_draft();
     h17.backend
         .update(|s| s.histories = h.backend.update(|old| old.histories.clone()));
     assert_eq!(
@@ -477,7 +545,7 @@ fn a_failed_resubscribe_keeps_the_subscription() {
 
 #[test]
 fn subscribe_unsubscribe_and_limit() {
-    let mut h = Harness::at("1.7");
+    let mut h = Harness::at_1_7_draft();
     let sh: ScriptHash = SH.parse().unwrap();
     h.backend.update(|s| {
         s.histories.insert(
@@ -582,7 +650,7 @@ fn transaction_family() {
     let m = h16.ok("blockchain.transaction.get_merkle", json!([t, 42]));
     assert!(m.get("block_hash").is_none(), "{m}");
     // The 1.7 draft: height optional, block_hash in the result.
-    let mut h17 = Harness::at("1.7");
+    let mut h17 = Harness::at_1_7_draft();
     h17.backend
         .update(|s| s.merkles = h.backend.update(|old| old.merkles.clone()));
     let m = h17.ok("blockchain.transaction.get_merkle", json!({"tx_hash": t}));
@@ -1475,7 +1543,7 @@ fn outpoint_methods_answer_in_the_draft_shapes_at_1_7_only() {
         }
         assert_eq!(h.state.subscription_count(), 0);
     }
-    let mut h = Harness::at("1.7");
+    let mut h = Harness::at_1_7_draft();
     h.backend.update(|s| {
         for (outpoint, status) in answers {
             s.outpoints.insert(

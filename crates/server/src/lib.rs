@@ -50,7 +50,9 @@ use fair::Scheduler;
 use notifier::Notifier;
 use osprey_answers::{Backend, Change};
 use osprey_core::ByteBudget;
-use osprey_electrum::{DispatchConfig, Dispatcher, RpcError, ServerInfo, SubscriptionBudget};
+use osprey_electrum::{
+    DispatchConfig, Dispatcher, ProtocolVersion, RpcError, ServerInfo, SubscriptionBudget,
+};
 use osprey_metrics::Metrics;
 use peers::PeerList;
 use per_ip::PerIp;
@@ -206,6 +208,7 @@ impl Server {
             donation_address: config.donation_address.clone(),
             genesis_hash: config.network.genesis_hash(),
             hosts: config.peering.public_hosts.clone(),
+            protocol_max: ProtocolVersion::max_offered(config.protocol_draft_1_7),
         };
         let peer_list = PeerList::new(&config.peering, &info);
         let scheduler = Scheduler::new(limits.worker_threads, backend.transactions_are_local());

@@ -53,7 +53,7 @@ impl Dispatcher {
                 client_name,
                 min,
                 max,
-            } => match state.negotiate(min, max) {
+            } => match state.negotiate(min, max, config.info.protocol_max) {
                 Ok(version) => {
                     tracing::debug!(client = %client_name.chars().take(64).collect::<String>(), %version, "negotiated");
                     Ok(server::version(&config.info, version))
