@@ -89,7 +89,7 @@ impl Store {
         for (_, (key, value)) in history_rows {
             batch.put_cf(history, key, value);
         }
-        // Txid keys are 13 bytes, so the integer alone orders them.
+        // Txid keys are 9 bytes, so the integer alone orders them.
         txid_keys.par_sort_unstable_by_key(|key| sort_key(key));
         for key in txid_keys {
             batch.put_cf(txid_cf, key, []);
