@@ -461,4 +461,31 @@ fn sizes_and_bytes_written_are_reported() {
     let sst = store.rocksdb_live_sst_bytes();
     assert!(sst > 0, "a flush writes SST files");
     assert!(store.rocksdb_written_bytes() >= logged + sst);
+    // The footprint names every part once, and adds up to the same sizes.
+    let parts = store.footprint();
+    let part = |name: &str| {
+        let found: Vec<_> = parts.iter().filter(|p| p.name == name).collect();
+        assert_eq!(found.len(), 1, "{name} in {parts:?}");
+        found[0].clone()
+    };
+    assert_eq!(parts.len(), 8, "{parts:?}");
+    let flat: u64 = ["headers.dat", "txcounts.dat", "txids.dat", "txends.dat"]
+        .iter()
+        .map(|name| part(name).bytes)
+        .sum();
+    assert_eq!(flat, store.flat_files_bytes());
+    let column_families: u64 = ["meta", "history", "txid", "undo"]
+        .iter()
+        .map(|name| part(name).bytes)
+        .sum();
+    assert_eq!(column_families, sst);
+    assert_eq!(part("txids.dat").records, 20);
+    assert_eq!(part("headers.dat").records, 10);
+    assert_eq!(part("txid").records, 20, "one txid row per transaction");
+    assert_eq!(
+        part("undo").records,
+        10,
+        "every block is within the undo window"
+    );
+    assert!(part("history").records > 0);
 }
