@@ -8,7 +8,9 @@ use bitcoin::hashes::Hash;
 use osprey_core::TxNum;
 use rocksdb::IteratorMode;
 
-use crate::{Part, Result, Store, ALL_CFS, BULK_CFS, CF_HISTORY, CF_META, CF_TXID, CF_UNDO};
+use crate::{
+    layout, Part, Result, Store, ALL_CFS, BULK_CFS, CF_HISTORY, CF_META, CF_TXID, CF_UNDO,
+};
 
 impl Store {
     /// A digest of every row and file of the index, to check that two
@@ -137,12 +139,9 @@ impl Store {
             })
             .collect();
         let files = self.files.read().expect("files lock poisoned");
-        for (name, file) in [
-            ("headers.dat", &files.headers),
-            ("txcounts.dat", &files.txcounts),
-            ("txids.dat", &files.txids),
-            ("txends.dat", &files.txends),
-        ] {
+        // In the order of `layout::FLAT_FILES`, which names them.
+        let flat = [&files.headers, &files.txcounts, &files.txids, &files.txends];
+        for ((name, _), file) in layout::FLAT_FILES.iter().zip(flat) {
             parts.push(Part {
                 name,
                 bytes: file.bytes(),

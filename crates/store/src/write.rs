@@ -251,11 +251,12 @@ impl Store {
         buckets.sort_unstable();
         buckets.dedup();
         let first_removed = TxNum(first_removed_tx).to_bytes();
+        // One iterator for every bucket, in total order: an undo bucket is
+        // shorter than the bloom prefix, so a scan crosses bloom prefixes.
+        let mut read = rocksdb::ReadOptions::default();
+        read.set_total_order_seek(true);
+        let mut rows = self.db.raw_iterator_cf_opt(history, read);
         for bucket in buckets {
-            // Across bloom prefixes: an undo bucket is shorter.
-            let mut read = rocksdb::ReadOptions::default();
-            read.set_total_order_seek(true);
-            let mut rows = self.db.raw_iterator_cf_opt(history, read);
             rows.seek(&bucket);
             while let Some(script_id) = rows
                 .key()
@@ -268,8 +269,9 @@ impl Store {
                     rows.next();
                 }
             }
-            rows.status()?;
         }
+        rows.status()?;
+        drop(rows);
         for (i, txid) in self.txids(first_removed_tx..total)?.iter().enumerate() {
             batch.delete_cf(
                 txid_cf,
