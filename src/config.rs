@@ -70,8 +70,6 @@ pub struct Config {
     pub electrum_tls_addr: Option<SocketAddr>,
     pub electrum_ws_addr: Option<SocketAddr>,
     pub electrum_wss_addr: Option<SocketAddr>,
-    /// Offer the 1.7 draft to clients that ask for it.
-    pub protocol_draft_1_7: bool,
     /// Certificate and key of the TLS listeners; `None` without one.
     pub tls: Option<osprey_server::TlsFiles>,
     /// Where `/metrics` is served; `None`: nowhere.

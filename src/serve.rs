@@ -232,12 +232,6 @@ fn log_startup(
     if let Some(monitoring) = monitoring {
         tracing::info!("metrics: http://{}/metrics", monitoring.addr());
     }
-    if config.protocol_draft_1_7 {
-        tracing::warn!(
-            "protocol_draft_1_7: clients that ask for 1.7 get the unfinished draft, \
-             which differs from 1.7 as merged (for testing clients, not for wallets)"
-        );
-    }
 }
 
 fn sleep_unless_stopped(duration: Duration, stop: &AtomicBool) {
@@ -476,7 +470,6 @@ pub fn run_server(
         banner: config.banner.clone(),
         donation_address: String::new(),
         server_version: format!("Osprey {}", env!("CARGO_PKG_VERSION")),
-        protocol_draft_1_7: config.protocol_draft_1_7,
         limits,
         peering: osprey_server::PeerConfig {
             public_hosts: config.public_hosts.clone(),

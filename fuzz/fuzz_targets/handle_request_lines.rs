@@ -17,10 +17,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use osprey_core::ScriptHash;
 use osprey_electrum::fake::FakeBackend;
 use osprey_electrum::jsonrpc::{parse_line, Call, Incoming, Message};
-use osprey_electrum::params::SCRIPT_BYTES_MAX;
 use osprey_electrum::{
     BatchThreads, DispatchConfig, Dispatcher, ProtocolVersion, Request, ScriptForm, ServerInfo,
     SessionState,
@@ -47,8 +45,6 @@ fn dispatcher() -> &'static Dispatcher {
                 genesis_hash: bitcoin::constants::genesis_block(bitcoin::Network::Regtest)
                     .block_hash(),
                 hosts: Vec::new(),
-                // The draft on, so that sessions reach every method.
-                protocol_max: ProtocolVersion::max_offered(true),
             },
             headers_per_call_max: 2016,
             batch_requests_max: BATCH_REQUESTS_MAX,
@@ -135,20 +131,26 @@ fn check_parse(line: &[u8]) {
 fn check_request(request: &Request, protocol: ProtocolVersion) {
     let is_hex = |s: &str| s.len() % 2 == 0 && s.bytes().all(|b| b.is_ascii_hexdigit());
     match request {
+        // Each form at its versions only: script hashes up to 1.6, scripts
+        // from 1.7 on.
         Request::Script { key, .. } => match &key.form {
-            ScriptForm::ScriptHash => {}
-            ScriptForm::ScriptPubKey(script) => {
-                assert!(protocol.is_1_7_draft());
-                assert!(script.len() <= SCRIPT_BYTES_MAX);
-                assert_eq!(key.scripthash, ScriptHash::from_script(script));
-            }
+            ScriptForm::ScriptHash => assert!(!protocol.is_1_7_or_later()),
+            ScriptForm::ScriptPubKey => assert!(protocol.is_1_7_or_later()),
         },
         Request::TxBroadcast { raw_tx } => assert!(!raw_tx.is_empty() && is_hex(raw_tx)),
         Request::TxBroadcastPackage { raw_txs, .. } => {
             assert!(!raw_txs.is_empty());
             assert!(raw_txs.iter().all(|tx| !tx.is_empty() && is_hex(tx)));
         }
-        Request::TxGetMerkle { height, .. } => assert!(height.is_some() || protocol.is_1_7_draft()),
+        Request::TxTestMempoolAccept { raw_txs } => {
+            assert!(protocol.is_1_7_or_later());
+            assert!(!raw_txs.is_empty());
+            assert!(raw_txs.iter().all(|tx| !tx.is_empty() && is_hex(tx)));
+        }
+        Request::OutpointSubscribe { .. }
+        | Request::OutpointGetStatus { .. }
+        | Request::OutpointUnsubscribe { .. }
+        | Request::MempoolRecent => assert!(protocol.is_1_7_or_later()),
         Request::EstimateFee {
             mode: Some(mode), ..
         } => {

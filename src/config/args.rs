@@ -134,12 +134,6 @@ pub struct ConfigArgs {
     /// 0.0.0.0:50004 (off unless set)
     #[arg(long, env = "OSPREY_ELECTRUM_WSS_ADDR")]
     pub electrum_wss_addr: Option<String>,
-    /// Offer the unfinished draft of Electrum protocol 1.7 to clients that
-    /// ask for it, for testing clients: it differs from 1.7 as merged, so
-    /// not for wallets. Off: 1.6 at most
-    #[arg(long, env = "OSPREY_PROTOCOL_DRAFT_1_7")]
-    #[serde(default)]
-    pub protocol_draft_1_7: bool,
     /// Serve Prometheus metrics at http://IP:PORT/metrics, e.g.
     /// 127.0.0.1:4224 (electrs' port) [default: off]
     #[arg(long, env = "OSPREY_MONITORING_ADDR")]

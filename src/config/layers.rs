@@ -54,7 +54,7 @@ impl ConfigArgs {
             banner, client_memory_bytes_max, public_hosts, peers, sessions_per_ip_max,
             trusted_subnets, worker_threads, db_cache_mb, reindex_on_format_change,
             electrum_tls_addr, tls_cert_file, tls_key_file, electrum_ws_addr,
-            electrum_wss_addr, protocol_draft_1_7, monitoring_addr, conf_dir,
+            electrum_wss_addr, monitoring_addr, conf_dir,
             skip_default_conf_files,
             // electrs' names.
             server_banner, log_filters, index_lookup_limit, wait_duration_secs, sync_once,

@@ -114,12 +114,6 @@ fn resolved_default(config: &Config, key: &str) -> Option<String> {
             .join(","),
         "db_cache_mb" => (config.db_cache_bytes >> 20).to_string(),
         "reindex_on_format_change" => config.reindex_on_format_change.to_string(),
-        "protocol_draft_1_7" => if config.protocol_draft_1_7 {
-            "on"
-        } else {
-            "off"
-        }
-        .to_string(),
         "block_source" => match &config.chain {
             ChainConfig::Node {
                 block_source: osprey_chain::BlockSourceChoice::Auto,
@@ -245,30 +239,6 @@ fn settings_agree_with_the_readme() {
     assert_eq!(defaults.line_bytes_max, limits.line_bytes_max);
     assert_eq!(defaults.batch_requests_max, limits.batch_requests_max);
     assert_eq!(defaults.sessions_per_ip_max, limits.sessions_per_ip_max);
-}
-
-/// The unfinished 1.7 draft is offered only when the file or a flag turns
-/// it on.
-#[test]
-fn the_protocol_draft_is_off_unless_turned_on() {
-    use clap::{Args as _, FromArgMatches as _};
-    let defaults = ConfigArgs::default().over(ConfigArgs::default()).unwrap();
-    assert!(!defaults.protocol_draft_1_7);
-    assert!(
-        from_toml("protocol_draft_1_7 = true\n")
-            .unwrap()
-            .protocol_draft_1_7
-    );
-    assert!(
-        !from_toml("protocol_draft_1_7 = false\n")
-            .unwrap()
-            .protocol_draft_1_7
-    );
-    let matches = ConfigArgs::augment_args(clap::Command::new("osprey"))
-        .try_get_matches_from(["osprey", "--protocol-draft-1-7"])
-        .unwrap();
-    let flag = ConfigArgs::from_arg_matches(&matches).unwrap();
-    assert!(flag.over(ConfigArgs::default()).unwrap().protocol_draft_1_7);
 }
 
 #[test]

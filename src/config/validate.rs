@@ -106,7 +106,6 @@ pub(super) fn validate(settings: ConfigArgs) -> anyhow::Result<Config> {
         electrum_tls_addr,
         electrum_ws_addr: optional_addr("electrum_ws_addr", settings.electrum_ws_addr)?,
         electrum_wss_addr,
-        protocol_draft_1_7: settings.protocol_draft_1_7,
         tls: tls(
             settings.tls_cert_file,
             settings.tls_key_file,

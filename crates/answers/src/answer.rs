@@ -1,7 +1,7 @@
 //! The answers about scripts, outpoints and transactions, as the index and
 //! the mempool give them (the protocol layer shapes them into JSON).
 
-use bitcoin::{BlockHash, TxMerkleNode, Txid};
+use bitcoin::{TxMerkleNode, Txid};
 use osprey_core::{Height, ScriptHash};
 
 /// One transaction of a script's history.
@@ -34,17 +34,25 @@ pub struct Utxo {
 #[derive(Clone, Debug)]
 pub struct TxMerkle {
     pub block_height: Height,
-    pub block_hash: BlockHash,
     pub pos: u32,
     pub branch: Vec<TxMerkleNode>,
+}
+
+/// A transaction that entered the mempool lately (`mempool.recent`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecentTx {
+    pub txid: Txid,
+    /// In satoshis.
+    pub fee: u64,
+    pub vsize: u64,
 }
 
 /// What the protocol tells of an outpoint.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OutpointStatus {
-    /// The height of the funding transaction: its block, or in the
-    /// mempool 0 (every input confirmed) or -1. `None`: no such output is
-    /// known.
+    /// The height of the funding transaction (1.7's `funder_height`): its
+    /// block, or in the mempool 0 (every input confirmed) or -1. `None`: no
+    /// such output is known.
     pub height: Option<i64>,
     /// The spending transaction and its height, by the same rules.
     pub spender: Option<(Txid, i64)>,

@@ -9,9 +9,9 @@
 //! `osprey_query` implements it for `Query` by plain delegation. This
 //! module knows nothing of JSON.
 
-use crate::{Balance, Error, HistoryEntry, OutpointAnswer, TxMerkle, Utxo};
+use crate::{Balance, Error, HistoryEntry, OutpointAnswer, RecentTx, TxMerkle, Utxo};
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
-use osprey_chain::MempoolFees;
+use osprey_chain::{MempoolAcceptance, MempoolFees};
 use osprey_core::{Height, ScriptHash, StatusHash};
 
 /// Everything the Electrum methods need to know: `osprey_query::Query`'s
@@ -59,17 +59,24 @@ pub trait Backend: Send + Sync + 'static {
         false
     }
     fn transaction_verbose(&self, txid: &Txid) -> Result<serde_json::Value, Error>;
-    fn merkle(&self, txid: &Txid, height: Option<Height>) -> Result<TxMerkle, Error>;
+    /// The proof of `txid` in its block, which the client says is at
+    /// `height`.
+    fn merkle(&self, txid: &Txid, height: Height) -> Result<TxMerkle, Error>;
     fn id_from_pos(&self, height: Height, pos: u32) -> Result<(Txid, Vec<TxMerkleNode>), Error>;
     fn broadcast(&self, raw_hex: &str) -> Result<Txid, Error>;
     /// Returns the node's `submitpackage` answer.
     fn broadcast_package(&self, raw_hexes: &[String]) -> Result<serde_json::Value, Error>;
+    /// The node's verdict on each transaction, none of them relayed.
+    fn test_mempool_accept(&self, raw_hexes: &[String]) -> Result<Vec<MempoolAcceptance>, Error>;
     /// Returns the fee rate in BTC/kvB, or `None` when the node has no estimate.
     fn estimate_fee(&self, blocks: u16, mode: Option<&str>) -> Result<Option<f64>, Error>;
     /// Returns the minimum relay fee rate in BTC/kvB.
     fn relay_fee(&self) -> Result<f64, Error>;
     /// Returns `(sat/vB, vsize)` buckets, highest fee rate first.
     fn fee_histogram(&self) -> Vec<(f64, u64)>;
+    /// The last `count` transactions to enter the mempool that are still
+    /// in it, newest first.
+    fn mempool_recent(&self, count: usize) -> Vec<RecentTx>;
     /// The node's mempool fee floors (the fields of `mempool.get_info`).
     fn mempool_fees(&self) -> Result<MempoolFees, Error>;
 }

@@ -12,7 +12,7 @@ mod backend;
 mod change;
 mod error;
 
-pub use answer::{Balance, HistoryEntry, OutpointAnswer, OutpointStatus, TxMerkle, Utxo};
+pub use answer::{Balance, HistoryEntry, OutpointAnswer, OutpointStatus, RecentTx, TxMerkle, Utxo};
 pub use backend::Backend;
 pub use change::Change;
 pub use error::Error;

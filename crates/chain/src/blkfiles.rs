@@ -9,7 +9,8 @@
 
 use crate::blkfile::{BlockPosition, BlocksDir, FileKind};
 use crate::source::{
-    BlockFeed, BlockWithPrevouts, ChainSource, MempoolFees, MempoolTx, TxLocation,
+    BlockFeed, BlockWithPrevouts, ChainSource, MempoolAcceptance, MempoolFees, MempoolTx,
+    TxLocation,
 };
 use crate::Error;
 use bitcoin::block::Header;
@@ -232,6 +233,10 @@ impl ChainSource for BlkFiles {
 
     fn broadcast_package(&self, _raw_hexes: &[String]) -> Result<serde_json::Value, Error> {
         Err(no_node("broadcasting"))
+    }
+
+    fn test_mempool_accept(&self, _raw_hexes: &[String]) -> Result<Vec<MempoolAcceptance>, Error> {
+        Err(no_node("testing mempool acceptance"))
     }
 
     fn estimate_fee(&self, _blocks: u16, _mode: Option<&str>) -> Result<Option<f64>, Error> {

@@ -42,4 +42,7 @@ pub mod fuzzing {
         }
     }
 }
-pub use source::{BlockFeed, BlockWithPrevouts, ChainSource, MempoolFees, MempoolTx, TxLocation};
+pub use source::{
+    BlockFeed, BlockWithPrevouts, ChainSource, MempoolAcceptance, MempoolFees, MempoolTx,
+    TxLocation,
+};

@@ -3,7 +3,7 @@
 //! `blk*.dat` files ([`crate::BlkFiles`], used by `osprey demo`).
 
 use crate::Error;
-use bitcoin::{Block, BlockHash, Transaction, TxOut, Txid};
+use bitcoin::{Block, BlockHash, Transaction, TxOut, Txid, Wtxid};
 use osprey_core::Height;
 
 /// A block with the outputs its inputs spend (its "undo data"): one
@@ -135,6 +135,15 @@ pub trait ChainSource: BlockFeed {
     /// The node's rejection, or "not supported" for nodes without it.
     fn broadcast_package(&self, raw_hexes: &[String]) -> Result<serde_json::Value, Error>;
 
+    /// Asks the node whether its mempool would take each transaction
+    /// (`testmempoolaccept`), without relaying any: one verdict per
+    /// transaction, in order.
+    ///
+    /// # Errors
+    /// The node's error (undecodable transactions, too many of them), or
+    /// "not supported" for sources without a node.
+    fn test_mempool_accept(&self, raw_hexes: &[String]) -> Result<Vec<MempoolAcceptance>, Error>;
+
     /// Fee rate in BTC/kvB to confirm within `blocks`, or `None` when the
     /// node has no estimate.
     ///
@@ -153,6 +162,20 @@ pub trait ChainSource: BlockFeed {
     /// # Errors
     /// When the node cannot be reached.
     fn mempool_fees(&self) -> Result<MempoolFees, Error>;
+}
+
+/// The node's verdict on one transaction of `testmempoolaccept`, in terms
+/// that hold for Bitcoin Core and btcd alike.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MempoolAcceptance {
+    pub txid: Txid,
+    pub wtxid: Wtxid,
+    /// Whether the mempool would take it; `None` when the node did not
+    /// judge it (Core stops at the first failing transaction of a package).
+    pub allowed: Option<bool>,
+    /// Why not, in the node's words: the package's error, else the
+    /// transaction's detailed reason, else its short one.
+    pub reason: Option<String>,
 }
 
 /// The fee floors of the node's mempool, in BTC/kvB: what

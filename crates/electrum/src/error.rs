@@ -12,6 +12,7 @@
 //! | -102   | `ServerBusy`                    | too many sessions (the connection is then closed), or the server's client memory budget is spent |
 //! | 1      | `BadRequest`, `HistoryTooLarge`, `NodeRejected` | valid request that cannot be served: not found, bad checkpoint, version already negotiated, node refused a broadcast (ElectrumX's `BAD_REQUEST`) |
 //! | 2      | `NodeFailed`, `NodeUnavailable` | the node failed a call that is no broadcast (a fee estimate, a transaction, mempool information) or could not be reached (ElectrumX's `DAEMON_ERROR`) |
+//! | 10001  | `HistoryTooLong`                | 1.7: a `blockchain.scriptpubkey.*` method refused a script whose history is too long (ElectrumX's `RPC_ERROR_HISTORY_TOO_LONG`) |
 //!
 //! Only a broadcast the node refused says "rejected": a wallet takes that
 //! as a verdict on its transaction. Any other node failure is ElectrumX's
@@ -44,6 +45,10 @@ pub enum RpcError {
     BadRequest(String),
     #[error("history too large: more than {limit} transactions")]
     HistoryTooLarge { limit: usize },
+    /// The same refusal in 1.7's `blockchain.scriptpubkey.*` methods,
+    /// which give it a code of its own so that a client can tell it apart.
+    #[error("history too large: more than {limit} transactions")]
+    HistoryTooLong { limit: usize },
     #[error("the transaction was rejected by network rules: {0}")]
     NodeRejected(String),
     #[error("daemon error: {method}: {message} (code {code})")]
@@ -73,6 +78,7 @@ impl RpcError {
             | RpcError::HistoryTooLarge { .. }
             | RpcError::NodeRejected(_) => 1,
             RpcError::NodeFailed { .. } | RpcError::NodeUnavailable => 2,
+            RpcError::HistoryTooLong { .. } => 10001,
         }
     }
 

@@ -4,8 +4,10 @@
 
 use bitcoin::hashes::{sha256d, Hash};
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
-use osprey_answers::{Backend, Balance, Error, HistoryEntry, OutpointAnswer, TxMerkle, Utxo};
-use osprey_chain::MempoolFees;
+use osprey_answers::{
+    Backend, Balance, Error, HistoryEntry, OutpointAnswer, RecentTx, TxMerkle, Utxo,
+};
+use osprey_chain::{MempoolAcceptance, MempoolFees};
 use osprey_core::{Height, ScriptHash, StatusHash};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
@@ -33,6 +35,11 @@ pub struct FakeState {
     /// broadcasts) is this error instead.
     pub node_failure: Option<fn() -> Error>,
     pub package_answer: serde_json::Value,
+    /// What `test_mempool_accept` answers, and what it was last asked.
+    pub acceptances: Vec<MempoolAcceptance>,
+    pub last_tested: Vec<String>,
+    /// The mempool's latest transactions, newest first.
+    pub recent: Vec<RecentTx>,
     pub estimate: Option<f64>,
     /// The last `(blocks, mode)` passed to `estimate_fee`.
     pub last_estimate_args: Option<(u16, Option<String>)>,
@@ -272,17 +279,13 @@ impl Backend for FakeBackend {
         Ok(serde_json::json!({ "txid": txid.to_string(), "hex": hex::encode(raw) }))
     }
 
-    fn merkle(&self, txid: &Txid, height: Option<Height>) -> Result<TxMerkle, Error> {
-        let merkle = self
-            .lock()
+    fn merkle(&self, txid: &Txid, height: Height) -> Result<TxMerkle, Error> {
+        self.lock()
             .merkles
             .get(txid)
+            .filter(|merkle| merkle.block_height == height)
             .cloned()
-            .ok_or(Error::TxNotFound(*txid))?;
-        match height {
-            Some(h) if h != merkle.block_height => Err(Error::TxNotFound(*txid)),
-            _ => Ok(merkle),
-        }
+            .ok_or(Error::TxNotFound(*txid))
     }
 
     fn id_from_pos(&self, height: Height, pos: u32) -> Result<(Txid, Vec<TxMerkleNode>), Error> {
@@ -313,6 +316,13 @@ impl Backend for FakeBackend {
         Ok(self.lock().package_answer.clone())
     }
 
+    fn test_mempool_accept(&self, raw_hexes: &[String]) -> Result<Vec<MempoolAcceptance>, Error> {
+        self.node_answer()?;
+        let mut state = self.lock();
+        state.last_tested = raw_hexes.to_vec();
+        Ok(state.acceptances.clone())
+    }
+
     fn estimate_fee(&self, blocks: u16, mode: Option<&str>) -> Result<Option<f64>, Error> {
         self.node_answer()?;
         let mut state = self.lock();
@@ -327,6 +337,10 @@ impl Backend for FakeBackend {
 
     fn fee_histogram(&self) -> Vec<(f64, u64)> {
         self.lock().histogram.clone()
+    }
+
+    fn mempool_recent(&self, count: usize) -> Vec<RecentTx> {
+        self.lock().recent.iter().take(count).copied().collect()
     }
 
     fn mempool_fees(&self) -> Result<MempoolFees, Error> {

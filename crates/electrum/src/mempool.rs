@@ -1,8 +1,9 @@
-//! The `mempool.*` family: `get_fee_histogram` and (1.6) `get_info`. The
-//! backend already buckets the histogram; this module only shapes JSON.
+//! The `mempool.*` family: `get_fee_histogram`, (1.6) `get_info` and (1.7)
+//! `recent`. The backend already buckets the histogram and keeps the
+//! mempool's order; this module only shapes JSON.
 
 use crate::error::RpcError;
-use osprey_answers::Backend;
+use osprey_answers::{Backend, RecentTx};
 use osprey_chain::MempoolFees;
 use serde_json::{json, Value};
 
@@ -21,6 +22,23 @@ pub fn info_json(info: &MempoolFees) -> Value {
         "minrelaytxfee": info.minrelaytxfee,
         "incrementalrelayfee": info.incrementalrelayfee,
     })
+}
+
+/// How many transactions `mempool.recent` lists ("a few of the latest
+/// txs just added to the mempool"; ElectrumX lists 10).
+pub const RECENT_COUNT: usize = 10;
+
+/// Shapes `mempool.recent`: `[{"txid", "fee", "vsize"}]`, newest first,
+/// the fee in satoshis (ElectrumX master's `phandle_mempool_recent`).
+pub fn recent_json(recent: &[RecentTx]) -> Value {
+    recent
+        .iter()
+        .map(|tx| json!({ "txid": tx.txid.to_string(), "fee": tx.fee, "vsize": tx.vsize }))
+        .collect()
+}
+
+pub fn recent(backend: &dyn Backend) -> Value {
+    recent_json(&backend.mempool_recent(RECENT_COUNT))
 }
 
 pub fn fee_histogram(backend: &dyn Backend) -> Value {
@@ -51,5 +69,16 @@ mod tests {
             info_json(&info),
             json!({"mempoolminfee": 0.00001, "minrelaytxfee": 0.00001, "incrementalrelayfee": 0.00002})
         );
+        use bitcoin::hashes::Hash;
+        let tx = RecentTx {
+            txid: bitcoin::Txid::from_byte_array([3; 32]),
+            fee: 2210,
+            vsize: 141,
+        };
+        assert_eq!(
+            recent_json(&[tx]),
+            json!([{"txid": "03".repeat(32), "fee": 2210, "vsize": 141}])
+        );
+        assert_eq!(recent_json(&[]), json!([]));
     }
 }

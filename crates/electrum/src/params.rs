@@ -142,17 +142,10 @@ impl<'a> ParamReader<'a> {
         Ok(s)
     }
 
-    /// Returns the script bytes of a `scriptpubkey` hex parameter.
+    /// Returns the script bytes of a script hex parameter (`scriptpubkey`,
+    /// `spk_hint`).
     pub fn script(&self, i: usize) -> Result<Vec<u8>, RpcError> {
-        self.opt_script(i)?
-            .ok_or_else(|| RpcError::param(self.name(i), "missing required parameter"))
-    }
-
-    /// Returns the script bytes of an optional script hex parameter.
-    pub fn opt_script(&self, i: usize) -> Result<Option<Vec<u8>>, RpcError> {
-        let Some(s) = self.opt_str(i)? else {
-            return Ok(None);
-        };
+        let s = self.str(i)?;
         check_hex(s, true).map_err(|why| RpcError::param(self.name(i), why))?;
         if s.len() / 2 > SCRIPT_BYTES_MAX {
             return Err(RpcError::param(
@@ -160,9 +153,7 @@ impl<'a> ParamReader<'a> {
                 format!("script longer than {SCRIPT_BYTES_MAX} bytes"),
             ));
         }
-        hex::decode(s)
-            .map(Some)
-            .map_err(|e| RpcError::param(self.name(i), e))
+        hex::decode(s).map_err(|e| RpcError::param(self.name(i), e))
     }
 
     /// Returns an array of non-empty hex strings.

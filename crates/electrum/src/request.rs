@@ -19,7 +19,7 @@ pub const OUTPOINT_SUBSCRIBE: &str = "blockchain.outpoint.subscribe";
 
 /// Every method [`Request::parse`] knows, for per-method metrics (a test
 /// checks this list against the table).
-pub const METHODS: [&str; 34] = [
+pub const METHODS: [&str; 36] = [
     "server.version",
     "server.banner",
     "server.donation_address",
@@ -52,16 +52,19 @@ pub const METHODS: [&str; 34] = [
     "blockchain.transaction.get",
     "blockchain.transaction.get_merkle",
     "blockchain.transaction.id_from_pos",
+    "blockchain.transaction.testmempoolaccept",
     "mempool.get_fee_histogram",
     "mempool.get_info",
+    "mempool.recent",
 ];
 
-/// How a client named a script: by script hash, or (1.6) by the script itself.
+/// How a client named a script: by script hash (up to 1.6), or by the
+/// script itself (`blockchain.scriptpubkey.*`, 1.7). The form picks the
+/// notification's method; either notification names the script by its hash.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ScriptForm {
     ScriptHash,
-    /// The scriptPubKey bytes; notifications echo them back as hex.
-    ScriptPubKey(Box<[u8]>),
+    ScriptPubKey,
 }
 
 /// A script as named in a request, with its hash (sha256(scriptPubKey)).
@@ -76,15 +79,7 @@ impl ScriptKey {
     pub fn notification_method(&self) -> &'static str {
         match self.form {
             ScriptForm::ScriptHash => SCRIPTHASH_SUBSCRIBE,
-            ScriptForm::ScriptPubKey(_) => SCRIPTPUBKEY_SUBSCRIBE,
-        }
-    }
-
-    /// The first notification parameter: the script hash or script as sent.
-    pub fn notification_key(&self) -> String {
-        match &self.form {
-            ScriptForm::ScriptHash => self.scripthash.to_string(),
-            ScriptForm::ScriptPubKey(script) => osprey_core::to_hex(script),
+            ScriptForm::ScriptPubKey => SCRIPTPUBKEY_SUBSCRIBE,
         }
     }
 }
@@ -117,8 +112,8 @@ pub enum Request {
     ServerAddPeer {
         features: Value,
     },
-    /// Below 1.7 both are ignored and the answer is `null`; the 1.7 draft
-    /// answers with `pong_len` characters of padding.
+    /// Below 1.7 both are ignored and the answer is `null`; 1.7 answers
+    /// with `pong_len` characters of padding.
     ServerPing {
         pong_len: u32,
     },
@@ -141,15 +136,15 @@ pub enum Request {
         method: ScriptMethod,
         key: ScriptKey,
     },
-    /// `blockchain.outpoint.get_status` (1.7 draft); `spk_hint` is the
-    /// hash of the script the client says the output pays.
+    /// `blockchain.outpoint.get_status` (1.7); `spk_hint` is the hash of
+    /// the script the client says the output pays.
     OutpointGetStatus {
         outpoint: OutPoint,
-        spk_hint: Option<ScriptHash>,
+        spk_hint: ScriptHash,
     },
     OutpointSubscribe {
         outpoint: OutPoint,
-        spk_hint: Option<ScriptHash>,
+        spk_hint: ScriptHash,
     },
     OutpointUnsubscribe {
         outpoint: OutPoint,
@@ -167,15 +162,21 @@ pub enum Request {
     },
     TxGetMerkle {
         txid: Txid,
-        height: Option<Height>,
+        height: Height,
     },
     TxIdFromPos {
         height: Height,
         tx_pos: u32,
         merkle: bool,
     },
+    /// `blockchain.transaction.testmempoolaccept` (1.7).
+    TxTestMempoolAccept {
+        raw_txs: Vec<String>,
+    },
     MempoolFeeHistogram,
     MempoolGetInfo,
+    /// `mempool.recent` (1.7).
+    MempoolRecent,
 }
 
 /// `estimatesmartfee` modes we pass to the node (a fixed list, so clients
@@ -184,8 +185,8 @@ const ESTIMATE_MODES: [&str; 3] = ["ECONOMICAL", "CONSERVATIVE", "UNSET"];
 
 impl Request {
     /// Parses a call into a request as `protocol` defines it: the 1.7
-    /// draft's methods and optional parameters only exist once a session
-    /// negotiated 1.7.
+    /// methods only exist once a session negotiated 1.7, and the
+    /// `blockchain.scripthash.*` methods only before it.
     ///
     /// # Errors
     /// `MethodNotFound` for a method unknown at `protocol`, `InvalidParams`
@@ -198,6 +199,14 @@ impl Request {
         use Request as R;
         let reader = |names: &'static [&'static str]| ParamReader::new(names, params, false);
         let script = |m: ScriptMethod| -> Result<Request, RpcError> {
+            // protocol-changes, 1.7: "The `blockchain.scripthash.*` methods
+            // are all replaced with `blockchain.scriptpubkey.*` methods."
+            if protocol.is_1_7_or_later() {
+                return Err(RpcError::MethodNotFound(format!(
+                    "{method} (removed in 1.7, which this session speaks: use \
+                     blockchain.scriptpubkey.*)"
+                )));
+            }
             let p = reader(&["scripthash"])?;
             let scripthash = p.scripthash(0)?;
             Ok(R::Script {
@@ -208,45 +217,42 @@ impl Request {
                 },
             })
         };
-        let draft_only = || -> Result<(), RpcError> {
-            if protocol.is_1_7_draft() {
+        let since_1_7 = || -> Result<(), RpcError> {
+            if protocol.is_1_7_or_later() {
                 return Ok(());
             }
             Err(RpcError::MethodNotFound(format!(
-                "{method} (a 1.7 draft method; this session speaks {protocol})"
+                "{method} (a 1.7 method; this session speaks {protocol})"
             )))
         };
         let spk = |m: ScriptMethod| -> Result<Request, RpcError> {
-            draft_only()?;
+            since_1_7()?;
             let p = reader(&["scriptpubkey"])?;
-            let script = p.script(0)?;
-            let scripthash = ScriptHash::from_script(&script);
-            let form = ScriptForm::ScriptPubKey(script.into_boxed_slice());
+            let scripthash = ScriptHash::from_script(&p.script(0)?);
             Ok(R::Script {
                 method: m,
-                key: ScriptKey { scripthash, form },
+                key: ScriptKey {
+                    scripthash,
+                    form: ScriptForm::ScriptPubKey,
+                },
             })
         };
-        // `(tx_hash, txout_idx[, spk_hint])` of the outpoint methods.
-        let outpoint_params =
-            |with_hint: bool| -> Result<(OutPoint, Option<ScriptHash>), RpcError> {
-                draft_only()?;
-                let p = if with_hint {
-                    reader(&["tx_hash", "txout_idx", "spk_hint"])?
-                } else {
-                    reader(&["tx_hash", "txout_idx"])?
-                };
-                let outpoint = OutPoint {
-                    txid: p.txid(0)?,
-                    vout: p.u32(1)?,
-                };
-                let spk_hint = if with_hint {
-                    p.opt_script(2)?.map(|s| ScriptHash::from_script(&s))
-                } else {
-                    None
-                };
-                Ok((outpoint, spk_hint))
-            };
+        let outpoint = |p: &ParamReader| -> Result<OutPoint, RpcError> {
+            Ok(OutPoint {
+                txid: p.txid(0)?,
+                vout: p.u32(1)?,
+            })
+        };
+        // `(tx_hash, txout_idx, spk_hint)` of `subscribe` and `get_status`:
+        // 1.7 made the hint mandatory ("Clients should always know the
+        // spk_hint in practice, so having to send it is not expected to
+        // kill any use case"), for servers that cannot find an output
+        // without its script. Osprey can, and uses it only as a hint.
+        let hinted_outpoint = || -> Result<(OutPoint, ScriptHash), RpcError> {
+            since_1_7()?;
+            let p = reader(&["tx_hash", "txout_idx", "spk_hint"])?;
+            Ok((outpoint(&p)?, ScriptHash::from_script(&p.script(2)?)))
+        };
         let none = |r: Request| -> Result<Request, RpcError> {
             reader(&[])?;
             Ok(r)
@@ -337,15 +343,16 @@ impl Request {
             SCRIPTPUBKEY_SUBSCRIBE => spk(ScriptMethod::Subscribe),
             "blockchain.scriptpubkey.unsubscribe" => spk(ScriptMethod::Unsubscribe),
             "blockchain.outpoint.get_status" => {
-                let (outpoint, spk_hint) = outpoint_params(true)?;
+                let (outpoint, spk_hint) = hinted_outpoint()?;
                 Ok(R::OutpointGetStatus { outpoint, spk_hint })
             }
             OUTPOINT_SUBSCRIBE => {
-                let (outpoint, spk_hint) = outpoint_params(true)?;
+                let (outpoint, spk_hint) = hinted_outpoint()?;
                 Ok(R::OutpointSubscribe { outpoint, spk_hint })
             }
             "blockchain.outpoint.unsubscribe" => {
-                let (outpoint, _) = outpoint_params(false)?;
+                since_1_7()?;
+                let outpoint = outpoint(&reader(&["tx_hash", "txout_idx"])?)?;
                 Ok(R::OutpointUnsubscribe { outpoint })
             }
             "blockchain.transaction.broadcast" => {
@@ -374,14 +381,10 @@ impl Request {
             }
             "blockchain.transaction.get_merkle" => {
                 let p = reader(&["tx_hash", "height"])?;
-                let txid = p.txid(0)?;
-                // The height became optional in the 1.7 draft.
-                let height = if protocol.is_1_7_draft() {
-                    p.opt_height(1)?
-                } else {
-                    Some(p.height(1)?)
-                };
-                Ok(R::TxGetMerkle { txid, height })
+                Ok(R::TxGetMerkle {
+                    txid: p.txid(0)?,
+                    height: p.height(1)?,
+                })
             }
             "blockchain.transaction.id_from_pos" => {
                 let p = reader(&["height", "tx_pos", "merkle"])?;
@@ -391,8 +394,21 @@ impl Request {
                     merkle: p.bool_or(2, false)?,
                 })
             }
+            "blockchain.transaction.testmempoolaccept" => {
+                since_1_7()?;
+                let p = reader(&["raw_txs"])?;
+                let raw_txs = p.hex_list(0)?;
+                if raw_txs.is_empty() {
+                    return Err(RpcError::param("raw_txs", "must not be empty"));
+                }
+                Ok(R::TxTestMempoolAccept { raw_txs })
+            }
             "mempool.get_fee_histogram" => none(R::MempoolFeeHistogram),
             "mempool.get_info" => none(R::MempoolGetInfo),
+            "mempool.recent" => {
+                since_1_7()?;
+                none(R::MempoolRecent)
+            }
             other => Err(RpcError::MethodNotFound(other.to_string())),
         }
     }
@@ -442,18 +458,24 @@ mod tests {
         Request::parse(method, &params, protocol)
     }
 
-    /// Parses as a session that negotiated the 1.7 draft.
+    /// Parses as a session that negotiated 1.6.
     fn parse(method: &str, params: Value) -> Result<Request, RpcError> {
-        parse_at(method, params, ProtocolVersion::V1_7_DRAFT)
+        parse_at(method, params, ProtocolVersion::V1_6)
+    }
+
+    /// Parses as a session that negotiated 1.7.
+    fn parse17(method: &str, params: Value) -> Result<Request, RpcError> {
+        parse_at(method, params, ProtocolVersion::V1_7)
     }
 
     #[test]
     fn the_method_list_is_the_table() {
         for method in METHODS {
-            let e = parse(method, json!([])).err();
+            // Known at 1.6 or at 1.7 (the script hash methods are gone at 1.7).
+            let known = |e: Option<RpcError>| e.is_none_or(|e| e.code() != -32601);
             assert!(
-                e.as_ref().is_none_or(|e| e.code() != -32601),
-                "{method} is listed but unknown: {e:?}"
+                known(parse(method, json!([])).err()) || known(parse17(method, json!([])).err()),
+                "{method} is listed but unknown"
             );
         }
         // Every method string in the table's match arms is listed.
@@ -481,28 +503,64 @@ mod tests {
     }
 
     #[test]
-    fn draft_methods_and_parameters_need_1_7() {
+    fn methods_of_1_7_need_1_7() {
         for v in ["1.4", "1.4.2", "1.6"] {
             let v: ProtocolVersion = v.parse().unwrap();
-            let e = parse_at("blockchain.scriptpubkey.subscribe", json!([P2PKH]), v).unwrap_err();
-            assert_eq!(e.code(), -32601, "{v}: {e}");
-            assert!(e.to_string().contains("1.7 draft"), "{e}");
+            for (method, params) in [
+                ("blockchain.scriptpubkey.subscribe", json!([P2PKH])),
+                ("blockchain.outpoint.subscribe", json!([SH, 0, P2PKH])),
+                ("blockchain.outpoint.get_status", json!([SH, 0, P2PKH])),
+                ("blockchain.outpoint.unsubscribe", json!([SH, 0])),
+                ("blockchain.transaction.testmempoolaccept", json!([["00"]])),
+                ("mempool.recent", json!([])),
+            ] {
+                let e = parse_at(method, params, v).unwrap_err();
+                assert_eq!(e.code(), -32601, "{v} {method}: {e}");
+                assert_eq!(
+                    e.to_string(),
+                    format!("unknown method \"{method} (a 1.7 method; this session speaks {v})\"")
+                );
+            }
+            assert!(parse_at("blockchain.scripthash.subscribe", json!([SH]), v).is_ok());
+        }
+    }
+
+    /// protocol-changes, 1.7: the `blockchain.scripthash.*` methods are
+    /// replaced, so a 1.7 session does not know them.
+    #[test]
+    fn scripthash_methods_end_at_1_7() {
+        for method in [
+            "blockchain.scripthash.get_balance",
+            "blockchain.scripthash.get_history",
+            "blockchain.scripthash.get_mempool",
+            "blockchain.scripthash.listunspent",
+            "blockchain.scripthash.subscribe",
+            "blockchain.scripthash.unsubscribe",
+        ] {
+            assert!(parse(method, json!([SH])).is_ok(), "{method} at 1.6");
+            let e = parse17(method, json!([SH])).unwrap_err();
+            assert_eq!(e.code(), -32601, "{method}: {e}");
+            assert!(e.to_string().contains("removed in 1.7"), "{e}");
+        }
+    }
+
+    /// 1.7 keeps 1.6's `get_merkle`: the height is required (the draft's
+    /// optional height went to a later version with witness proofs).
+    #[test]
+    fn get_merkle_needs_its_height_at_every_version() {
+        for v in [ProtocolVersion::V1_6, ProtocolVersion::V1_7] {
             let e = parse_at("blockchain.transaction.get_merkle", json!([SH]), v).unwrap_err();
             assert_eq!(
                 e.to_string(),
                 "invalid params: height: missing required parameter"
             );
-            assert!(parse_at("blockchain.transaction.get_merkle", json!([SH, 7]), v).is_ok());
-            for method in [
-                "blockchain.outpoint.subscribe",
-                "blockchain.outpoint.get_status",
-                "blockchain.outpoint.unsubscribe",
-            ] {
-                let e = parse_at(method, json!([SH, 0]), v).unwrap_err();
-                assert_eq!(e.code(), -32601, "{v} {method}: {e}");
-                assert!(e.to_string().contains("1.7 draft"), "{e}");
-            }
-            assert!(parse_at("blockchain.scripthash.subscribe", json!([SH]), v).is_ok());
+            assert_eq!(
+                parse_at("blockchain.transaction.get_merkle", json!([SH, 7]), v).unwrap(),
+                Request::TxGetMerkle {
+                    txid: SH.parse().unwrap(),
+                    height: Height(7)
+                }
+            );
         }
     }
 
@@ -559,7 +617,7 @@ mod tests {
 
     #[test]
     fn scriptpubkey_methods_hash_the_script() {
-        let r = parse("blockchain.scriptpubkey.get_history", json!([P2PKH])).unwrap();
+        let r = parse17("blockchain.scriptpubkey.get_history", json!([P2PKH])).unwrap();
         let by_hash = parse(
             "blockchain.scripthash.get_history",
             json!({ "scripthash": SH }),
@@ -569,10 +627,10 @@ mod tests {
             panic!()
         };
         assert_eq!(a.scripthash, b.scripthash);
-        assert_eq!(a.notification_key(), P2PKH);
-        assert_eq!(b.notification_key(), SH);
+        assert_eq!(a.scripthash.to_string(), SH);
         assert_eq!(a.notification_method(), SCRIPTPUBKEY_SUBSCRIBE);
-        let e = parse("blockchain.scriptpubkey.subscribe", json!(["abc"])).unwrap_err();
+        assert_eq!(b.notification_method(), SCRIPTHASH_SUBSCRIBE);
+        let e = parse17("blockchain.scriptpubkey.subscribe", json!(["abc"])).unwrap_err();
         assert!(e.to_string().contains("scriptpubkey"), "{e}");
         let e = parse("blockchain.scripthash.subscribe", json!([&SH[2..]])).unwrap_err();
         assert_eq!(
@@ -594,28 +652,27 @@ mod tests {
     fn outpoint_params_are_checked() {
         let txid: Txid = SH.parse().unwrap();
         let outpoint = OutPoint { txid, vout: 3 };
+        let hint = ScriptHash::from_script(&hex::decode(P2PKH).unwrap());
         assert_eq!(
-            parse("blockchain.outpoint.subscribe", json!([SH, 3])).unwrap(),
+            parse17("blockchain.outpoint.subscribe", json!([SH, 3, P2PKH])).unwrap(),
             Request::OutpointSubscribe {
                 outpoint,
-                spk_hint: None
+                spk_hint: hint
             }
         );
-        let hinted = parse(
-            "blockchain.outpoint.get_status",
-            json!({"tx_hash": SH, "txout_idx": 3, "spk_hint": P2PKH}),
-        )
-        .unwrap();
-        let script = hex::decode(P2PKH).unwrap();
         assert_eq!(
-            hinted,
+            parse17(
+                "blockchain.outpoint.get_status",
+                json!({"tx_hash": SH, "txout_idx": 3, "spk_hint": P2PKH}),
+            )
+            .unwrap(),
             Request::OutpointGetStatus {
                 outpoint,
-                spk_hint: Some(ScriptHash::from_script(&script))
+                spk_hint: hint
             }
         );
         assert_eq!(
-            parse("blockchain.outpoint.unsubscribe", json!([SH, 3])).unwrap(),
+            parse17("blockchain.outpoint.unsubscribe", json!([SH, 3])).unwrap(),
             Request::OutpointUnsubscribe { outpoint }
         );
         for (method, params, want) in [
@@ -626,12 +683,22 @@ mod tests {
             ),
             (
                 "blockchain.outpoint.subscribe",
-                json!([SH, -1]),
+                json!([SH, 3]),
+                "spk_hint: missing required parameter",
+            ),
+            (
+                "blockchain.outpoint.get_status",
+                json!({"tx_hash": SH, "txout_idx": 3}),
+                "spk_hint: missing required parameter",
+            ),
+            (
+                "blockchain.outpoint.subscribe",
+                json!([SH, -1, P2PKH]),
                 "txout_idx: must be a non-negative integer",
             ),
             (
                 "blockchain.outpoint.get_status",
-                json!([&SH[2..], 0]),
+                json!([&SH[2..], 0, P2PKH]),
                 "tx_hash: expected 64 hex characters, got 62",
             ),
             (
@@ -645,10 +712,42 @@ mod tests {
                 "expected at most 2 parameters (tx_hash, txout_idx), got 3",
             ),
         ] {
-            let e = parse(method, params).unwrap_err();
+            let e = parse17(method, params).unwrap_err();
             assert_eq!(e.code(), -32602, "{method}: {e}");
             assert!(e.to_string().ends_with(want), "{method}: {e}");
         }
+    }
+
+    #[test]
+    fn testmempoolaccept_and_recent_params() {
+        assert_eq!(
+            parse17(
+                "blockchain.transaction.testmempoolaccept",
+                json!([["00", "ab"]])
+            )
+            .unwrap(),
+            Request::TxTestMempoolAccept {
+                raw_txs: vec!["00".into(), "ab".into()]
+            }
+        );
+        for (params, want) in [
+            (json!([[]]), "raw_txs: must not be empty"),
+            (json!(["00"]), "raw_txs: must be an array of hex strings"),
+            (json!([["0g"]]), "raw_txs: element 0: invalid hex character"),
+            (json!([]), "raw_txs: missing required parameter"),
+        ] {
+            let e = parse17("blockchain.transaction.testmempoolaccept", params).unwrap_err();
+            assert_eq!(e.code(), -32602, "{e}");
+            assert!(e.to_string().contains(want), "{e}");
+        }
+        assert_eq!(
+            parse17("mempool.recent", json!([])).unwrap(),
+            Request::MempoolRecent
+        );
+        assert_eq!(
+            parse17("mempool.recent", json!([10])).unwrap_err().code(),
+            -32602
+        );
     }
 
     #[test]
@@ -675,8 +774,6 @@ mod tests {
             e.to_string(),
             "invalid params: count: missing required parameter"
         );
-        let r = parse("blockchain.transaction.get_merkle", json!([SH])).unwrap();
-        assert!(matches!(r, Request::TxGetMerkle { height: None, .. }));
         let r = parse(
             "blockchain.transaction.get",
             json!({"tx_hash": SH, "verbose": true}),

@@ -1,14 +1,22 @@
-//! The `blockchain.scripthash.*` family, which also serves the 1.6
-//! `blockchain.scriptpubkey.*` methods (sha256(scriptPubKey) == scripthash).
-//! Asks the backend for history, balance, unspent outputs and status; owns
-//! their JSON shapes and the status notification. Subscription bookkeeping
-//! is in `session` (this session) and the server's notifier (all sessions).
+//! The `blockchain.scripthash.*` family (up to 1.6), which also serves
+//! 1.7's `blockchain.scriptpubkey.*` methods (sha256(scriptPubKey) ==
+//! scripthash). Asks the backend for history, balance, unspent outputs and
+//! status; owns their JSON shapes, 1.7's included, and the status
+//! notification. Subscription bookkeeping is in `session` (this session)
+//! and the server's notifier (all sessions).
+//!
+//! 1.7 as merged (spesmilo/electrum-protocol PR #2, with PR #17 reverting
+//! its `chaintip` but keeping "the change of return type (array->dict) for
+//! get_history, get_mempool, listunspent [...] as that makes it easier and
+//! more backwards-compatible to add new fields to the responses"): the
+//! lists come as `{"history": [...]}` and `{"utxos": [...]}`, as ElectrumX
+//! master and the Electrum client's 1.7 branch send and read them.
 
 use crate::error::RpcError;
-use crate::request::{ScriptKey, ScriptMethod};
+use crate::request::{ScriptForm, ScriptKey, ScriptMethod};
 use osprey_answers::Backend;
-use osprey_answers::{Balance, HistoryEntry, Utxo};
-use osprey_core::{ScriptHash, StatusHash};
+use osprey_answers::{Balance, Error, HistoryEntry, Utxo};
+use osprey_core::StatusHash;
 use serde_json::{json, Value};
 
 /// Shapes history entries: `{"height", "tx_hash"}`, plus `fee` for mempool
@@ -52,39 +60,81 @@ pub fn status_json(status: Option<StatusHash>) -> Value {
     status.map_or(Value::Null, |s| Value::String(osprey_core::to_hex(&s.0)))
 }
 
-/// Returns the serialized status notification, `[scripthash, status]` (or
-/// `[scriptpubkey, status]` for a script subscribed by scriptpubkey).
+/// Returns the serialized status notification, `[scripthash, status]`,
+/// under the method the client subscribed with. A script subscribed by
+/// scriptpubkey is named by its hash too: "Importantly, the notifications
+/// use script hash instead of scriptPubKey [...] this way servers do not
+/// have to store in memory the scriptpubkey", and the Electrum client
+/// matches the notification by that hash.
 pub fn notification(key: &ScriptKey, status: Option<StatusHash>) -> String {
-    let params = json!([key.notification_key(), status_json(status)]);
+    let params = json!([key.scripthash.to_string(), status_json(status)]);
     crate::jsonrpc::notification(key.notification_method(), params).to_string()
 }
 
+/// The error a script method answers for `e`: 1.7 standardized "history
+/// too large" for the `blockchain.scriptpubkey.*` methods as code 10001
+/// (the spec: "it SHOULD send a JSON-RPC error with integer code
+/// `10_001`"); the script hash methods keep code 1.
+fn script_error(form: &ScriptForm, e: Error) -> RpcError {
+    match (form, e) {
+        (ScriptForm::ScriptPubKey, Error::HistoryTooLarge { limit }) => {
+            RpcError::HistoryTooLong { limit }
+        }
+        (_, e) => e.into(),
+    }
+}
+
+/// The status a subscription to `key` answers with.
+pub fn status(backend: &dyn Backend, key: &ScriptKey) -> Result<Option<StatusHash>, RpcError> {
+    backend
+        .status(&key.scripthash)
+        .map_err(|e| script_error(&key.form, e))
+}
+
+/// Wraps a 1.7 list in its object (`{"history": ...}`, `{"utxos": ...}`);
+/// up to 1.6 the list is the answer.
+fn listed(form: &ScriptForm, field: &str, list: Value) -> Value {
+    match form {
+        ScriptForm::ScriptHash => list,
+        ScriptForm::ScriptPubKey => json!({ field: list }),
+    }
+}
+
 /// Answers the read-only methods of the family (not subscribe/unsubscribe,
-/// which also touch session state).
+/// which also touch session state), in the shapes of the form `key` came in.
 pub fn query(
     backend: &dyn Backend,
     method: ScriptMethod,
-    scripthash: &ScriptHash,
+    key: &ScriptKey,
 ) -> Result<Value, RpcError> {
-    Ok(match method {
-        ScriptMethod::GetBalance => balance_json(&backend.balance(scripthash)?),
-        ScriptMethod::GetHistory => history_json(&backend.history(scripthash)?),
-        ScriptMethod::GetMempool => history_json(&backend.mempool_history(scripthash)?),
-        ScriptMethod::ListUnspent => unspent_json(&backend.unspent(scripthash)?),
-        ScriptMethod::Subscribe => status_json(backend.status(scripthash)?),
-        ScriptMethod::Unsubscribe => {
-            return Err(RpcError::Internal(
-                "unsubscribe is answered by the session".into(),
-            ))
-        }
-    })
+    let sh = &key.scripthash;
+    let form = &key.form;
+    let answer = || -> Result<Value, Error> {
+        Ok(match method {
+            ScriptMethod::GetBalance => balance_json(&backend.balance(sh)?),
+            ScriptMethod::GetHistory => {
+                listed(form, "history", history_json(&backend.history(sh)?))
+            }
+            ScriptMethod::GetMempool => {
+                listed(form, "history", history_json(&backend.mempool_history(sh)?))
+            }
+            ScriptMethod::ListUnspent => listed(form, "utxos", unspent_json(&backend.unspent(sh)?)),
+            ScriptMethod::Subscribe => status_json(backend.status(sh)?),
+            ScriptMethod::Unsubscribe => {
+                return Err(Error::Internal(
+                    "unsubscribe is answered by the session".into(),
+                ))
+            }
+        })
+    };
+    answer().map_err(|e| script_error(form, e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::ScriptForm;
     use bitcoin::Txid;
+    use osprey_core::ScriptHash;
 
     fn txid(s: &str) -> Txid {
         s.parse().unwrap()
@@ -152,7 +202,7 @@ mod tests {
     }
 
     #[test]
-    fn notification_echoes_the_form_used() {
+    fn notification_names_the_script_by_its_hash_in_either_form() {
         let sh = ScriptHash([1; 32]);
         let by_hash = ScriptKey {
             scripthash: sh,
@@ -165,11 +215,47 @@ mod tests {
         );
         let by_spk = ScriptKey {
             scripthash: sh,
-            form: ScriptForm::ScriptPubKey(vec![0x51].into()),
+            form: ScriptForm::ScriptPubKey,
         };
         let v: Value =
             serde_json::from_str(&notification(&by_spk, Some(StatusHash([2; 32])))).unwrap();
-        assert_eq!(v["method"], "blockchain.scriptpubkey.subscribe");
-        assert_eq!(v["params"], json!(["51", "02".repeat(32)]));
+        assert_eq!(
+            v,
+            json!({
+                "jsonrpc": "2.0",
+                "method": "blockchain.scriptpubkey.subscribe",
+                "params": [sh.to_string(), "02".repeat(32)]
+            })
+        );
+    }
+
+    #[test]
+    fn lists_are_objects_from_1_7_on() {
+        let list = json!([{"height": 1}]);
+        assert_eq!(
+            listed(&ScriptForm::ScriptHash, "history", list.clone()),
+            list
+        );
+        assert_eq!(
+            listed(&ScriptForm::ScriptPubKey, "utxos", list.clone()),
+            json!({"utxos": list})
+        );
+    }
+
+    #[test]
+    fn history_too_large_is_10001_for_scriptpubkeys_only() {
+        let too_large = || Error::HistoryTooLarge { limit: 5 };
+        let e = script_error(&ScriptForm::ScriptHash, too_large());
+        assert_eq!(
+            e.to_json(),
+            json!({"code": 1, "message": "history too large: more than 5 transactions"})
+        );
+        let e = script_error(&ScriptForm::ScriptPubKey, too_large());
+        assert_eq!(
+            e.to_json(),
+            json!({"code": 10001, "message": "history too large: more than 5 transactions"})
+        );
+        let other = script_error(&ScriptForm::ScriptPubKey, Error::BadRequest("x".into()));
+        assert_eq!(other.code(), 1);
     }
 }

@@ -22,9 +22,6 @@ pub struct ServerInfo {
     /// Where the public can reach this server (`server.features` `hosts`);
     /// empty for a private server.
     pub hosts: Vec<PublicHost>,
-    /// The highest version negotiated and announced (`protocol_max`), from
-    /// [`ProtocolVersion::max_offered`].
-    pub protocol_max: ProtocolVersion,
 }
 
 /// A host name (or IP address) at which a server can be reached, with its
@@ -248,9 +245,10 @@ pub fn version(info: &ServerInfo, negotiated: ProtocolVersion) -> Value {
 /// server (none configured) sends `{}`: the key is mandatory, and an empty
 /// dictionary claims no route, so no peer will list us (as ElectrumX does
 /// without REPORT_SERVICES; guessing a local address, as Fulcrum does,
-/// would advertise one that is wrong behind NAT). The 1.7 draft adds
-/// `method_flavours`, empty because every optional feature (cp_height,
-/// verbose transactions, get_merkle without a height) is supported.
+/// would advertise one that is wrong behind NAT). 1.7 drops
+/// `hash_function` (a script is named by its script, and "the
+/// notifications use script hash", always sha256); the draft's
+/// `method_flavours` was postponed and is not part of 1.7.
 pub fn features(info: &ServerInfo, protocol: ProtocolVersion) -> Value {
     let hosts: Map<String, Value> = info
         .hosts
@@ -260,20 +258,21 @@ pub fn features(info: &ServerInfo, protocol: ProtocolVersion) -> Value {
     let mut features = json!({
         "genesis_hash": info.genesis_hash.to_string(),
         "hosts": hosts,
-        "protocol_max": info.protocol_max.to_string(),
+        "protocol_max": ProtocolVersion::MAX.to_string(),
         "protocol_min": ProtocolVersion::MIN.to_string(),
         "pruning": null,
         "server_version": info.server_version,
-        "hash_function": "sha256",
     });
-    if protocol.is_1_7_draft() {
-        features["method_flavours"] = json!({});
+    if !protocol.is_1_7_or_later() {
+        features["hash_function"] = json!("sha256");
     }
     features
 }
 
-/// Returns `server.ping`'s result: `null` up to 1.6; in the 1.7 draft,
-/// `{"data": ...}` holding `pong_len` characters of padding.
+/// Returns `server.ping`'s result: `null` up to 1.6; from 1.7 on,
+/// `{"data": ...}` holding `pong_len` characters of padding (1.7 pads both
+/// ways against traffic analysis; the `data` a client sends is padding,
+/// checked to be hex and dropped).
 ///
 /// # Errors
 /// `InvalidParams` when `pong_len` is above `pong_len_max`.
@@ -282,7 +281,7 @@ pub fn ping(
     pong_len: u32,
     pong_len_max: usize,
 ) -> Result<Value, RpcError> {
-    if !protocol.is_1_7_draft() {
+    if !protocol.is_1_7_or_later() {
         return Ok(Value::Null);
     }
     let len = pong_len as usize;
@@ -317,29 +316,28 @@ mod tests {
     use super::*;
     use bitcoin::hashes::Hash;
 
-    /// A server's info, with the 1.7 draft enabled or not.
-    fn info_with(draft_1_7: bool) -> ServerInfo {
+    fn info() -> ServerInfo {
         ServerInfo {
             server_version: "Osprey 0.1.0".into(),
             banner: "hi".into(),
             donation_address: String::new(),
             genesis_hash: BlockHash::all_zeros(),
             hosts: Vec::new(),
-            protocol_max: ProtocolVersion::max_offered(draft_1_7),
         }
-    }
-
-    fn info() -> ServerInfo {
-        info_with(false)
     }
 
     #[test]
     fn features_have_every_mandatory_key() {
-        let f = features(&info_with(true), ProtocolVersion::V1_7_DRAFT);
-        assert_eq!(f["method_flavours"], json!({}));
-        assert_eq!(f["protocol_max"], "1.7");
+        let f17 = features(&info(), ProtocolVersion::V1_7);
         let f = features(&info(), ProtocolVersion::V1_6);
-        assert!(f.get("method_flavours").is_none(), "a 1.7 draft key");
+        assert_eq!(f17.get("hash_function"), None, "gone in 1.7");
+        assert_eq!(f17.get("method_flavours"), None, "not part of 1.7");
+        let mut without_hash_function = f.clone();
+        without_hash_function
+            .as_object_mut()
+            .unwrap()
+            .remove("hash_function");
+        assert_eq!(f17, without_hash_function, "otherwise the same");
         for key in [
             "genesis_hash",
             "hosts",
@@ -352,7 +350,7 @@ mod tests {
             assert!(f.get(key).is_some(), "missing {key}");
         }
         assert_eq!(f["protocol_min"], "1.4");
-        assert_eq!(f["protocol_max"], "1.6", "the 1.7 draft is off by default");
+        assert_eq!(f["protocol_max"], "1.7");
         assert_eq!(f["hash_function"], "sha256");
         assert!(f["pruning"].is_null());
         assert_eq!(f["hosts"], json!({}));
@@ -444,14 +442,14 @@ mod tests {
     }
 
     #[test]
-    fn ping_is_null_until_the_1_7_draft() {
+    fn ping_is_null_until_1_7() {
         let v14: ProtocolVersion = "1.4.2".parse().unwrap();
         assert_eq!(ping(v14, 5, 10).unwrap(), Value::Null);
         assert_eq!(ping(ProtocolVersion::V1_6, 5, 10).unwrap(), Value::Null);
-        let draft = ProtocolVersion::V1_7_DRAFT;
-        assert_eq!(ping(draft, 0, 10).unwrap(), json!({"data": ""}));
-        assert_eq!(ping(draft, 4, 10).unwrap(), json!({"data": "0000"}));
-        assert_eq!(ping(draft, 11, 10).unwrap_err().code(), -32602);
+        let v17 = ProtocolVersion::V1_7;
+        assert_eq!(ping(v17, 0, 10).unwrap(), json!({"data": ""}));
+        assert_eq!(ping(v17, 4, 10).unwrap(), json!({"data": "0000"}));
+        assert_eq!(ping(v17, 11, 10).unwrap_err().code(), -32602);
         assert_eq!(
             version(&info(), ProtocolVersion::V1_6),
             json!(["Osprey 0.1.0", "1.6"])

@@ -21,10 +21,11 @@ pub struct SessionState {
     /// Whether any message other than `server.version` came first; 1.6
     /// requires `server.version` to be the very first message.
     other_message_seen: bool,
-    /// Forms under which each script hash is subscribed (a client may use
-    /// both `scripthash` and `scriptpubkey` for the same script).
+    /// Forms under which each script hash is subscribed: `scripthash` up
+    /// to 1.6, `scriptpubkey` from 1.7 on (one session speaks one version,
+    /// so one form, but this state does not depend on that).
     subscriptions: HashMap<ScriptHash, Vec<ScriptForm>>,
-    /// Outpoints subscribed to (1.7 draft).
+    /// Outpoints subscribed to (1.7).
     outpoints: HashSet<OutPoint>,
     /// Scripts (in each form) and outpoints: what the limit counts.
     subscription_count: usize,
@@ -93,7 +94,7 @@ impl SessionState {
     }
 
     /// Applies `server.version`, returning the version to speak from now on:
-    /// the highest the client takes, up to the server's `server_max`.
+    /// the highest both the client and Osprey take.
     ///
     /// # Errors
     /// `BadRequest` if a version was already negotiated, or if there is no
@@ -102,13 +103,11 @@ impl SessionState {
         &mut self,
         client_min: ProtocolVersion,
         client_max: ProtocolVersion,
-        server_max: ProtocolVersion,
     ) -> Result<ProtocolVersion, RpcError> {
         if self.negotiated.is_some() {
             return Err(RpcError::BadRequest("server.version already sent".into()));
         }
-        let Some(chosen) =
-            version::negotiate(client_min, client_max, server_max, !self.other_message_seen)
+        let Some(chosen) = version::negotiate(client_min, client_max, !self.other_message_seen)
         else {
             let why = if self.other_message_seen && client_max >= ProtocolVersion::V1_6 {
                 " (1.6 requires server.version to be the first message)"
@@ -117,8 +116,9 @@ impl SessionState {
             };
             return Err(RpcError::BadRequest(format!(
                 "unsupported protocol version: [{client_min}, {client_max}]; this server speaks \
-                 {} to {server_max}{why}",
+                 {} to {}{why}",
                 ProtocolVersion::MIN,
+                ProtocolVersion::MAX,
             )));
         };
         self.negotiated = Some(chosen);
@@ -248,12 +248,9 @@ mod tests {
         s.parse().unwrap()
     }
 
-    /// What a server offers by default.
-    const MAX: ProtocolVersion = ProtocolVersion::max_offered(false);
-
     fn key(byte: u8, spk: bool) -> ScriptKey {
         let form = if spk {
-            ScriptForm::ScriptPubKey(vec![byte].into())
+            ScriptForm::ScriptPubKey
         } else {
             ScriptForm::ScriptHash
         };
@@ -267,9 +264,9 @@ mod tests {
     fn defaults_to_1_4_and_accepts_only_the_first_version() {
         let mut s = SessionState::new();
         assert_eq!(s.protocol(), v("1.4"));
-        assert_eq!(s.negotiate(v("1.4"), v("1.6"), MAX).unwrap(), v("1.6"));
+        assert_eq!(s.negotiate(v("1.4"), v("1.6")).unwrap(), v("1.6"));
         assert_eq!(s.protocol(), v("1.6"));
-        let e = s.negotiate(v("1.4"), v("1.4"), MAX).unwrap_err();
+        let e = s.negotiate(v("1.4"), v("1.4")).unwrap_err();
         assert_eq!(
             e,
             RpcError::BadRequest("server.version already sent".into())
@@ -285,10 +282,10 @@ mod tests {
     fn version_after_other_messages_cannot_reach_1_6() {
         let mut s = SessionState::new();
         s.note_other_message();
-        assert_eq!(s.negotiate(v("1.4"), v("1.6"), MAX).unwrap(), v("1.4.2"));
+        assert_eq!(s.negotiate(v("1.4"), v("1.6")).unwrap(), v("1.4.2"));
         let mut s = SessionState::new();
         s.note_other_message();
-        let e = s.negotiate(v("1.6"), v("1.6"), MAX).unwrap_err();
+        let e = s.negotiate(v("1.6"), v("1.6")).unwrap_err();
         assert!(e.to_string().contains("first message"), "{e}");
         assert_eq!(s.negotiated(), None);
     }

@@ -32,7 +32,6 @@ fn config() -> DispatchConfig {
             donation_address: "bc1qdonate".into(),
             genesis_hash: BlockHash::all_zeros(),
             hosts: Vec::new(),
-            protocol_max: ProtocolVersion::max_offered(false),
         },
         headers_per_call_max: 2016,
         batch_requests_max: 5,
@@ -72,14 +71,6 @@ impl Harness {
     /// A session that negotiated `version`.
     fn at(version: &str) -> Self {
         Harness::new().negotiated(version)
-    }
-
-    /// A session that negotiated the 1.7 draft, of a server whose operator
-    /// enabled it.
-    fn at_1_7_draft() -> Self {
-        let mut config = config();
-        config.info.protocol_max = ProtocolVersion::max_offered(true);
-        Harness::with_config(config).negotiated("1.7")
     }
 
     fn negotiated(mut self, version: &str) -> Self {
@@ -226,54 +217,41 @@ fn no_common_version_closes_the_session() {
         .contains("unsupported protocol version"));
 }
 
-/// By default the 1.7 draft is neither negotiated nor announced: a client
-/// that would take 1.7 gets 1.6, one that insists on 1.7 is refused, and
-/// the draft's methods are unknown, as they are to any session below 1.7.
+/// 1.7 is offered: a client that takes it gets it, one that asks for it
+/// alone too, and the features announce it; one that wants only later
+/// versions is refused and the connection closed.
 #[test]
-fn the_1_7_draft_is_off_by_default() {
-    for asked in [json!(["1.4", "1.7"]), json!(["1.4", "2.0"])] {
+fn version_1_7_is_offered() {
+    for asked in [json!(["1.4", "1.7"]), json!(["1.4", "2.0"]), json!("1.7")] {
         let mut h = Harness::new();
         assert_eq!(
-            h.ok("server.version", json!(["Electrum 4.6", asked])),
-            json!(["Osprey 0.1.0", "1.6"]),
+            h.ok("server.version", json!(["Electrum 4.7", asked])),
+            json!(["Osprey 0.1.0", "1.7"]),
             "{asked}"
         );
-        let features = h.ok("server.features", json!([]));
-        assert_eq!(features["protocol_max"], "1.6");
-        assert!(features.get("method_flavours").is_none(), "{features}");
-        assert_eq!(
-            h.ok("server.ping", json!({"pong_len": 3, "data": "ff"})),
-            Value::Null
-        );
-        for (method, params) in [
-            (
-                "blockchain.outpoint.subscribe",
-                json!([txid(1).to_string(), 0]),
-            ),
-            ("blockchain.scriptpubkey.subscribe", json!([P2PKH])),
-        ] {
-            let (code, msg) = h.err(method, params);
-            assert_eq!(
-                (code, msg.as_str()),
-                (
-                    -32601,
-                    format!(
-                        "unknown method \"{method} (a 1.7 draft method; this session speaks 1.6)\""
-                    )
-                    .as_str()
-                )
-            );
-        }
-        assert_eq!(h.state.subscription_count(), 0);
+        assert_eq!(h.state.protocol(), ProtocolVersion::V1_7);
+        assert_eq!(h.ok("server.features", json!([]))["protocol_max"], "1.7");
     }
     let mut h = Harness::new();
-    let out = h.line(r#"{"id":1,"method":"server.version","params":["x","1.7"]}"#);
+    let out = h.line(r#"{"id":1,"method":"server.version","params":["x",["1.8","2.0"]]}"#);
     assert!(out.close, "no version in common");
     let r: Value = serde_json::from_str(&out.response.unwrap()).unwrap();
     assert_eq!(
         r["error"]["message"],
-        "unsupported protocol version: [1.7, 1.7]; this server speaks 1.4 to 1.6"
+        "unsupported protocol version: [1.8, 2.0]; this server speaks 1.4 to 1.7"
     );
+    // A client of 1.6 still gets 1.6, and 1.7's methods are unknown to it.
+    let mut h = Harness::at("1.6");
+    assert_eq!(h.ok("server.features", json!([]))["protocol_max"], "1.7");
+    let (code, msg) = h.err("blockchain.scriptpubkey.subscribe", json!([P2PKH]));
+    assert_eq!(
+        (code, msg.as_str()),
+        (
+            -32601,
+            "unknown method \"blockchain.scriptpubkey.subscribe (a 1.7 method; this session speaks 1.6)\""
+        )
+    );
+    assert_eq!(h.state.subscription_count(), 0);
 }
 
 #[test]
@@ -306,27 +284,33 @@ fn server_family() {
     assert_eq!(h.ok("server.peers.subscribe", json!([])), json!([]));
     let f = h.ok("server.features", json!([]));
     assert_eq!(f["genesis_hash"], BlockHash::all_zeros().to_string());
-    assert!(f.get("method_flavours").is_none(), "a 1.7 draft key");
+    assert_eq!(f["hash_function"], "sha256");
     // The released 1.6 did not change `server.ping`: still `null`.
     let mut h = Harness::at("1.6");
     assert_eq!(
         h.ok("server.ping", json!({"pong_len": 3, "data": "ff"})),
         Value::Null
     );
-    assert!(h
-        .ok("server.features", json!([]))
-        .get("method_flavours")
-        .is_none());
-    let mut h = Harness::at_1_7_draft();
     assert_eq!(
-        h.ok("server.ping", json!({"pong_len": 3, "data": "ff"})),
+        h.ok("server.features", json!([]))["hash_function"],
+        "sha256"
+    );
+    // 1.7: the ping pads its answer, the client's padding may be of odd
+    // length (it is padding, not bytes) but must be hex.
+    let mut h = Harness::at("1.7");
+    assert_eq!(
+        h.ok("server.ping", json!({"pong_len": 3, "data": "fff"})),
         json!({"data": "000"})
     );
+    assert_eq!(h.ok("server.ping", json!([])), json!({"data": ""}));
     assert_eq!(h.err("server.ping", json!([65])).0, -32602);
-    assert_eq!(
-        h.ok("server.features", json!([]))["method_flavours"],
-        json!({})
-    );
+    assert_eq!(h.err("server.ping", json!([1, "xyz"])).0, -32602);
+    // As a notification (1.7 lets the client send one) it is not answered.
+    let out = h.line(r#"{"jsonrpc":"2.0","method":"server.ping","params":["00ff"]}"#);
+    assert!(out.response.is_none() && out.effects.is_empty() && !out.close);
+    let f = h.ok("server.features", json!([]));
+    assert!(f.get("hash_function").is_none(), "{f}");
+    assert!(f.get("method_flavours").is_none(), "{f}");
 }
 
 #[test]
@@ -466,19 +450,81 @@ fn scripthash_queries_shape_results() {
         h.ok("blockchain.scripthash.listunspent", json!([SH])),
         json!([{"height": 100, "tx_hash": txid(1).to_string(), "tx_pos": 3, "value": 1000}])
     );
-    // The 1.7 draft's scriptpubkey family answers the same for the
-    // script, and is unknown below 1.7.
+    // 1.7's scriptpubkey family answers for the script (P2PKH hashes to
+    // SH) what the script hash family answers, lists wrapped in objects;
+    // it is unknown below 1.7, and the script hash family is at 1.7.
     assert_eq!(
         h.err("blockchain.scriptpubkey.get_history", json!([P2PKH]))
             .0,
         -32601
     );
-    let mut h17 = Harness::at_1_7_draft();
+    let mut h17 = Harness::at("1.7");
     h17.backend
-        .update(|s| s.histories = h.backend.update(|old| old.histories.clone()));
+        .update(|s| *s = h.backend.update(|old| old.clone()));
     assert_eq!(
         h17.ok("blockchain.scriptpubkey.get_history", json!([P2PKH])),
-        history
+        json!({"history": history})
+    );
+    assert_eq!(
+        h17.ok("blockchain.scriptpubkey.get_mempool", json!([P2PKH])),
+        json!({"history": [history[1]]})
+    );
+    assert_eq!(
+        h17.ok(
+            "blockchain.scriptpubkey.get_balance",
+            json!({"scriptpubkey": P2PKH})
+        ),
+        json!({"confirmed": 1000, "unconfirmed": -200})
+    );
+    assert_eq!(
+        h17.ok("blockchain.scriptpubkey.listunspent", json!([P2PKH])),
+        json!({"utxos": [{"height": 100, "tx_hash": txid(1).to_string(), "tx_pos": 3, "value": 1000}]})
+    );
+    for method in ["get_history", "get_mempool", "get_balance", "listunspent"] {
+        let method = format!("blockchain.scripthash.{method}");
+        assert_eq!(h17.err(&method, json!([SH])).0, -32601, "{method}");
+    }
+}
+
+/// 1.7 gives "history too large" code 10001 in every scriptpubkey method
+/// that reads the history, subscribe included, alone or in a batch; the
+/// script hash methods of earlier versions keep code 1 (above).
+#[test]
+fn history_too_large_is_10001_at_1_7() {
+    let mut h = Harness::at("1.7");
+    let sh: ScriptHash = SH.parse().unwrap();
+    h.backend.update(|s| {
+        s.history_entries_max = 1;
+        s.histories.insert(
+            sh,
+            (0..2)
+                .map(|i| HistoryEntry {
+                    txid: txid(i),
+                    height: 5,
+                    fee: None,
+                })
+                .collect(),
+        );
+    });
+    for method in ["get_history", "get_mempool", "subscribe"] {
+        let (code, msg) = h.err(&format!("blockchain.scriptpubkey.{method}"), json!([P2PKH]));
+        assert_eq!(
+            (code, msg.as_str()),
+            (10001, "history too large: more than 1 transactions"),
+            "{method}"
+        );
+    }
+    let batch = json!([
+        {"id": 1, "method": "blockchain.scriptpubkey.subscribe", "params": [P2PKH]},
+        {"id": 2, "method": "blockchain.scriptpubkey.get_history", "params": [P2PKH]},
+    ]);
+    let reply: Value = serde_json::from_str(&h.line(&batch.to_string()).response.unwrap()).unwrap();
+    assert_eq!(reply[0]["error"]["code"], 10001, "{reply}");
+    assert_eq!(reply[1]["error"]["code"], 10001, "{reply}");
+    assert_eq!(
+        h.state.subscription_count(),
+        0,
+        "a failed subscribe does not count"
     );
 }
 
@@ -545,7 +591,7 @@ fn a_failed_resubscribe_keeps_the_subscription() {
 
 #[test]
 fn subscribe_unsubscribe_and_limit() {
-    let mut h = Harness::at_1_7_draft();
+    let mut h = Harness::at("1.6");
     let sh: ScriptHash = SH.parse().unwrap();
     h.backend.update(|s| {
         s.histories.insert(
@@ -567,13 +613,14 @@ fn subscribe_unsubscribe_and_limit() {
     );
     let r: Value = serde_json::from_str(&out.response.unwrap()).unwrap();
     assert_eq!(r["result"], want.unwrap().to_string());
-    // Same script by scriptpubkey is a second subscription; a third is over the limit.
-    h.ok("blockchain.scriptpubkey.subscribe", json!([P2PKH]));
+    // Subscribing again is no second subscription; a third is over the limit.
     let other = "00".repeat(32);
     assert_eq!(
         h.ok("blockchain.scripthash.subscribe", json!([SH])),
         want.unwrap().to_string()
     );
+    assert_eq!(h.state.subscription_count(), 1);
+    h.ok("blockchain.scripthash.subscribe", json!(["11".repeat(32)]));
     let (code, msg) = h.err("blockchain.scripthash.subscribe", json!([other]));
     assert_eq!(code, -101);
     assert!(msg.contains("subscription limit of 2"), "{msg}");
@@ -592,6 +639,54 @@ fn subscribe_unsubscribe_and_limit() {
     );
 }
 
+/// 1.7 subscribes scripts by scriptpubkey: the status as the script hash
+/// family answers it, an effect in the scriptpubkey form (whose
+/// notification names the script by its hash), unsubscribe's true/false.
+#[test]
+fn scriptpubkey_subscribe_and_unsubscribe_at_1_7() {
+    let mut h = Harness::at("1.7");
+    let sh: ScriptHash = SH.parse().unwrap();
+    h.backend.update(|s| {
+        s.histories.insert(
+            sh,
+            vec![HistoryEntry {
+                txid: txid(1),
+                height: 7,
+                fee: None,
+            }],
+        );
+    });
+    let want = StatusHash::of_history([(&txid(1), 7)]);
+    let key = ScriptKey {
+        scripthash: sh,
+        form: ScriptForm::ScriptPubKey,
+    };
+    let out = h.line(
+        &json!({"id": 1, "method": "blockchain.scriptpubkey.subscribe", "params": [P2PKH]})
+            .to_string(),
+    );
+    assert_eq!(
+        out.effects,
+        vec![Effect::Subscribed {
+            key: key.clone(),
+            status: want
+        }]
+    );
+    let r: Value = serde_json::from_str(&out.response.unwrap()).unwrap();
+    assert_eq!(r["result"], want.unwrap().to_string());
+    assert_eq!(h.state.subscription_count(), 1);
+    let out = h.line(
+        &json!({"id": 2, "method": "blockchain.scriptpubkey.unsubscribe", "params": [P2PKH]})
+            .to_string(),
+    );
+    assert_eq!(out.effects, vec![Effect::Unsubscribed { key }]);
+    assert_eq!(
+        h.ok("blockchain.scriptpubkey.unsubscribe", json!([P2PKH])),
+        false
+    );
+    assert_eq!(h.state.subscription_count(), 0);
+}
+
 #[test]
 fn transaction_family() {
     let mut h = Harness::at("1.4");
@@ -601,7 +696,6 @@ fn transaction_family() {
             txid(1),
             TxMerkle {
                 block_height: Height(42),
-                block_hash: BlockHash::from_byte_array([4; 32]),
                 pos: 2,
                 branch: vec![TxMerkleNode::from_byte_array([5; 32])],
             },
@@ -638,24 +732,112 @@ fn transaction_family() {
         r,
         json!({"tx_hash": txid(9).to_string(), "merkle": ["00".repeat(32)]})
     );
-    // 1.6 as released: height still required, no block_hash.
-    let mut h16 = Harness::at("1.6");
-    h16.backend
-        .update(|s| s.merkles = h.backend.update(|old| old.merkles.clone()));
+    // 1.6 as released, and 1.7 as merged: height still required, no
+    // block_hash.
+    for version in ["1.6", "1.7"] {
+        let mut h16 = Harness::at(version);
+        h16.backend
+            .update(|s| s.merkles = h.backend.update(|old| old.merkles.clone()));
+        assert_eq!(
+            h16.err("blockchain.transaction.get_merkle", json!({"tx_hash": t}))
+                .0,
+            -32602
+        );
+        let m = h16.ok("blockchain.transaction.get_merkle", json!([t, 42]));
+        assert_eq!(
+            m,
+            json!({"block_height": 42, "merkle": ["05".repeat(32)], "pos": 2}),
+            "{version}"
+        );
+    }
+}
+
+/// 1.7's `blockchain.transaction.testmempoolaccept`: the raw transactions
+/// reach the node as given, each verdict comes back as
+/// `{txid, wtxid, allowed?, reason?}`, and the node's failure is a daemon
+/// error; unknown below 1.7.
+#[test]
+fn testmempoolaccept_at_1_7() {
+    use bitcoin::Wtxid;
+    use osprey_chain::MempoolAcceptance;
+    let mut h = Harness::at("1.7");
+    h.backend.update(|s| {
+        s.acceptances = vec![
+            MempoolAcceptance {
+                txid: txid(1),
+                wtxid: Wtxid::from_byte_array([2; 32]),
+                allowed: Some(true),
+                reason: None,
+            },
+            MempoolAcceptance {
+                txid: txid(3),
+                wtxid: Wtxid::from_byte_array([4; 32]),
+                allowed: Some(false),
+                reason: Some("bad-txns-inputs-missingorspent".into()),
+            },
+        ]
+    });
     assert_eq!(
-        h16.err("blockchain.transaction.get_merkle", json!({"tx_hash": t}))
-            .0,
-        -32602
+        h.ok(
+            "blockchain.transaction.testmempoolaccept",
+            json!([["0100", "0200"]])
+        ),
+        json!([
+            {"txid": txid(1).to_string(), "wtxid": "02".repeat(32), "allowed": true},
+            {"txid": txid(3).to_string(), "wtxid": "04".repeat(32), "allowed": false,
+             "reason": "bad-txns-inputs-missingorspent"},
+        ])
     );
-    let m = h16.ok("blockchain.transaction.get_merkle", json!([t, 42]));
-    assert!(m.get("block_hash").is_none(), "{m}");
-    // The 1.7 draft: height optional, block_hash in the result.
-    let mut h17 = Harness::at_1_7_draft();
-    h17.backend
-        .update(|s| s.merkles = h.backend.update(|old| old.merkles.clone()));
-    let m = h17.ok("blockchain.transaction.get_merkle", json!({"tx_hash": t}));
-    assert_eq!(m["block_hash"], "04".repeat(32));
-    assert_eq!(m["block_height"], 42);
+    assert_eq!(
+        h.backend.update(|s| s.last_tested.clone()),
+        ["0100", "0200"]
+    );
+    h.backend.update(|s| {
+        s.node_failure = Some(|| node_failed("testmempoolaccept", -22, "TX decode failed"))
+    });
+    assert_eq!(
+        h.err("blockchain.transaction.testmempoolaccept", json!([["00"]])),
+        (
+            2,
+            "daemon error: testmempoolaccept: TX decode failed (code -22)".into()
+        )
+    );
+    let mut h16 = Harness::at("1.6");
+    assert_eq!(
+        h16.err("blockchain.transaction.testmempoolaccept", json!([["00"]]))
+            .0,
+        -32601
+    );
+}
+
+/// 1.7's `mempool.recent`: the backend's newest transactions, ten at most,
+/// as `{txid, fee, vsize}`; unknown below 1.7.
+#[test]
+fn mempool_recent_at_1_7() {
+    use osprey_answers::RecentTx;
+    let mut h = Harness::at("1.7");
+    assert_eq!(h.ok("mempool.recent", json!([])), json!([]));
+    h.backend.update(|s| {
+        s.recent = (1..=12)
+            .map(|n| RecentTx {
+                txid: txid(n),
+                fee: u64::from(n) * 100,
+                vsize: 141,
+            })
+            .collect()
+    });
+    let recent = h.ok("mempool.recent", json!([]));
+    let recent = recent.as_array().unwrap();
+    assert_eq!(recent.len(), 10);
+    assert_eq!(
+        recent[0],
+        json!({"txid": txid(1).to_string(), "fee": 100, "vsize": 141})
+    );
+    assert_eq!(recent[9]["txid"], txid(10).to_string());
+    assert_eq!(
+        Harness::at("1.6").err("mempool.recent", json!([])).0,
+        -32601
+    );
 }
 
 #[test]
@@ -1499,11 +1681,11 @@ fn add_peer_reaches_the_peer_list_with_the_callers_address() {
     assert_eq!(h.ok("server.add_peer", json!([features(ours)])), false);
 }
 
-/// The 1.7 draft's outpoint methods: unknown below 1.7; at 1.7 the three
-/// shapes of a status, the hint passed on as a script hash, subscriptions
+/// 1.7's outpoint methods: unknown below 1.7; at 1.7 the three shapes of
+/// a status, the mandatory hint passed on as a script hash, subscriptions
 /// counted against the session's limit, and unsubscribe's true/false.
 #[test]
-fn outpoint_methods_answer_in_the_draft_shapes_at_1_7_only() {
+fn outpoint_methods_answer_in_the_1_7_shapes_at_1_7_only() {
     use bitcoin::OutPoint;
     use osprey_answers::{OutpointAnswer, OutpointStatus};
     let funded = OutPoint {
@@ -1538,12 +1720,12 @@ fn outpoint_methods_answer_in_the_draft_shapes_at_1_7_only() {
             "blockchain.outpoint.get_status",
             "blockchain.outpoint.unsubscribe",
         ] {
-            let (code, msg) = h.err(method, json!([funded.txid.to_string(), 0]));
+            let (code, msg) = h.err(method, json!([funded.txid.to_string(), 0, P2PKH]));
             assert_eq!(code, -32601, "{version} {method}: {msg}");
         }
         assert_eq!(h.state.subscription_count(), 0);
     }
-    let mut h = Harness::at_1_7_draft();
+    let mut h = Harness::at("1.7");
     h.backend.update(|s| {
         for (outpoint, status) in answers {
             s.outpoints.insert(
@@ -1555,17 +1737,29 @@ fn outpoint_methods_answer_in_the_draft_shapes_at_1_7_only() {
             );
         }
     });
-    let params = |o: &OutPoint| json!([o.txid.to_string(), o.vout]);
+    let params = |o: &OutPoint| json!([o.txid.to_string(), o.vout, P2PKH]);
+    let unhinted = |o: &OutPoint| json!([o.txid.to_string(), o.vout]);
     assert_eq!(
         h.ok("blockchain.outpoint.get_status", params(&funded)),
-        json!({"height": 120})
+        json!({"funder_height": 120})
     );
+    for method in [
+        "blockchain.outpoint.get_status",
+        "blockchain.outpoint.subscribe",
+    ] {
+        let (code, msg) = h.err(method, unhinted(&funded));
+        assert_eq!(code, -32602, "{method}");
+        assert!(
+            msg.ends_with("spk_hint: missing required parameter"),
+            "{msg}"
+        );
+    }
     assert_eq!(
         h.ok(
             "blockchain.outpoint.get_status",
             json!({"tx_hash": spent.txid.to_string(), "txout_idx": 1, "spk_hint": P2PKH})
         ),
-        json!({"height": 0, "spender_txhash": txid(3).to_string(), "spender_height": -1})
+        json!({"funder_height": 0, "spender_txhash": txid(3).to_string(), "spender_height": -1})
     );
     let script = hex::decode(P2PKH).unwrap();
     assert_eq!(
@@ -1588,7 +1782,8 @@ fn outpoint_methods_answer_in_the_draft_shapes_at_1_7_only() {
     );
 
     // Subscribing answers the status and tells the notifier, even for an
-    // outpoint nobody knows yet (the draft: the server MUST keep it).
+    // outpoint nobody knows yet (the server "MUST save the subscription
+    // even if the outpoint does not exist yet").
     let out = h.line(
         &json!({"id": 1, "method": "blockchain.outpoint.subscribe", "params": params(&unknown)})
             .to_string(),
@@ -1609,11 +1804,11 @@ fn outpoint_methods_answer_in_the_draft_shapes_at_1_7_only() {
     // The limit (2) counts outpoints like scripts.
     let (code, _) = h.err("blockchain.outpoint.subscribe", params(&funded));
     assert_eq!(code, -101);
-    let (code, _) = h.err("blockchain.scripthash.subscribe", json!([SH]));
+    let (code, _) = h.err("blockchain.scriptpubkey.subscribe", json!([P2PKH]));
     assert_eq!(code, -101);
 
     let out = h.line(
-        &json!({"id": 2, "method": "blockchain.outpoint.unsubscribe", "params": params(&unknown)})
+        &json!({"id": 2, "method": "blockchain.outpoint.unsubscribe", "params": unhinted(&unknown)})
             .to_string(),
     );
     let r: Value = serde_json::from_str(out.response.as_deref().unwrap()).unwrap();
@@ -1623,11 +1818,11 @@ fn outpoint_methods_answer_in_the_draft_shapes_at_1_7_only() {
         vec![Effect::OutpointUnsubscribed { outpoint: unknown }]
     );
     assert_eq!(
-        h.ok("blockchain.outpoint.unsubscribe", params(&unknown)),
+        h.ok("blockchain.outpoint.unsubscribe", unhinted(&unknown)),
         false
     );
     assert_eq!(
-        h.ok("blockchain.outpoint.unsubscribe", params(&funded)),
+        h.ok("blockchain.outpoint.unsubscribe", unhinted(&funded)),
         false,
         "never subscribed"
     );
@@ -1637,11 +1832,11 @@ fn outpoint_methods_answer_in_the_draft_shapes_at_1_7_only() {
     let batch = json!([
         {"id": "a", "method": "blockchain.outpoint.subscribe", "params": params(&funded)},
         {"id": "b", "method": "blockchain.outpoint.get_status", "params": params(&spent)},
-        {"id": "c", "method": "blockchain.outpoint.unsubscribe", "params": params(&spent)},
+        {"id": "c", "method": "blockchain.outpoint.unsubscribe", "params": unhinted(&spent)},
     ]);
     let out = h.line(&batch.to_string());
     let r: Value = serde_json::from_str(out.response.as_deref().unwrap()).unwrap();
-    assert_eq!(r[0]["result"], json!({"height": 120}), "{r}");
+    assert_eq!(r[0]["result"], json!({"funder_height": 120}), "{r}");
     assert_eq!(r[1]["result"]["spender_txhash"], txid(3).to_string());
     assert_eq!(r[2]["result"], true);
     assert!(matches!(

@@ -1,12 +1,13 @@
 //! The `blockchain.transaction.*` family: broadcast, broadcast_package, get,
-//! get_merkle and id_from_pos. Asks the backend (which asks the node);
-//! owns the result shapes, including the 1.7 draft's `block_hash` in get_merkle and
-//! the non-verbose form of `submitpackage`'s answer.
+//! get_merkle, id_from_pos and (1.7) testmempoolaccept. Asks the backend
+//! (which asks the node); owns the result shapes, including the
+//! non-verbose form of `submitpackage`'s answer.
 
 use crate::error::RpcError;
 use bitcoin::{TxMerkleNode, Txid};
 use osprey_answers::Backend;
 use osprey_answers::TxMerkle;
+use osprey_chain::MempoolAcceptance;
 use osprey_core::Height;
 use serde_json::{json, Value};
 
@@ -67,26 +68,50 @@ fn branch_json(branch: &[TxMerkleNode]) -> Value {
     branch.iter().map(|n| n.to_string()).collect()
 }
 
-/// Shapes `get_merkle`'s result; `block_hash` is part of it in the 1.7 draft.
-pub fn merkle_json(merkle: &TxMerkle, with_block_hash: bool) -> Value {
-    let mut result = json!({
+/// Shapes `get_merkle`'s result, the same at every version (1.7 as merged
+/// left it as 1.6 has it).
+pub fn merkle_json(merkle: &TxMerkle) -> Value {
+    json!({
         "block_height": merkle.block_height.0,
         "merkle": branch_json(&merkle.branch),
         "pos": merkle.pos,
-    });
-    if with_block_hash {
-        result["block_hash"] = Value::String(merkle.block_hash.to_string());
-    }
-    result
+    })
 }
 
-pub fn get_merkle(
-    backend: &dyn Backend,
-    txid: &Txid,
-    height: Option<Height>,
-    with_block_hash: bool,
-) -> Result<Value, RpcError> {
-    Ok(merkle_json(&backend.merkle(txid, height)?, with_block_hash))
+pub fn get_merkle(backend: &dyn Backend, txid: &Txid, height: Height) -> Result<Value, RpcError> {
+    Ok(merkle_json(&backend.merkle(txid, height)?))
+}
+
+/// Shapes one verdict of `testmempoolaccept`: `txid` and `wtxid`, then
+/// `allowed` when the node judged the transaction and `reason` when it
+/// gave one. The stored spec predates the merge of 1.7, so this is
+/// ElectrumX master's shape (`phandle_transaction_testmempoolaccept`),
+/// which strips Bitcoin Core's answer to what does not depend on the node
+/// ("the protocol should not depend on bitcoind-implementation details",
+/// electrum-protocol issue #11): no fees, no vsize.
+pub fn acceptance_json(verdict: &MempoolAcceptance) -> Value {
+    let mut item = json!({
+        "txid": verdict.txid.to_string(),
+        "wtxid": verdict.wtxid.to_string(),
+    });
+    if let Some(allowed) = verdict.allowed {
+        item["allowed"] = Value::Bool(allowed);
+    }
+    if let Some(reason) = &verdict.reason {
+        item["reason"] = Value::String(reason.clone());
+    }
+    item
+}
+
+/// Answers `blockchain.transaction.testmempoolaccept`: one verdict per
+/// transaction, in the order given. The node's refusal of the call itself
+/// (a transaction it cannot decode, too many of them) is a daemon error.
+pub fn test_mempool_accept(backend: &dyn Backend, raw_txs: &[String]) -> Result<Value, RpcError> {
+    Ok(backend
+        .test_mempool_accept(raw_txs)?
+        .iter()
+        .map(acceptance_json)
+        .collect())
 }
 
 /// Shapes `id_from_pos`' result: the txid, or `{"tx_hash", "merkle"}`.
@@ -112,24 +137,49 @@ pub fn id_from_pos(
 mod tests {
     use super::*;
     use bitcoin::hashes::Hash;
-    use bitcoin::BlockHash;
+    use bitcoin::Wtxid;
 
     #[test]
-    fn merkle_shape_gains_block_hash_in_the_1_7_draft() {
+    fn merkle_shape() {
         let m = TxMerkle {
             block_height: Height(2473),
-            block_hash: BlockHash::from_byte_array([3; 32]),
             pos: 1,
             branch: vec![TxMerkleNode::from_byte_array([9; 32])],
         };
-        let old = merkle_json(&m, false);
         assert_eq!(
-            old,
+            merkle_json(&m),
             json!({"block_height": 2473, "merkle": ["09".repeat(32)], "pos": 1})
         );
-        let new = merkle_json(&m, true);
-        assert_eq!(new["block_hash"], json!("03".repeat(32)));
-        assert_eq!(new["merkle"], old["merkle"]);
+    }
+
+    #[test]
+    fn acceptance_shapes() {
+        let verdict = |allowed, reason: Option<&str>| MempoolAcceptance {
+            txid: Txid::from_byte_array([1; 32]),
+            wtxid: Wtxid::from_byte_array([2; 32]),
+            allowed,
+            reason: reason.map(str::to_string),
+        };
+        let ids = json!({"txid": "01".repeat(32), "wtxid": "02".repeat(32)});
+        let with = |extra: Value| {
+            let mut v = ids.clone();
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            v
+        };
+        assert_eq!(
+            acceptance_json(&verdict(Some(true), None)),
+            with(json!({"allowed": true}))
+        );
+        assert_eq!(
+            acceptance_json(&verdict(Some(false), Some("min relay fee not met"))),
+            with(json!({"allowed": false, "reason": "min relay fee not met"}))
+        );
+        assert_eq!(
+            acceptance_json(&verdict(None, Some("package-not-sorted"))),
+            with(json!({"reason": "package-not-sorted"}))
+        );
     }
 
     #[test]

@@ -30,14 +30,13 @@ impl ProtocolVersion {
     /// `blockchain.transaction.broadcast_package` exist (the 1.6 released
     /// in spesmilo/electrum-protocol, tag 1.6).
     pub const V1_6: ProtocolVersion = ProtocolVersion::new(1, 6, 0);
-    /// The draft that follows 1.6 (spesmilo/electrum-protocol PR #2, which
-    /// still calls itself 1.6): `blockchain.scriptpubkey.*`, `server.ping`
-    /// with padding in both directions, `get_merkle` with an optional
-    /// height and a `block_hash`, and `method_flavours` in
-    /// `server.features`. It differs from 1.7 as merged, so it is offered
-    /// only where the operator enables it (see [`Self::max_offered`]), and
-    /// only a client that asks for 1.7 gets it.
-    pub const V1_7_DRAFT: ProtocolVersion = ProtocolVersion::new(1, 7, 0);
+    /// 1.7 as merged (spesmilo/electrum-protocol PR #2): the
+    /// `blockchain.scripthash.*` methods give way to
+    /// `blockchain.scriptpubkey.*`, outpoints can be followed
+    /// (`blockchain.outpoint.*`), `server.ping` pads in both directions,
+    /// `blockchain.transaction.testmempoolaccept` and `mempool.recent`
+    /// exist, and "history too large" has its own code, 10001.
+    pub const V1_7: ProtocolVersion = ProtocolVersion::new(1, 7, 0);
     pub const MIN: ProtocolVersion = ProtocolVersion::new(1, 4, 0);
 
     /// Every version Osprey speaks, lowest first. 1.5 was skipped by the
@@ -47,27 +46,20 @@ impl ProtocolVersion {
         ProtocolVersion::new(1, 4, 1),
         ProtocolVersion::new(1, 4, 2),
         ProtocolVersion::V1_6,
-        ProtocolVersion::V1_7_DRAFT,
+        ProtocolVersion::V1_7,
     ];
 
-    /// The highest version a server offers and negotiates. A version is
-    /// offered only when all of it matches the protocol's text as merged,
-    /// which 1.6 does and the 1.7 draft does not; `draft_1_7` (an
-    /// operator's setting, for testing clients) offers the draft anyway.
-    pub const fn max_offered(draft_1_7: bool) -> ProtocolVersion {
-        if draft_1_7 {
-            ProtocolVersion::V1_7_DRAFT
-        } else {
-            ProtocolVersion::V1_6
-        }
-    }
+    /// The highest version Osprey offers and negotiates (`protocol_max`).
+    /// A version is offered only when all of it matches the protocol's
+    /// text as merged.
+    pub const MAX: ProtocolVersion = ProtocolVersion::V1_7;
 
     pub fn is_1_6_or_later(self) -> bool {
         self >= ProtocolVersion::V1_6
     }
 
-    pub fn is_1_7_draft(self) -> bool {
-        self >= ProtocolVersion::V1_7_DRAFT
+    pub fn is_1_7_or_later(self) -> bool {
+        self >= ProtocolVersion::V1_7
     }
 }
 
@@ -107,23 +99,20 @@ impl FromStr for ProtocolVersion {
     }
 }
 
-/// Returns the highest supported version up to `server_max` (see
-/// [`ProtocolVersion::max_offered`]) that is in the client's range, or
-/// `None` when there is none (the server must then close the connection).
-/// `allow_1_6` is false when other messages came before `server.version`,
-/// which 1.6 forbids, so such a session can only agree on a version below
-/// 1.6.
+/// Returns the highest supported version that is in the client's range,
+/// or `None` when there is none (the server must then close the
+/// connection). `allow_1_6` is false when other messages came before
+/// `server.version`, which 1.6 forbids (and so every later version), so
+/// such a session can only agree on a version below 1.6.
 pub fn negotiate(
     client_min: ProtocolVersion,
     client_max: ProtocolVersion,
-    server_max: ProtocolVersion,
     allow_1_6: bool,
 ) -> Option<ProtocolVersion> {
     ProtocolVersion::SUPPORTED
         .iter()
         .rev()
         .copied()
-        .filter(|v| *v <= server_max)
         .filter(|v| allow_1_6 || !v.is_1_6_or_later())
         .find(|v| *v <= client_max && *v >= client_min)
 }
@@ -158,36 +147,26 @@ mod tests {
 
     #[test]
     fn negotiates_highest_common_version() {
-        let draft = ProtocolVersion::max_offered(true);
-        assert_eq!(draft, ProtocolVersion::V1_7_DRAFT);
-        assert_eq!(negotiate(v("1.4"), v("1.6"), draft, true), Some(v("1.6")));
-        assert_eq!(negotiate(v("1.4"), v("1.4"), draft, true), Some(v("1.4")));
-        // 1.5 does not exist: the best below it is 1.4.2.
-        assert_eq!(negotiate(v("1.2"), v("1.5"), draft, true), Some(v("1.4.2")));
-        assert_eq!(negotiate(v("1.4"), v("2.0"), draft, true), Some(v("1.7")));
-        assert_eq!(negotiate(v("1.7"), v("2.0"), draft, true), Some(v("1.7")));
-        // Nothing in common.
-        assert_eq!(negotiate(v("1.0"), v("1.3"), draft, true), None);
-        assert_eq!(negotiate(v("1.8"), v("2.0"), draft, true), None);
-        assert_eq!(negotiate(v("1.6"), v("1.4"), draft, true), None);
-        // After other messages, 1.6 is off the table.
+        assert_eq!(ProtocolVersion::MAX.to_string(), "1.7");
         assert_eq!(
-            negotiate(v("1.4"), v("1.6"), draft, false),
-            Some(v("1.4.2"))
+            ProtocolVersion::SUPPORTED.last(),
+            Some(&ProtocolVersion::MAX)
         );
-        assert_eq!(negotiate(v("1.6"), v("1.6"), draft, false), None);
-    }
-
-    /// Without the operator's setting the 1.7 draft is never agreed on: a
-    /// client that would take it gets 1.6, one that wants nothing below
-    /// 1.7 gets nothing.
-    #[test]
-    fn the_1_7_draft_is_offered_only_when_enabled() {
-        let max = ProtocolVersion::max_offered(false);
-        assert_eq!(max, ProtocolVersion::V1_6);
-        assert_eq!(negotiate(v("1.4"), v("1.7"), max, true), Some(v("1.6")));
-        assert_eq!(negotiate(v("1.4"), v("2.0"), max, true), Some(v("1.6")));
-        assert_eq!(negotiate(v("1.7"), v("2.0"), max, true), None);
-        assert_eq!(negotiate(v("1.4"), v("1.7"), max, false), Some(v("1.4.2")));
+        assert_eq!(negotiate(v("1.4"), v("1.6"), true), Some(v("1.6")));
+        assert_eq!(negotiate(v("1.4"), v("1.4"), true), Some(v("1.4")));
+        // 1.5 does not exist: the best below it is 1.4.2.
+        assert_eq!(negotiate(v("1.2"), v("1.5"), true), Some(v("1.4.2")));
+        assert_eq!(negotiate(v("1.4"), v("1.7"), true), Some(v("1.7")));
+        assert_eq!(negotiate(v("1.4"), v("2.0"), true), Some(v("1.7")));
+        assert_eq!(negotiate(v("1.7"), v("2.0"), true), Some(v("1.7")));
+        // Nothing in common.
+        assert_eq!(negotiate(v("1.0"), v("1.3"), true), None);
+        assert_eq!(negotiate(v("1.8"), v("2.0"), true), None);
+        assert_eq!(negotiate(v("1.6"), v("1.4"), true), None);
+        // After other messages, 1.6 and later are off the table.
+        assert_eq!(negotiate(v("1.4"), v("1.6"), false), Some(v("1.4.2")));
+        assert_eq!(negotiate(v("1.4"), v("1.7"), false), Some(v("1.4.2")));
+        assert_eq!(negotiate(v("1.6"), v("1.6"), false), None);
+        assert_eq!(negotiate(v("1.7"), v("1.7"), false), None);
     }
 }

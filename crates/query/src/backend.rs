@@ -3,8 +3,10 @@
 
 use crate::Query;
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
-use osprey_answers::{Backend, Balance, Error, HistoryEntry, OutpointAnswer, TxMerkle, Utxo};
-use osprey_chain::MempoolFees;
+use osprey_answers::{
+    Backend, Balance, Error, HistoryEntry, OutpointAnswer, RecentTx, TxMerkle, Utxo,
+};
+use osprey_chain::{MempoolAcceptance, MempoolFees};
 use osprey_core::{Height, ScriptHash, StatusHash};
 
 impl Backend for Query {
@@ -72,7 +74,7 @@ impl Backend for Query {
         Query::transaction_verbose(self, txid)
     }
 
-    fn merkle(&self, txid: &Txid, height: Option<Height>) -> Result<TxMerkle, Error> {
+    fn merkle(&self, txid: &Txid, height: Height) -> Result<TxMerkle, Error> {
         Query::merkle(self, txid, height)
     }
 
@@ -88,6 +90,10 @@ impl Backend for Query {
         Query::broadcast_package(self, raw_hexes)
     }
 
+    fn test_mempool_accept(&self, raw_hexes: &[String]) -> Result<Vec<MempoolAcceptance>, Error> {
+        Query::test_mempool_accept(self, raw_hexes)
+    }
+
     fn estimate_fee(&self, blocks: u16, mode: Option<&str>) -> Result<Option<f64>, Error> {
         Query::estimate_fee(self, blocks, mode)
     }
@@ -98,6 +104,10 @@ impl Backend for Query {
 
     fn fee_histogram(&self) -> Vec<(f64, u64)> {
         Query::fee_histogram(self)
+    }
+
+    fn mempool_recent(&self, count: usize) -> Vec<RecentTx> {
+        Query::mempool_recent(self, count)
     }
 
     fn mempool_fees(&self) -> Result<MempoolFees, Error> {

@@ -5,7 +5,7 @@
 
 use bitcoin::{OutPoint, Transaction, Txid};
 use osprey_core::ScriptHash;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// A mempool transaction with everything queries need about it.
@@ -36,6 +36,11 @@ const HISTOGRAM_BIN_VSIZE: f64 = 100_000.0;
 #[derive(Default)]
 pub struct Mempool {
     entries: HashMap<Txid, Arc<MempoolEntry>>,
+    /// The entries in the order they were added (`mempool.recent`): a
+    /// sequence number each, the next one in `next_arrival`.
+    arrivals: BTreeMap<u64, Txid>,
+    arrival_of: HashMap<Txid, u64>,
+    next_arrival: u64,
     by_scripthash: HashMap<ScriptHash, HashSet<Txid>>,
     spent: HashMap<OutPoint, Txid>,
     histogram: Vec<(f64, u64)>,
@@ -98,6 +103,15 @@ impl Mempool {
             .unwrap_or_default()
     }
 
+    /// The last `count` entries added that are still here, newest first.
+    pub fn recent(&self, count: usize) -> impl Iterator<Item = &Arc<MempoolEntry>> {
+        self.arrivals
+            .values()
+            .rev()
+            .filter_map(|txid| self.entries.get(txid))
+            .take(count)
+    }
+
     /// `(fee rate in sat/vB, vsize)` pairs, highest fee rate first.
     pub fn histogram(&self) -> &[(f64, u64)] {
         &self.histogram
@@ -113,6 +127,11 @@ impl Mempool {
             self.spent.insert(*outpoint, entry.txid);
         }
         let (txid, outputs) = (entry.txid, entry.tx.output.len());
+        self.arrivals.insert(self.next_arrival, txid);
+        if let Some(earlier) = self.arrival_of.insert(txid, self.next_arrival) {
+            self.arrivals.remove(&earlier);
+        }
+        self.next_arrival += 1;
         self.entries.insert(txid, Arc::new(entry));
         self.touch_children(&txid, outputs, touched);
     }
@@ -122,6 +141,9 @@ impl Mempool {
         let Some(entry) = self.entries.remove(txid) else {
             return;
         };
+        if let Some(arrival) = self.arrival_of.remove(txid) {
+            self.arrivals.remove(&arrival);
+        }
         for sh in entry.scripthashes() {
             if let Some(set) = self.by_scripthash.get_mut(&sh) {
                 set.remove(txid);
@@ -176,6 +198,50 @@ fn fee_histogram(mut rates: Vec<(f64, u64)>) -> Vec<(f64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bitcoin::hashes::Hash;
+
+    fn entry(n: u8) -> MempoolEntry {
+        MempoolEntry {
+            txid: Txid::from_byte_array([n; 32]),
+            tx: Transaction {
+                version: bitcoin::transaction::Version::TWO,
+                lock_time: bitcoin::absolute::LockTime::ZERO,
+                input: Vec::new(),
+                output: Vec::new(),
+            },
+            fee: u64::from(n) * 100,
+            vsize: 150,
+            funding: Vec::new(),
+            spending: Vec::new(),
+        }
+    }
+
+    fn recent(mempool: &Mempool, count: usize) -> Vec<u8> {
+        mempool
+            .recent(count)
+            .map(|e| e.txid.to_byte_array()[0])
+            .collect()
+    }
+
+    #[test]
+    fn recent_lists_the_newest_entries_still_there() {
+        let mut mempool = Mempool::default();
+        let mut touched = Vec::new();
+        assert!(recent(&mempool, 10).is_empty());
+        for n in 1..=5 {
+            mempool.add(entry(n), &mut touched);
+        }
+        assert_eq!(recent(&mempool, 3), [5, 4, 3]);
+        // A confirmed newest one gives way to the one before it.
+        mempool.remove(&Txid::from_byte_array([5; 32]), &mut touched);
+        mempool.remove(&Txid::from_byte_array([3; 32]), &mut touched);
+        assert_eq!(recent(&mempool, 3), [4, 2, 1]);
+        assert_eq!(recent(&mempool, 10), [4, 2, 1]);
+        // One that comes back (a reorg) is new again.
+        mempool.add(entry(1), &mut touched);
+        assert_eq!(recent(&mempool, 10), [1, 4, 2]);
+        assert_eq!(mempool.arrivals.len(), 3, "no stale arrivals kept");
+    }
 
     fn strictly_decreasing(histogram: &[(f64, u64)]) -> bool {
         histogram.windows(2).all(|w| w[0].0 > w[1].0)

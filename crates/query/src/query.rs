@@ -7,8 +7,8 @@ use crate::status_cache::StatusCache;
 use bitcoin::consensus::{deserialize, serialize};
 use bitcoin::hashes::Hash;
 use bitcoin::{BlockHash, OutPoint, Transaction, TxMerkleNode, Txid};
-use osprey_answers::{Balance, Change, Error, HistoryEntry, TxMerkle, Utxo};
-use osprey_chain::{ChainSource, MempoolFees, TxLocation};
+use osprey_answers::{Balance, Change, Error, HistoryEntry, RecentTx, TxMerkle, Utxo};
+use osprey_chain::{ChainSource, MempoolAcceptance, MempoolFees, TxLocation};
 use osprey_core::{Height, ScriptHash, StatusHash, TxNum};
 use osprey_store::codec::{HistoryRow, RowKind, SPENT_TXID_PREFIX_LEN};
 use osprey_store::Store;
@@ -583,15 +583,14 @@ impl Query {
     /// The merkle proof of a confirmed transaction.
     ///
     /// # Errors
-    /// When the transaction is not confirmed (at `height`, if given).
-    pub fn merkle(&self, txid: &Txid, height: Option<Height>) -> Result<TxMerkle, Error> {
+    /// When the transaction is not confirmed at `height`.
+    pub fn merkle(&self, txid: &Txid, height: Height) -> Result<TxMerkle, Error> {
         let location = self
             .confirmed_location(txid)?
             .ok_or(Error::TxNotFound(*txid))?;
-        if height.is_some_and(|h| h != location.height) {
+        if height != location.height {
             return Err(Error::BadRequest(format!(
-                "transaction {txid} is not in block {}",
-                height.expect("checked above")
+                "transaction {txid} is not in block {height}"
             )));
         }
         let (at_position, branch) = self.block_branch(location.height, location.position)?;
@@ -602,7 +601,6 @@ impl Query {
         }
         Ok(TxMerkle {
             block_height: location.height,
-            block_hash: location.block_hash,
             pos: location.position,
             branch,
         })
@@ -658,6 +656,17 @@ impl Query {
         })
     }
 
+    /// The node's verdict on each transaction, none of them relayed.
+    ///
+    /// # Errors
+    /// The node's error, or no node to ask.
+    pub fn test_mempool_accept(
+        &self,
+        raw_hexes: &[String],
+    ) -> Result<Vec<MempoolAcceptance>, Error> {
+        Ok(self.source.test_mempool_accept(raw_hexes)?)
+    }
+
     /// # Errors
     /// When the node cannot be reached.
     pub fn estimate_fee(&self, blocks: u16, mode: Option<&str>) -> Result<Option<f64>, Error> {
@@ -672,6 +681,19 @@ impl Query {
 
     pub fn fee_histogram(&self) -> Vec<(f64, u64)> {
         self.mempool().histogram().to_vec()
+    }
+
+    /// The last `count` transactions to enter the mempool that are still
+    /// in it, newest first.
+    pub fn mempool_recent(&self, count: usize) -> Vec<RecentTx> {
+        self.mempool()
+            .recent(count)
+            .map(|e| RecentTx {
+                txid: e.txid,
+                fee: e.fee,
+                vsize: e.vsize,
+            })
+            .collect()
     }
 
     /// # Errors

@@ -34,7 +34,7 @@ mod tests {
     use crate::Tracker;
     use bitcoin::{Amount, Txid};
     use osprey_answers::{Balance, Error};
-    use osprey_core::ScriptHash;
+    use osprey_core::{Height, ScriptHash};
     use osprey_testenv::{submit_block_on, Node, ScriptKind};
     use std::sync::{Arc, Mutex};
 
@@ -174,7 +174,7 @@ mod tests {
         let txid = node.send_raw_transaction(&tx).expect("broadcast");
         let mined = node.generate(1).expect("mining")[0];
         tracker.lock().unwrap().update(&mut |_| {}).expect("update");
-        let proof = query.merkle(&txid, None).expect("a proof");
+        let proof = query.merkle(&txid, Height(106)).expect("a proof");
         assert_eq!((proof.block_height.0, proof.pos), (106, 1));
 
         let reorg_node = Arc::clone(&node);
@@ -194,7 +194,7 @@ mod tests {
                 .expect("tracker follows the reorg");
             assert_eq!(reorg_query.tip().0 .0, 107, "the index follows the reorg");
         });
-        let answer = query.merkle(&txid, None);
+        let answer = query.merkle(&txid, Height(106));
         assert!(!step_pending(), "the reorg came mid-answer");
         assert!(
             matches!(answer, Err(Error::TxNotFound(t)) if t == txid),

@@ -103,7 +103,7 @@ fn indexed_chain_matches_the_manifest() {
             let tx: bitcoin::Transaction = bitcoin::consensus::deserialize(&raw).unwrap();
             assert_eq!(tx.compute_txid(), entry.txid);
             let proof = query
-                .merkle(&entry.txid, Some(Height(entry.height as u32)))
+                .merkle(&entry.txid, Height(entry.height as u32))
                 .unwrap();
             let mut hash = entry.txid.to_byte_array();
             let mut pos = proof.pos;

@@ -29,10 +29,6 @@ pub struct ServerConfig {
     pub donation_address: String,
     /// First element of `server.version`'s answer, e.g. "Osprey 0.1.0".
     pub server_version: String,
-    /// Whether to offer the unfinished 1.7 draft, for testing clients
-    /// against it (see [`osprey_electrum::ProtocolVersion::max_offered`]);
-    /// off, the highest version offered is 1.6.
-    pub protocol_draft_1_7: bool,
     pub limits: Limits,
     pub peering: PeerConfig,
 }

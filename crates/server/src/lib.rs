@@ -50,9 +50,7 @@ use fair::Scheduler;
 use notifier::Notifier;
 use osprey_answers::{Backend, Change};
 use osprey_core::ByteBudget;
-use osprey_electrum::{
-    DispatchConfig, Dispatcher, ProtocolVersion, RpcError, ServerInfo, SubscriptionBudget,
-};
+use osprey_electrum::{DispatchConfig, Dispatcher, RpcError, ServerInfo, SubscriptionBudget};
 use osprey_metrics::Metrics;
 use peers::PeerList;
 use per_ip::PerIp;
@@ -70,7 +68,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 use transport::Transport;
 
-/// Largest 1.7-draft `server.ping` padding sent back, in characters.
+/// Largest 1.7 `server.ping` padding sent back, in characters.
 const PONG_LEN_MAX: usize = 65_536;
 /// Subscription messages in flight from sessions to the notifier.
 const CONTROL_QUEUE_MAX: usize = 10_000;
@@ -208,7 +206,6 @@ impl Server {
             donation_address: config.donation_address.clone(),
             genesis_hash: config.network.genesis_hash(),
             hosts: config.peering.public_hosts.clone(),
-            protocol_max: ProtocolVersion::max_offered(config.protocol_draft_1_7),
         };
         let peer_list = PeerList::new(&config.peering, &info);
         let scheduler = Scheduler::new(limits.worker_threads, backend.transactions_are_local());

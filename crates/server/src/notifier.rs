@@ -9,7 +9,7 @@
 //! blocks were undone (`all_scripthashes`), where every subscribed status is
 //! recomputed once because correctness comes first.
 //!
-//! Outpoint subscriptions (1.7 draft) live in `outpoints`: a change costs
+//! Outpoint subscriptions (1.7) live in `outpoints`: a change costs
 //! one outpoint status per watched outpoint whose script hash or funding
 //! txid it names.
 //!

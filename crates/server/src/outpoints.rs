@@ -1,4 +1,4 @@
-//! The notifier's registry of outpoint subscriptions (the 1.7 draft's
+//! The notifier's registry of outpoint subscriptions (1.7's
 //! `blockchain.outpoint.subscribe`): who watches which outpoint, the status
 //! each session was last told, and the two keys under which a change finds
 //! an outpoint without a pass over all of them: the script hash of its

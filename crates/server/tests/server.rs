@@ -130,7 +130,6 @@ fn config(limits: Limits) -> ServerConfig {
         banner: "test banner".into(),
         donation_address: String::new(),
         server_version: "Osprey 0.1.0".into(),
-        protocol_draft_1_7: false,
         limits,
         peering: PeerConfig::default(),
     }
@@ -596,7 +595,6 @@ async fn bdk_electrum_client_understands_every_answer() {
             confirmed,
             osprey_answers::TxMerkle {
                 block_height: Height(50),
-                block_hash: bitcoin::BlockHash::from_byte_array([5; 32]),
                 pos: 1,
                 branch: vec![bitcoin::TxMerkleNode::from_byte_array([6; 32])],
             },
@@ -608,7 +606,7 @@ async fn bdk_electrum_client_understands_every_answer() {
         let client = electrum_client::Client::new(&url).unwrap();
         let features = client.server_features().unwrap();
         assert_eq!(features.server_version, "Osprey 0.1.0");
-        assert_eq!(features.protocol_max, "1.6", "the 1.7 draft is off");
+        assert_eq!(features.protocol_max, "1.7");
         client.ping().unwrap();
         let tip = client.block_headers_subscribe_raw().unwrap();
         assert_eq!(
@@ -1128,20 +1126,12 @@ async fn peers_until(server: &TestServer, done: impl Fn(&Value) -> bool) -> Valu
 /// B lists itself at the port A connected to) and lists it; A announces
 /// itself to B with add_peer; B connects back, checks A and lists it.
 /// `hosts` reports the public host; a second add_peer from the same address
-/// is refused (rate limit). Each is listed with its own highest version:
-/// A's operator enabled the 1.7 draft, B's did not.
+/// is refused (rate limit). Each is listed with its highest version.
 #[tokio::test(start_paused = true)]
 async fn a_server_announces_itself_and_is_listed_once_checked() {
     let b = TestServer::start_with(public_config(Network::Regtest, &[]), 16).await;
     let b_port = b.addr.port();
-    let a = TestServer::start_with(
-        ServerConfig {
-            protocol_draft_1_7: true,
-            ..public_config(Network::Regtest, &[b_port])
-        },
-        16,
-    )
-    .await;
+    let a = TestServer::start_with(public_config(Network::Regtest, &[b_port]), 16).await;
     let a_port = a.addr.port();
     let mut client = b.client().await;
     let features = client.call("server.features", json!([])).await["result"].clone();
@@ -1158,7 +1148,7 @@ async fn a_server_announces_itself_and_is_listed_once_checked() {
     let on_a = peers_until(&a, |p| p.as_array().is_some_and(|p| !p.is_empty())).await;
     assert_eq!(
         on_a,
-        json!([["127.0.0.1", "127.0.0.1", ["v1.6", format!("t{b_port}")]]])
+        json!([["127.0.0.1", "127.0.0.1", ["v1.7", format!("t{b_port}")]]])
     );
 
     let a_features = a.client().await.call("server.features", json!([])).await["result"].clone();
@@ -1198,7 +1188,7 @@ async fn peers_of_another_chain_or_not_listing_themselves_are_refused() {
         json!([[
             "127.0.0.1",
             "127.0.0.1",
-            ["v1.6", format!("t{}", honest.addr.port())]
+            ["v1.7", format!("t{}", honest.addr.port())]
         ]]),
         "only the peer of our chain that lists itself"
     );
@@ -1576,18 +1566,17 @@ mod websocket {
     }
 }
 
-/// 1.7 draft outpoint subscriptions over the wire: an outpoint nobody knows
-/// is kept and notified when a change names its txid; from then on a change
+/// 1.7 outpoint subscriptions over the wire: an outpoint nobody knows is
+/// kept and notified when a change names its txid; from then on a change
 /// touching its script notifies it, only when its status differs; after
-/// unsubscribing, nothing more.
+/// unsubscribing, nothing more. Each notification's parameters are those
+/// of the request (less the hint) then the status, flat, as the Electrum
+/// client matches them.
 #[tokio::test]
 async fn outpoint_statuses_are_pushed_when_they_change() {
     use bitcoin::OutPoint;
     use osprey_answers::{OutpointAnswer, OutpointStatus};
-    let server = TestServer::start_adjusted(Limits::default(), 16, |c| {
-        c.protocol_draft_1_7 = true;
-    })
-    .await;
+    let server = TestServer::start(Limits::default(), 16).await;
     let outpoint = OutPoint {
         txid: Txid::from_byte_array([5; 32]),
         vout: 2,
@@ -1598,7 +1587,10 @@ async fn outpoint_statuses_are_pushed_when_they_change() {
     let r = c.call("server.version", json!(["t", "1.7"])).await;
     assert_eq!(r["result"][1], "1.7", "{r}");
     let r = c
-        .call("blockchain.outpoint.subscribe", params.clone())
+        .call(
+            "blockchain.outpoint.subscribe",
+            json!([outpoint.txid.to_string(), 2, "51"]),
+        )
         .await;
     assert_eq!(r["result"], json!({}), "{r}");
 
@@ -1631,7 +1623,8 @@ async fn outpoint_statuses_are_pushed_when_they_change() {
     let n = c.read().await.unwrap();
     assert_eq!(
         n,
-        json!({"jsonrpc": "2.0", "method": "blockchain.outpoint.subscribe", "params": [params, {"height": 0}]})
+        json!({"jsonrpc": "2.0", "method": "blockchain.outpoint.subscribe",
+            "params": [outpoint.txid.to_string(), 2, {"funder_height": 0}]})
     );
 
     // A spender in the mempool: found through the script.
@@ -1642,8 +1635,8 @@ async fn outpoint_statuses_are_pushed_when_they_change() {
     });
     let n = c.read().await.unwrap();
     assert_eq!(
-        n["params"][1],
-        json!({"height": 0, "spender_txhash": Txid::from_byte_array([9; 32]).to_string(), "spender_height": -1})
+        n["params"][2],
+        json!({"funder_height": 0, "spender_txhash": Txid::from_byte_array([9; 32]).to_string(), "spender_height": -1})
     );
     // The same status again: nothing is sent (the next line answers the ping).
     server.publish(Change {

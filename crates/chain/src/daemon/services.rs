@@ -2,7 +2,7 @@
 //! txid, the mempool, relay and fee estimates, in each node's dialect.
 
 use super::{Daemon, NodeKind};
-use crate::source::{ChainSource, MempoolFees, MempoolTx, TxLocation};
+use crate::source::{ChainSource, MempoolAcceptance, MempoolFees, MempoolTx, TxLocation};
 use crate::Error;
 use bitcoin::consensus::deserialize;
 use bitcoin::{Transaction, Txid};
@@ -107,6 +107,21 @@ impl ChainSource for Daemon {
         }
     }
 
+    fn test_mempool_accept(&self, raw_hexes: &[String]) -> Result<Vec<MempoolAcceptance>, Error> {
+        let answer: Value = self.rpc.call("testmempoolaccept", &[json!(raw_hexes)])?;
+        let items = answer
+            .as_array()
+            .ok_or_else(|| Error::persistent(format!("testmempoolaccept: not a list: {answer}")))?;
+        items
+            .iter()
+            .map(|item| {
+                acceptance(self.kind, item).ok_or_else(|| {
+                    Error::persistent(format!("testmempoolaccept: unreadable verdict {item}"))
+                })
+            })
+            .collect()
+    }
+
     fn estimate_fee(&self, blocks: u16, mode: Option<&str>) -> Result<Option<f64>, Error> {
         let mut params = vec![json!(blocks)];
         if let Some(mode) = mode {
@@ -161,5 +176,87 @@ impl ChainSource for Daemon {
             minrelaytxfee: field("minrelaytxfee")?,
             incrementalrelayfee: field("incrementalrelayfee")?,
         })
+    }
+}
+
+/// Reads one verdict of `testmempoolaccept`. The nodes differ: Core leaves
+/// `allowed` out of a transaction it did not get to (a package stopped at
+/// an earlier failure); btcd judges every transaction but leaves `allowed`
+/// out when it is false, and always sends `package-error`, empty when
+/// there is none. An empty reason is no reason.
+fn acceptance(kind: NodeKind, item: &Value) -> Option<MempoolAcceptance> {
+    let text = |key: &str| {
+        item.get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let allowed = match (kind, item.get("allowed").and_then(Value::as_bool)) {
+        (NodeKind::Btcd, allowed) => Some(allowed.unwrap_or(false)),
+        (NodeKind::BitcoinCore { .. }, allowed) => allowed,
+    };
+    let reason = text("package-error")
+        .or_else(|| text("reject-details"))
+        .or_else(|| text("reject-reason"))
+        .map(str::to_string);
+    Some(MempoolAcceptance {
+        txid: text("txid")?.parse().ok()?,
+        wtxid: text("wtxid")?.parse().ok()?,
+        allowed,
+        reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TXID: &str = "7d7d6f5e1e5fdc0955ac16309636597c5dc9e117950a3aee2203fb60177131fc";
+    const WTXID: &str = "3b9d266452396611cc68a9d9a1ad5b2e6b3c8b3a0d1a2cbb8c6c4aef5cb8b4de";
+
+    /// The answers are Core 31's and btcd 0.24.2's, as each node sends them.
+    #[test]
+    fn verdicts_read_alike_from_both_nodes() {
+        let core = NodeKind::BitcoinCore { version: 310100 };
+        let accepted = json!({"txid": TXID, "wtxid": WTXID, "allowed": true, "vsize": 110,
+            "fees": {"base": 0.0001, "effective-feerate": 0.0009, "effective-includes": [WTXID]}});
+        let want = |allowed, reason: Option<&str>| MempoolAcceptance {
+            txid: TXID.parse().unwrap(),
+            wtxid: WTXID.parse().unwrap(),
+            allowed,
+            reason: reason.map(str::to_string),
+        };
+        assert_eq!(acceptance(core, &accepted), Some(want(Some(true), None)));
+        let refused = json!({"txid": TXID, "wtxid": WTXID, "allowed": false,
+            "reject-reason": "mandatory-script-verify-flag-failed (Witness program hash mismatch)",
+            "reject-details": "mandatory-script-verify-flag-failed (Witness program hash mismatch), input 0 of ..."});
+        assert_eq!(
+            acceptance(core, &refused),
+            Some(want(
+                Some(false),
+                Some("mandatory-script-verify-flag-failed (Witness program hash mismatch), input 0 of ...")
+            ))
+        );
+        let unjudged = json!({"txid": TXID, "wtxid": WTXID, "package-error": "package-not-sorted"});
+        assert_eq!(
+            acceptance(core, &unjudged),
+            Some(want(None, Some("package-not-sorted")))
+        );
+        let btcd_refused = json!({"txid": TXID, "wtxid": WTXID, "package-error": "",
+            "reject-reason": "missing-inputs"});
+        assert_eq!(
+            acceptance(NodeKind::Btcd, &btcd_refused),
+            Some(want(Some(false), Some("missing-inputs")))
+        );
+        let btcd_accepted = json!({"txid": TXID, "wtxid": WTXID, "package-error": "",
+            "allowed": true, "vsize": 110, "fees": {"base": 0.0001}});
+        assert_eq!(
+            acceptance(NodeKind::Btcd, &btcd_accepted),
+            Some(want(Some(true), None))
+        );
+        assert_eq!(
+            acceptance(core, &json!({"txid": "zz", "wtxid": WTXID})),
+            None
+        );
+        assert_eq!(acceptance(core, &json!({"wtxid": WTXID})), None);
     }
 }

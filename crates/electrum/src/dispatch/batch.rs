@@ -299,7 +299,7 @@ impl Dispatcher {
                         (Pending::Done(Some(answer)), None)
                     }
                     (Pending::Subscribe { id, key, new, call }, None) => {
-                        let status = self.backend.status(&key.scripthash).map_err(RpcError::from);
+                        let status = scripthash::status(&*self.backend, &key);
                         (Pending::Subscribe { id, key, new, call }, Some(status))
                     }
                     done => done,

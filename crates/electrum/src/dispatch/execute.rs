@@ -53,7 +53,7 @@ impl Dispatcher {
                 client_name,
                 min,
                 max,
-            } => match state.negotiate(min, max, config.info.protocol_max) {
+            } => match state.negotiate(min, max) {
                 Ok(version) => {
                     tracing::debug!(client = %client_name.chars().take(64).collect::<String>(), %version, "negotiated");
                     Ok(server::version(&config.info, version))
@@ -75,7 +75,7 @@ impl Dispatcher {
                 key,
             } => {
                 let new = state.subscribe(&key, config.subscriptions_per_session_max)?;
-                let status = match backend.status(&key.scripthash) {
+                let status = match scripthash::status(backend, &key) {
                     Ok(status) => status,
                     Err(e) => {
                         // Not subscribed if the client never got a status; a
@@ -84,7 +84,7 @@ impl Dispatcher {
                         if new {
                             state.unsubscribe(&key);
                         }
-                        return Err(e.into());
+                        return Err(e);
                     }
                 };
                 out.effects.push(Effect::Subscribed { key, status });
@@ -106,7 +106,7 @@ impl Dispatcher {
             Request::OutpointSubscribe { outpoint, spk_hint } => {
                 let new =
                     state.subscribe_outpoint(&outpoint, config.subscriptions_per_session_max)?;
-                let answer = match backend.outpoint_status(&outpoint, spk_hint.as_ref()) {
+                let answer = match backend.outpoint_status(&outpoint, Some(&spk_hint)) {
                     Ok(answer) => answer,
                     Err(e) => {
                         // As for scripts: no status told, no subscription.
@@ -174,9 +174,9 @@ impl Dispatcher {
             // serving it: electrum-client 0.25 (BDK) negotiates 1.6 and still
             // calls it, and servers may support extra methods.
             Request::RelayFee => fee::relayfee(backend),
-            Request::Script { method, key } => scripthash::query(backend, method, &key.scripthash),
+            Request::Script { method, key } => scripthash::query(backend, method, &key),
             Request::OutpointGetStatus { outpoint, spk_hint } => {
-                outpoint::get_status(backend, &outpoint, spk_hint.as_ref())
+                outpoint::get_status(backend, &outpoint, &spk_hint)
             }
             Request::TxBroadcast { raw_tx } => transaction::broadcast(backend, &raw_tx),
             Request::TxBroadcastPackage { raw_txs, verbose } => {
@@ -184,7 +184,10 @@ impl Dispatcher {
             }
             Request::TxGet { txid, verbose } => transaction::get(backend, &txid, verbose),
             Request::TxGetMerkle { txid, height } => {
-                transaction::get_merkle(backend, &txid, height, protocol.is_1_7_draft())
+                transaction::get_merkle(backend, &txid, height)
+            }
+            Request::TxTestMempoolAccept { raw_txs } => {
+                transaction::test_mempool_accept(backend, &raw_txs)
             }
             Request::TxIdFromPos {
                 height,
@@ -193,6 +196,7 @@ impl Dispatcher {
             } => transaction::id_from_pos(backend, height, tx_pos, merkle),
             Request::MempoolFeeHistogram => Ok(mempool::fee_histogram(backend)),
             Request::MempoolGetInfo => mempool::info(backend),
+            Request::MempoolRecent => Ok(mempool::recent(backend)),
             Request::ServerVersion { .. }
             | Request::HeadersSubscribe
             | Request::ServerAddPeer { .. }

@@ -40,7 +40,7 @@ pub struct DispatchConfig {
     pub headers_per_call_max: usize,
     pub batch_requests_max: usize,
     pub subscriptions_per_session_max: usize,
-    /// The largest 1.7-draft `server.ping` padding we send back, in characters.
+    /// The largest 1.7 `server.ping` padding we send back, in characters.
     pub pong_len_max: usize,
     /// The longest response line, in bytes (ElectrumX's MAX_SEND): a
     /// larger answer is replaced by a -101 error for each request it
@@ -207,8 +207,8 @@ impl Dispatcher {
             }
             Message::Call(call) => {
                 // Notifications (no id) are not answered, so they are not run
-                // either: the only one a client sends is a 1.7-draft
-                // `server.ping`.
+                // either: the only one a client sends is 1.7's `server.ping`
+                // (padding, "nothing to do").
                 let id = call.id?;
                 let started = Instant::now();
                 let result = Request::parse(&call.method, &call.params, state.protocol())
