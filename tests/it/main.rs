@@ -7,9 +7,10 @@
 //!
 //! | module        | proves |
 //! |---------------|--------|
-//! | `protocol`    | every Electrum method answers like the node, notifications included; 1.6 at most by default |
+//! | `protocol`    | every Electrum method answers like the node, at 1.4, 1.6 and 1.7, notifications included |
 //! | `mempool`     | mempool answers follow the node: parents mined alone, replacements, surprise blocks |
-//! | `outpoint`    | 1.7 draft outpoint statuses and notifications follow the node (the draft enabled); exact spenders |
+//! | `outpoint`    | 1.7 outpoint statuses and notifications follow the node (btcd); exact spenders |
+//! | `v1_7`        | a 1.7 client, matching notifications as the Electrum client does, is served on Bitcoin Core: every 1.7 method, notification and error |
 //! | `bad_input`   | malformed or oversized input and exhausted limits give clear errors; the server lives on |
 //! | `reorg`       | after a reorg, answers equal the node's view and a fresh index's |
 //! | `restart`     | a SIGTERM + restart on the same index equals a fresh index |
@@ -47,3 +48,4 @@ mod reorg;
 mod restart;
 mod snapshot;
 mod startup;
+mod v1_7;

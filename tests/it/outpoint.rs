@@ -1,10 +1,10 @@
-//! The 1.7 draft's `blockchain.outpoint.*` against btcd: an outpoint's
-//! status (`{}`, `{"height"}`, or with `spender_txhash` and
-//! `spender_height`) at every stage of its life, a subscription notified at
-//! each change, and exact spenders among many outputs of one script (under
-//! the 1-byte-prefix build, their spent-txid prefixes collide). Below 1.7
-//! the methods do not exist. The draft is offered only with
-//! `--protocol-draft-1-7`, which these tests give.
+//! 1.7's `blockchain.outpoint.*` against btcd: an outpoint's status (`{}`,
+//! `{"funder_height"}`, or with `spender_txhash` and `spender_height`) at
+//! every stage of its life, a subscription notified at each change (its
+//! parameters the request's `tx_hash` and `txout_idx`, then the status),
+//! and exact spenders among many outputs of one script (under the
+//! 1-byte-prefix build, their spent-txid prefixes collide). Below 1.7 the
+//! methods do not exist. (`v1_7` drives the same on Bitcoin Core.)
 //!
 //! Expected statuses come from the node only: the transaction that funds
 //! the outpoint and the one that spends it, found in the node's blocks and
@@ -24,13 +24,15 @@ use crate::common::{start_btcd, NodeView, Osprey, OspreyConfig, Session};
 const NOTIFICATION_TIMEOUT: Duration = Duration::from_secs(30);
 const SUBSCRIBE: &str = "blockchain.outpoint.subscribe";
 
-/// Osprey offering the 1.7 draft, which it does not by default.
-fn draft_1_7() -> OspreyConfig {
-    OspreyConfig::with_args(&["--protocol-draft-1-7"])
-}
-
+/// `unsubscribe`'s parameters: the outpoint.
 fn params(o: &OutPoint) -> Value {
     json!([o.txid.to_string(), o.vout])
+}
+
+/// `subscribe`'s and `get_status`'s: the outpoint and the script it pays
+/// (1.7 requires the hint).
+fn hinted(o: &OutPoint, script: &ScriptBuf) -> Value {
+    json!([o.txid.to_string(), o.vout, hex::encode(script.as_bytes())])
 }
 
 fn send(node: &dyn Node, tx: &Transaction) -> Txid {
@@ -47,7 +49,7 @@ fn coin_of(wallet: &TestWallet, txid: Txid, script: &ScriptBuf) -> OutPoint {
         .outpoint
 }
 
-/// The status the draft prescribes for `o`, from the node: the funding
+/// The status 1.7 prescribes for `o`, from the node: the funding
 /// transaction's height (block, or 0 / -1 in the mempool) and, if one
 /// exists, the spending transaction's. Cross-checked with the node's UTXO
 /// set: `gettxout` (mempool excluded) knows `o` exactly when it is funded
@@ -81,7 +83,7 @@ fn node_status(node: &dyn Node, view: &NodeView, o: &OutPoint) -> Value {
             o.txid
         );
     }
-    let mut status = json!({"height": funder.electrum_height});
+    let mut status = json!({"funder_height": funder.electrum_height});
     if let Some(spender) = spender {
         status["spender_txhash"] = json!(spender.txid.to_string());
         status["spender_height"] = json!(spender.electrum_height);
@@ -98,27 +100,36 @@ struct Watcher {
 
 impl Watcher {
     /// Waits until the session is told `want`; each notification must
-    /// name the outpoint and differ from the one before it (a status is
-    /// sent only when it changes).
+    /// name the outpoint as the request did and differ from the one before
+    /// it (a status is sent only when it changes).
     fn expect(&mut self, want: &Value, what: &str) {
         let deadline = std::time::Instant::now() + NOTIFICATION_TIMEOUT;
         while self.told != *want {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let n = self.session.wait_notification(SUBSCRIBE, left);
-            assert_eq!(n["params"][0], params(&self.outpoint), "{what}: {n}");
-            let status = n["params"][1].clone();
+            let named = json!([n["params"][0], n["params"][1]]);
+            assert_eq!(named, params(&self.outpoint), "{what}: {n}");
+            assert_eq!(n["params"].as_array().map(Vec::len), Some(3), "{n}");
+            let status = n["params"][2].clone();
             assert_ne!(status, self.told, "{what}: the same status twice: {n}");
             self.told = status;
         }
     }
 }
 
-/// Waits until `get_status` of `o` answers what the node says.
-fn expect_status(session: &mut Session, node: &BtcdNode, o: &OutPoint, what: &str) -> Value {
+/// Waits until `get_status` of `o` (hinting `script`) answers what the
+/// node says.
+fn expect_status(
+    session: &mut Session,
+    node: &BtcdNode,
+    o: &OutPoint,
+    script: &ScriptBuf,
+    what: &str,
+) -> Value {
     let want = node_status(node, &NodeView::load(node), o);
     let deadline = std::time::Instant::now() + NOTIFICATION_TIMEOUT;
     loop {
-        let got = session.call("blockchain.outpoint.get_status", params(o));
+        let got = session.call("blockchain.outpoint.get_status", hinted(o, script));
         if got == want {
             return want;
         }
@@ -130,13 +141,13 @@ fn expect_status(session: &mut Session, node: &BtcdNode, o: &OutPoint, what: &st
     }
 }
 
-/// 1. btcd (105 blocks), osprey with the draft; at 1.6 the three methods
-///    are not found.
+/// 1. btcd (105 blocks), osprey; at 1.6 the three methods are not found.
 /// 2. At 1.7, subscribe to P:x before P exists: `{}` (and the
-///    subscription is kept, as the draft requires).
-/// 3. P enters the mempool: notified `{"height": 0}`.
+///    subscription is kept, as 1.7 requires). Without `spk_hint` the
+///    request is refused.
+/// 3. P enters the mempool: notified `{"funder_height": 0}`.
 /// 4. P is mined: notified its block height; `get_status` agrees, with the
-///    right `spk_hint`, a wrong one, or none.
+///    right `spk_hint` or a wrong one.
 /// 5. C spends P:x in the mempool: notified with C at height 0.
 /// 6. C is mined: notified with C's block height.
 /// 7. A mempool chain P2 -> C2: P2's output is spent at height -1; C2's
@@ -151,7 +162,7 @@ fn outpoint_status_follows_the_node_and_is_notified() {
     let mut wallet = TestWallet::new();
     wallet.sync(&node).expect("wallet sync");
     let dir = tempfile::tempdir().expect("tempdir");
-    let osprey = Osprey::start(&node, &dir.path().join("db"), draft_1_7());
+    let osprey = Osprey::start(&node, &dir.path().join("db"), OspreyConfig::default());
     let mut old = osprey.session();
     assert_eq!(old.negotiate(json!("1.6")), "1.6");
     let any = OutPoint {
@@ -181,31 +192,34 @@ fn outpoint_status_follows_the_node_and_is_notified() {
         told: json!({}),
     };
     assert_eq!(watcher.session.negotiate(json!("1.7")), "1.7");
-    assert_eq!(watcher.session.call(SUBSCRIBE, params(&o)), json!({}));
+    let e = watcher.session.call_err(SUBSCRIBE, params(&o));
+    assert_eq!(e.code, -32602, "no spk_hint: {e:?}");
+    assert_eq!(watcher.session.call(SUBSCRIBE, hinted(&o, &x)), json!({}));
 
     // 3.
     send(&node, &p);
     let want = node_status(&node, &NodeView::load(&node), &o);
-    assert_eq!(want, json!({"height": 0}), "P has confirmed inputs only");
+    assert_eq!(
+        want,
+        json!({"funder_height": 0}),
+        "P has confirmed inputs only"
+    );
     watcher.expect(&want, "P in the mempool");
-    expect_status(&mut session, &node, &o, "P in the mempool");
+    expect_status(&mut session, &node, &o, &x, "P in the mempool");
 
     // 4.
     node.generate(1).expect("mining P");
     wallet.sync(&node).expect("wallet sync");
     let want = node_status(&node, &NodeView::load(&node), &o);
-    assert!(want["height"].as_i64().unwrap() > 0, "{want}");
+    assert!(want["funder_height"].as_i64().unwrap() > 0, "{want}");
     watcher.expect(&want, "P mined");
-    expect_status(&mut session, &node, &o, "P mined");
+    expect_status(&mut session, &node, &o, &x, "P mined");
     let wrong = wallet.new_script(ScriptKind::P2wpkh);
-    for hint in [x.clone(), wrong] {
-        let hinted = json!([o.txid.to_string(), o.vout, hex::encode(hint.as_bytes())]);
-        assert_eq!(
-            session.call("blockchain.outpoint.get_status", hinted),
-            want,
-            "spk_hint {hint:x}"
-        );
-    }
+    assert_eq!(
+        session.call("blockchain.outpoint.get_status", hinted(&o, &wrong)),
+        want,
+        "a wrong spk_hint changes nothing"
+    );
 
     // 5.
     let y = wallet.new_script(ScriptKind::P2pkh);
@@ -217,7 +231,7 @@ fn outpoint_status_follows_the_node_and_is_notified() {
     assert_eq!(want["spender_txhash"], c.compute_txid().to_string());
     assert_eq!(want["spender_height"], 0);
     watcher.expect(&want, "C in the mempool");
-    expect_status(&mut session, &node, &o, "C in the mempool");
+    expect_status(&mut session, &node, &o, &x, "C in the mempool");
 
     // 6.
     node.generate(1).expect("mining C");
@@ -225,7 +239,7 @@ fn outpoint_status_follows_the_node_and_is_notified() {
     let want = node_status(&node, &NodeView::load(&node), &o);
     assert!(want["spender_height"].as_i64().unwrap() > 0, "{want}");
     watcher.expect(&want, "C mined");
-    expect_status(&mut session, &node, &o, "C mined");
+    expect_status(&mut session, &node, &o, &x, "C mined");
 
     // 7.
     let z = wallet.new_script(ScriptKind::P2pkh);
@@ -239,13 +253,13 @@ fn outpoint_status_follows_the_node_and_is_notified() {
         .spend(&[o2], &[(w.clone(), Amount::from_sat(500_000))])
         .expect("C2");
     send(&node, &c2);
-    let want = expect_status(&mut session, &node, &o2, "P2 -> C2 in the mempool");
-    assert_eq!(want["height"], 0);
+    let want = expect_status(&mut session, &node, &o2, &z, "P2 -> C2 in the mempool");
+    assert_eq!(want["funder_height"], 0);
     assert_eq!(want["spender_txhash"], c2.compute_txid().to_string());
     assert_eq!(want["spender_height"], -1, "C2 spends a mempool output");
     let o3 = coin_of(&wallet, c2.compute_txid(), &w);
-    let want = expect_status(&mut session, &node, &o3, "C2's output");
-    assert_eq!(want, json!({"height": -1}));
+    let want = expect_status(&mut session, &node, &o3, &w, "C2's output");
+    assert_eq!(want, json!({"funder_height": -1}));
 
     // 8.
     for unknown in [
@@ -263,7 +277,7 @@ fn outpoint_status_follows_the_node_and_is_notified() {
         },
     ] {
         assert_eq!(
-            expect_status(&mut session, &node, &unknown, "unknown"),
+            expect_status(&mut session, &node, &unknown, &x, "unknown"),
             json!({})
         );
     }
@@ -287,7 +301,7 @@ fn outpoint_spenders_are_exact_among_many_outputs_of_one_script() {
     let mut wallet = TestWallet::new();
     wallet.sync(&node).expect("wallet sync");
     let dir = tempfile::tempdir().expect("tempdir");
-    let osprey = Osprey::start(&node, &dir.path().join("db"), draft_1_7());
+    let osprey = Osprey::start(&node, &dir.path().join("db"), OspreyConfig::default());
     let mut session = osprey.session();
     assert_eq!(session.negotiate(json!("1.7")), "1.7");
     let x = wallet.new_script(ScriptKind::P2pkh);
@@ -333,9 +347,9 @@ fn outpoint_spenders_are_exact_among_many_outputs_of_one_script() {
     );
     for o in &outpoints {
         let want = node_status(&node, &view, o);
-        assert!(want.get("height").is_some(), "{o}: {want}");
+        assert!(want.get("funder_height").is_some(), "{o}: {want}");
         assert_eq!(
-            expect_status(&mut session, &node, o, "many outputs of one script"),
+            expect_status(&mut session, &node, o, &x, "many outputs of one script"),
             want
         );
     }

@@ -199,19 +199,18 @@ fn build_scenario(node: &dyn Node, wallet: &mut TestWallet) -> Scenario {
 ///    (P2PKH, P2SH-P2WPKH, P2WPKH, P2WSH, P2TR); block B spends each (P2WSH
 ///    paying itself) and pays each again; the mempool holds m0 (confirmed inputs: height 0), m1
 ///    (spends m0: height -1) and m2 (a second height-0 entry).
-/// 3. Start osprey with the 1.7 draft enabled; wait until it serves the tip
-///    and sees the mempool.
+/// 3. Start osprey; wait until it serves the tip and sees the mempool.
 /// 4. Check the server.* methods, negotiation of 1.4, 1.6 and 1.7 included.
 /// 5. Check headers: subscribe, block.header(s), cp_height proofs folded
 ///    to a root computed here from the node's block hashes, 2016 at once.
 /// 6. Check fees: estimatefee, relayfee, mempool.get_info,
 ///    mempool.get_fee_histogram against the node's mempool.
-/// 7. Check every scripthash (and 1.7-draft scriptpubkey) method for each target,
+/// 7. Check every scripthash (and 1.7 scriptpubkey) method for each target,
 ///    the mining script and an unused script, against the node's view.
 /// 8. Check transaction.get (raw and verbose), get_merkle, id_from_pos.
 /// 9. Broadcast a good transaction (it reaches the node's mempool), a bad
 ///    one (an error, no hang), and a package (btcd: a clear error).
-/// 10. Subscribe a fresh script (by script hash, by 1.7-draft scriptpubkey and
+/// 10. Subscribe a fresh script (by script hash, by 1.7 scriptpubkey and
 ///     with electrum-client), an unused script and the headers; pay the
 ///     script: a status notification (mempool); mine: a headers and a
 ///     status notification; spend it: a status notification. Never one
@@ -248,7 +247,7 @@ fn every_method_answers_like_the_node() {
     let osprey = Osprey::start(
         &node,
         &dir.path().join("db"),
-        OspreyConfig::with_args(&["--banner", BANNER, "--protocol-draft-1-7"]),
+        OspreyConfig::with_args(&["--banner", BANNER]),
     );
     let p2pkh_sh = scripthash(scenario.target(ScriptKind::P2pkh));
     let mut session = osprey.session();
@@ -355,12 +354,11 @@ fn check_server_methods(osprey: &Osprey, node: &dyn Node, view: &NodeView) {
     assert_eq!(
         s17.call("server.ping", json!([4, "ab"])),
         json!({"data": "0000"}),
-        "the 1.7 draft pads"
+        "1.7 pads"
     );
-    assert_eq!(
-        s17.call("server.features", json!([]))["method_flavours"],
-        json!({})
-    );
+    let features17 = s17.call("server.features", json!([]));
+    assert!(features17.get("hash_function").is_none(), "{features17}");
+    assert!(features17.get("method_flavours").is_none(), "{features17}");
 
     // Features: the genesis hash is the node's block 0.
     let genesis = node.block_hash(0).expect("getblockhash 0").to_string();
@@ -675,20 +673,50 @@ fn check_scripts(osprey: &Osprey, node: &dyn Node, view: &NodeView, scripts: &[S
             "{what}"
         );
 
-        // The 1.7 draft names scripts by their bytes too: same answers.
+        // 1.7 names scripts by their bytes, and wraps lists in objects.
         let spk = json!([hex::encode(script.as_bytes())]);
         assert_eq!(
             s17.call("blockchain.scriptpubkey.get_history", spk.clone()),
-            history,
+            json!({"history": view.history_json(script)}),
+            "{what}"
+        );
+        assert_eq!(
+            s17.call("blockchain.scriptpubkey.get_mempool", spk.clone()),
+            json!({"history": view.mempool_json(script)}),
             "{what}"
         );
         assert_eq!(
             s17.call("blockchain.scriptpubkey.get_balance", spk.clone()),
-            balance,
+            view.balance_json(script),
             "{what}"
         );
+        let mut utxos = s17.call("blockchain.scriptpubkey.listunspent", spk.clone());
+        if let Some(Value::Array(items)) = utxos.get_mut("utxos") {
+            items.sort_by_key(|u| {
+                (
+                    u["tx_hash"].as_str().unwrap_or_default().to_string(),
+                    u["tx_pos"].as_u64(),
+                )
+            });
+        }
+        assert_eq!(
+            utxos,
+            json!({"utxos": view.unspent_json(script)}),
+            "{what}"
+        );
+        assert_eq!(
+            s17.call("blockchain.scriptpubkey.subscribe", spk.clone()),
+            view.status(script),
+            "{what}"
+        );
+        assert_eq!(
+            s17.call("blockchain.scriptpubkey.unsubscribe", spk.clone()),
+            json!(true)
+        );
         let e = s16.call_err("blockchain.scriptpubkey.get_history", spk.clone());
-        assert_eq!(e.code, -32601, "a 1.7 draft method at 1.6: {e:?}");
+        assert_eq!(e.code, -32601, "a 1.7 method at 1.6: {e:?}");
+        let e = s17.call_err("blockchain.scripthash.get_history", p.clone());
+        assert_eq!(e.code, -32601, "replaced in 1.7: {e:?}");
 
         // The confirmed heights agree with the node's verbose transactions
         // (`blockhash` -> height), checked for the scenario's small scripts.
@@ -863,28 +891,19 @@ fn check_transactions(
             merkle_root,
             "merkle branch of {txid} does not fold to the block's root"
         );
-        // 1.6 as released has the 1.4 shape; the 1.7 draft adds the
-        // block hash and makes the height optional.
-        let answer16 = s16.call(
-            "blockchain.transaction.get_merkle",
-            json!([txid.to_string(), height]),
-        );
-        assert_eq!(answer16, answer, "1.6 get_merkle");
-        let answer17 = s17.call(
-            "blockchain.transaction.get_merkle",
-            json!([txid.to_string(), height]),
-        );
-        let without_height = s17.call(
+        // 1.6 as released and 1.7 as merged have the 1.4 shape.
+        for session in [&mut s16, &mut s17] {
+            let again = session.call(
+                "blockchain.transaction.get_merkle",
+                json!([txid.to_string(), height]),
+            );
+            assert_eq!(again, answer, "1.6 and 1.7 get_merkle");
+        }
+        let e = s17.call_err(
             "blockchain.transaction.get_merkle",
             json!([txid.to_string()]),
         );
-        assert_eq!(without_height, answer17, "get_merkle without a height");
-        assert_eq!(
-            answer17["block_hash"],
-            json!(view.block_hashes[height as usize].to_string()),
-            "1.7 draft block_hash"
-        );
-        assert_eq!(answer17["merkle"], answer["merkle"]);
+        assert_eq!(e.code, -32602, "the height is required at 1.7: {e:?}");
         let typed = client
             .transaction_get_merkle(txid, height as usize)
             .expect("electrum-client get_merkle");
@@ -1038,22 +1057,31 @@ fn check_notifications(osprey: &Osprey, node: &dyn Node, wallet: &mut TestWallet
     let spk = hex::encode(script.as_bytes());
     // Never paid: must never be notified.
     let quiet = wallet.new_script(ScriptKind::P2wsh);
+    let mut s16 = osprey.session();
+    s16.negotiate(json!("1.6"));
     let mut s17 = osprey.session();
     s17.negotiate(json!("1.7"));
     assert_eq!(
-        s17.call("blockchain.scripthash.subscribe", json!([sh])),
+        s16.call("blockchain.scripthash.subscribe", json!([sh])),
         Value::Null,
         "unused script"
     );
     assert_eq!(
         s17.call("blockchain.scriptpubkey.subscribe", json!([spk])),
         Value::Null,
-        "the 1.7 draft form"
+        "the 1.7 form"
+    );
+    assert_eq!(
+        s16.call(
+            "blockchain.scripthash.subscribe",
+            json!([scripthash(&quiet)])
+        ),
+        Value::Null
     );
     assert_eq!(
         s17.call(
-            "blockchain.scripthash.subscribe",
-            json!([scripthash(&quiet)])
+            "blockchain.scriptpubkey.subscribe",
+            json!([hex::encode(quiet.as_bytes())])
         ),
         Value::Null
     );
@@ -1066,10 +1094,11 @@ fn check_notifications(osprey: &Osprey, node: &dyn Node, wallet: &mut TestWallet
     client
         .block_headers_subscribe_raw()
         .expect("electrum-client headers subscribe");
-    // Each change must reach both forms of the subscription and the client.
-    let expect_status = |s17: &mut Session, want: &Value| {
-        wait_status_notification(s17, "blockchain.scripthash.subscribe", &sh, want);
-        wait_status_notification(s17, "blockchain.scriptpubkey.subscribe", &spk, want);
+    // Each change must reach both forms of the subscription and the
+    // client; 1.7 names the script by its hash in the notification too.
+    let expect_status = |s16: &mut Session, s17: &mut Session, want: &Value| {
+        wait_status_notification(s16, "blockchain.scripthash.subscribe", &sh, want);
+        wait_status_notification(s17, "blockchain.scriptpubkey.subscribe", &sh, want);
         wait_client_status(&client, &script, want);
     };
 
@@ -1082,7 +1111,7 @@ fn check_notifications(osprey: &Osprey, node: &dyn Node, wallet: &mut TestWallet
     let view = NodeView::load(node);
     let want = view.status(&script);
     assert!(want.is_string());
-    expect_status(&mut s17, &want);
+    expect_status(&mut s16, &mut s17, &want);
 
     // Mined: a new tip and a confirmed status.
     node.generate(1).expect("mining");
@@ -1103,7 +1132,7 @@ fn check_notifications(osprey: &Osprey, node: &dyn Node, wallet: &mut TestWallet
         }
         eprintln!("intermediate headers notification {n}");
     }
-    expect_status(&mut s17, &want);
+    expect_status(&mut s16, &mut s17, &want);
     let header = wait_until(
         "electrum-client gets the new header",
         NOTIFICATION_TIMEOUT,
@@ -1130,22 +1159,23 @@ fn check_notifications(osprey: &Osprey, node: &dyn Node, wallet: &mut TestWallet
     let view = NodeView::load(node);
     let want = view.status(&script);
     assert_eq!(view.history(&script).len(), 2, "paid, then spent");
-    expect_status(&mut s17, &want);
+    expect_status(&mut s16, &mut s17, &want);
     // A round trip after the last change: anything about the quiet script
     // would have arrived before its answer.
-    s17.call("server.ping", json!([]));
-    let stray: Vec<&Value> = s17
-        .pending_notifications()
-        .iter()
-        .filter(|n| n["params"][0] != json!(sh))
-        .collect();
-    assert!(
-        stray
+    for session in [&mut s16, &mut s17] {
+        session.call("server.ping", json!([]));
+        let stray: Vec<&Value> = session
+            .pending_notifications()
             .iter()
-            .all(|n| n["method"] == json!("blockchain.headers.subscribe")
-                || n["params"][0] == json!(spk)),
-        "notifications about scripts nobody paid: {stray:?}"
-    );
+            .filter(|n| n["params"][0] != json!(sh))
+            .collect();
+        assert!(
+            stray
+                .iter()
+                .all(|n| n["method"] == json!("blockchain.headers.subscribe")),
+            "notifications about scripts nobody paid: {stray:?}"
+        );
+    }
 }
 
 /// Waits for a `method` notification about `key` carrying the status
@@ -1251,70 +1281,5 @@ fn unanswerable_requests_are_bad_requests_not_internal_errors() {
         wrong.is_empty(),
         "expected code 1 (bad request):\n{}",
         wrong.join("\n")
-    );
-}
-
-/// The 1.7 draft differs from 1.7 as merged, so by default Osprey offers
-/// 1.6 at most (`--protocol-draft-1-7` offers the draft, as
-/// `every_method_answers_like_the_node` does):
-/// 1. Start btcd and osprey with its default settings.
-/// 2. A client that takes up to 1.7, or up to 2.0, gets 1.6; the features
-///    say `protocol_max` 1.6, without the draft's `method_flavours`, and so
-///    does electrum-client's view of them.
-/// 3. At such a session the draft's methods are unknown (-32601), as they
-///    are at 1.4, and `server.ping` answers null.
-/// 4. A client that asks for 1.7 alone has no version in common: an
-///    error, then the connection is closed.
-#[test]
-fn the_1_7_draft_is_not_offered_by_default() {
-    // 1.
-    let node = start_btcd();
-    node.generate(1).expect("mining");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let osprey = Osprey::start(&node, &dir.path().join("db"), OspreyConfig::default());
-    let draft_calls = [
-        (
-            "blockchain.outpoint.subscribe",
-            json!([Txid::all_zeros().to_string(), 0]),
-        ),
-        (
-            "blockchain.scriptpubkey.subscribe",
-            json!([hex::encode(burn_script(1).as_bytes())]),
-        ),
-    ];
-    let mut s14 = osprey.session();
-    assert_eq!(s14.negotiate(json!("1.4")), "1.4");
-    for asked in [json!(["1.4", "1.7"]), json!(["1.4", "2.0"])] {
-        // 2.
-        let mut session = osprey.session();
-        assert_eq!(session.negotiate(asked.clone()), "1.6", "{asked}");
-        let features = session.call("server.features", json!([]));
-        assert_eq!(features["protocol_max"], json!("1.6"), "{features}");
-        assert!(features.get("method_flavours").is_none(), "{features}");
-        // 3.
-        for (method, params) in &draft_calls {
-            let e = session.call_err(method, params.clone());
-            let at_1_4 = s14.call_err(method, params.clone());
-            assert_eq!((e.code, at_1_4.code), (-32601, -32601), "{method}: {e:?}");
-        }
-        assert_eq!(
-            session.call("server.ping", json!([4, "ab"])),
-            Value::Null,
-            "1.6 pads nothing"
-        );
-    }
-    let typed = osprey
-        .client()
-        .server_features()
-        .expect("electrum-client server_features");
-    assert_eq!(typed.protocol_max, "1.6");
-    // 4.
-    let mut only_1_7 = osprey.session();
-    let e = only_1_7.call_err("server.version", json!(["osprey-it", "1.7"]));
-    assert!(e.message.contains("this server speaks 1.4 to 1.6"), "{e:?}");
-    let (closed, _) = only_1_7.closed_within(Duration::from_secs(10));
-    assert!(
-        closed,
-        "no common version: the server must close the connection"
     );
 }

@@ -1,4 +1,4 @@
-//! The Electrum protocol, versions 1.4 to 1.6, without sockets: JSON-RPC 2.0
+//! The Electrum protocol, versions 1.4 to 1.7, without sockets: JSON-RPC 2.0
 //! framing of a line, parameter parsing (by position and by name), the
 //! method table, one module per method family, per-session protocol state,
 //! and the mapping of errors to JSON-RPC error objects.

@@ -1,4 +1,4 @@
-//! The status of one transaction output (the 1.7 draft's
+//! The status of one transaction output (1.7's
 //! `blockchain.outpoint.*`): the height of the transaction that funds it and
 //! the transaction that spends it, from the index and the mempool, with no
 //! node `txindex`.

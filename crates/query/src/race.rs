@@ -110,7 +110,7 @@ mod tests {
 
     /// A confirmed output whose spender is in the mempool, then mined by
     /// the node; the commit and the mempool update come in the middle of
-    /// the outpoint's answer (1.7 draft). The answer must name the spender,
+    /// the outpoint's answer (1.7). The answer must name the spender,
     /// confirmed: the mempool was read before the commit, the chain after
     /// it. Read the other way round, the output is answered unspent.
     #[test]

@@ -251,27 +251,43 @@ impl Session {
     /// # Panics
     /// When none arrives in time.
     pub fn wait_notification(&mut self, method: &str, timeout: Duration) -> Value {
+        self.wait_notification_where(method, timeout, |n| n["method"] == json!(method))
+    }
+
+    /// Returns the next notification, whatever its method, waiting up to
+    /// `timeout`.
+    ///
+    /// # Panics
+    /// When none arrives in time.
+    pub fn next_notification(&mut self, timeout: Duration) -> Value {
+        self.wait_notification_where("any", timeout, |_| true)
+    }
+
+    /// Returns the first notification `wanted` accepts (`what` names it in
+    /// failures), waiting up to `timeout`; the others are kept.
+    fn wait_notification_where(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Value {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(i) = self
-                .notifications
-                .iter()
-                .position(|n| n["method"] == json!(method))
-            {
+            if let Some(i) = self.notifications.iter().position(&wanted) {
                 return self.notifications.remove(i).expect("index found above");
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 panic!(
-                    "no {method} notification within {timeout:?} (queued: {:?})",
+                    "no {what} notification within {timeout:?} (queued: {:?})",
                     self.notifications
                 );
             }
             match self.read_message_within(left) {
                 Ok(Some(v)) if v.get("id").is_none() => self.notifications.push_back(v),
-                Ok(Some(v)) => panic!("unexpected response while waiting for {method}: {v}"),
+                Ok(Some(v)) => panic!("unexpected response while waiting for {what}: {v}"),
                 Ok(None) => panic!(
-                    "{} closed the connection while we waited for {method}",
+                    "{} closed the connection while we waited for {what}",
                     self.addr
                 ),
                 Err(e) if e.kind() == ErrorKind::TimedOut => {}
