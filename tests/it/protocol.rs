@@ -699,11 +699,7 @@ fn check_scripts(osprey: &Osprey, node: &dyn Node, view: &NodeView, scripts: &[S
                 )
             });
         }
-        assert_eq!(
-            utxos,
-            json!({"utxos": view.unspent_json(script)}),
-            "{what}"
-        );
+        assert_eq!(utxos, json!({"utxos": view.unspent_json(script)}), "{what}");
         assert_eq!(
             s17.call("blockchain.scriptpubkey.subscribe", spk.clone()),
             view.status(script),

@@ -306,14 +306,16 @@ fn a_1_7_client_is_served_on_bitcoin_core() {
     let view = NodeView::load(&node);
     client.expect(&s_key, &view.status(&s), "P in the mempool");
     let o = coin_of(&wallet, p.compute_txid(), &s);
-    let (o_key, status) = client.subscribe(
-        OUTPOINT_SUBSCRIBE,
-        json!([o.txid.to_string(), o.vout, spk]),
-    );
+    let (o_key, status) =
+        client.subscribe(OUTPOINT_SUBSCRIBE, json!([o.txid.to_string(), o.vout, spk]));
     assert_eq!(status, outpoint_status(&view, &o));
     assert_eq!(status, json!({"funder_height": 0}));
     let recent = client.session.call("mempool.recent", json!([]));
-    assert_eq!(recent[0], recent_entry(&node, &p.compute_txid()), "{recent}");
+    assert_eq!(
+        recent[0],
+        recent_entry(&node, &p.compute_txid()),
+        "{recent}"
+    );
 
     // 7.
     node.generate(1).expect("mining P");
@@ -341,7 +343,11 @@ fn a_1_7_client_is_served_on_bitcoin_core() {
     client.expect(&o_key, &want, "C in the mempool");
     client.expect(&s_key, &view.status(&s), "C in the mempool");
     let recent = client.session.call("mempool.recent", json!([]));
-    assert_eq!(recent[0], recent_entry(&node, &c.compute_txid()), "{recent}");
+    assert_eq!(
+        recent[0],
+        recent_entry(&node, &c.compute_txid()),
+        "{recent}"
+    );
     node.generate(1).expect("mining C");
     wallet.sync(&node).expect("wallet sync");
     let view = NodeView::load(&node);
@@ -410,21 +416,31 @@ fn a_1_7_client_is_served_on_bitcoin_core() {
         .session
         .call_err(SCRIPTPUBKEY_SUBSCRIBE, busy_spk.clone());
     assert_eq!(e.code, 10001, "{e:?}");
-    let e = s16.call_err("blockchain.scripthash.get_history", json!([scripthash(&busy)]));
+    let e = s16.call_err(
+        "blockchain.scripthash.get_history",
+        json!([scripthash(&busy)]),
+    );
     assert_eq!(e.code, 1, "1.6 keeps its code: {e:?}");
 
     // 11.
-    let unsubscribe = |client: &mut Client17, method: &str, params: Value| {
-        client.session.call(method, params)
-    };
+    let unsubscribe =
+        |client: &mut Client17, method: &str, params: Value| client.session.call(method, params);
     let o_params = json!([o.txid.to_string(), o.vout]);
     for want in [true, false] {
         assert_eq!(
-            unsubscribe(&mut client, "blockchain.outpoint.unsubscribe", o_params.clone()),
+            unsubscribe(
+                &mut client,
+                "blockchain.outpoint.unsubscribe",
+                o_params.clone()
+            ),
             json!(want)
         );
         assert_eq!(
-            unsubscribe(&mut client, "blockchain.scriptpubkey.unsubscribe", p17.clone()),
+            unsubscribe(
+                &mut client,
+                "blockchain.scriptpubkey.unsubscribe",
+                p17.clone()
+            ),
             json!(want)
         );
     }

@@ -258,11 +258,10 @@ impl NodeView {
                 .sum();
             let outputs: u64 = tx.output.iter().map(|o| o.value.to_sat()).sum();
             let fee = inputs - outputs;
-            assert_eq!(
-                fee,
-                btc_to_sat(&verbose[txid.to_string()]["fee"]),
-                "node's fee of {txid}"
-            );
+            // btcd says `fee`; Bitcoin Core `fees.base` (its `fee` went in 23).
+            let entry = &verbose[txid.to_string()];
+            let node_fee = entry.get("fee").unwrap_or(&entry["fees"]["base"]);
+            assert_eq!(fee, btc_to_sat(node_fee), "node's fee of {txid}");
             let unconfirmed_parent = tx
                 .input
                 .iter()
