@@ -3,12 +3,11 @@
 //! on the caller's own thread.
 
 use super::{Dispatcher, Effect, Outcome};
-use crate::jsonrpc::{self, Call, Incoming, Message};
+use crate::jsonrpc::{Answer, Call, Incoming, Message, Response};
 use crate::request::{Request, ScriptKey, ScriptMethod};
 use crate::scripthash;
 use crate::session::SessionState;
 use osprey_core::StatusHash;
-use serde_json::Value;
 use std::time::Instant;
 
 impl Dispatcher {
@@ -51,42 +50,10 @@ impl Dispatcher {
                 scripthash::status_json(status)
             });
             self.record(&method, started, &result);
-            answers.push((id, result));
+            answers.push(Response::new(id, result.map(Answer::from)));
         }
         // Written straight to text: a cached answer costs little else.
-        let mut line = Vec::with_capacity(answers.len() * 100 + 2);
-        if !single {
-            line.push(b'[');
-        }
-        for (i, (id, result)) in answers.iter().enumerate() {
-            if i > 0 {
-                line.push(b',');
-            }
-            jsonrpc::write_response(&mut line, id, result.as_ref());
-        }
-        if !single {
-            line.push(b']');
-        }
-        out.response = Some(match String::from_utf8(line) {
-            Ok(line) if line.len() <= self.config.reply_bytes_max => line,
-            // Over the reply limit (only with the batch limit raised far
-            // above its default): refused as any other answer is. (Never
-            // invalid UTF-8: serde_json writes UTF-8.)
-            _ => {
-                let mut answers: Vec<Value> = answers
-                    .into_iter()
-                    .map(|(id, result)| jsonrpc::response(id, result))
-                    .collect();
-                let response = match (single, answers.pop()) {
-                    (true, Some(answer)) => answer,
-                    (_, last) => {
-                        answers.extend(last);
-                        Value::Array(answers)
-                    }
-                };
-                self.within_reply_limit(response)
-            }
-        });
+        out.response = Some(self.reply_line(answers, !single));
         Ok(out)
     }
 
