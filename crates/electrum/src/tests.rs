@@ -1130,15 +1130,15 @@ fn cached_subscriptions_are_answered_without_computing_statuses() {
     let subscribe = |id: u32, sh: &str| json!({"id": id, "method": "blockchain.scripthash.subscribe", "params": [sh]});
 
     let uncached = json!([subscribe(1, SH), subscribe(2, &"33".repeat(32))]);
-    let version = json!({"id": 9, "method": "server.version", "params": []});
+    let history = json!({"id": 9, "method": "blockchain.scripthash.get_history", "params": [SH]});
     for (line, why) in [
         (uncached, "the second status is not cached"),
-        (version, "not a subscription"),
+        (history, "reads the history"),
     ] {
         let incoming = fast.dispatcher.parse(line.to_string().as_bytes());
         let back = fast
             .dispatcher
-            .answer_from_cache(&mut fast.state, incoming.clone())
+            .answer_inline(&mut fast.state, incoming.clone())
             .expect_err(why);
         assert_eq!(back, incoming, "{why}");
     }
@@ -1157,7 +1157,7 @@ fn cached_subscriptions_are_answered_without_computing_statuses() {
         let incoming = fast.dispatcher.parse(line.as_bytes());
         let answered = fast
             .dispatcher
-            .answer_from_cache(&mut fast.state, incoming)
+            .answer_inline(&mut fast.state, incoming)
             .expect("every status is cached");
         let expected = general.line(&line);
         assert_eq!(answered.response, expected.response, "{line}");
@@ -1183,6 +1183,58 @@ fn cached_subscriptions_are_answered_without_computing_statuses() {
         scripthash: used,
         form: ScriptForm::ScriptHash,
     }));
+}
+
+/// A newcomer's version, a ping, the server's description and the tip
+/// are answered from memory on the session's own thread, reading no
+/// header range and no status, exactly as the general path answers them
+/// (the version negotiated, the headers subscription made); a line that
+/// also reads the chain is given back.
+#[test]
+fn memory_only_requests_are_answered_inline() {
+    let mut fast = Harness::new();
+    let mut general = Harness::new();
+    let lines = [
+        json!({"id": 1, "method": "server.version", "params": ["wallet", "1.4"]}),
+        json!([
+            {"id": 2, "method": "server.ping", "params": []},
+            {"id": 3, "method": "server.features", "params": []},
+            {"id": 4, "method": "server.banner", "params": []},
+            {"id": 5, "method": "server.donation_address", "params": []},
+            {"id": 6, "method": "blockchain.headers.subscribe", "params": []},
+        ]),
+    ];
+    for line in lines {
+        let line = line.to_string();
+        let incoming = fast.dispatcher.parse(line.as_bytes());
+        let answered = fast
+            .dispatcher
+            .answer_inline(&mut fast.state, incoming)
+            .expect("answered from memory");
+        let expected = general.line(&line);
+        assert_eq!(answered.response, expected.response, "{line}");
+        assert_eq!(answered.effects, expected.effects, "{line}");
+    }
+    assert_eq!(fast.state.negotiated(), general.state.negotiated());
+    assert!(
+        fast.state.negotiated().is_some(),
+        "the version was negotiated"
+    );
+    assert_eq!(
+        fast.backend.update(|s| (s.headers_calls, s.status_calls)),
+        (0, 0)
+    );
+    let chain = json!([
+        {"id": 7, "method": "server.ping", "params": []},
+        {"id": 8, "method": "blockchain.block.header", "params": [1]},
+    ])
+    .to_string();
+    let incoming = fast.dispatcher.parse(chain.as_bytes());
+    let back = fast
+        .dispatcher
+        .answer_inline(&mut fast.state, incoming.clone())
+        .expect_err("a header is read from the chain");
+    assert_eq!(back, incoming);
 }
 
 /// Cached subscriptions whose answers together pass `reply_bytes_max` (a
@@ -1214,7 +1266,7 @@ fn cached_subscriptions_over_the_reply_limit_are_refused_alike() {
     let mut fast = SessionState::new();
     let incoming = dispatcher.parse(batch.as_bytes());
     let answered = dispatcher
-        .answer_from_cache(&mut fast, incoming)
+        .answer_inline(&mut fast, incoming)
         .expect("every status is cached");
     let general =
         dispatcher.handle_line(&mut SessionState::new(), batch.as_bytes(), batch_threads());

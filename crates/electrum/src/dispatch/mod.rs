@@ -7,13 +7,15 @@
 //!
 //! Here: the entry points, a single request and the `Outcome`. Beside it:
 //! `execute` (the method table), `batch` (batches, in order or spread over
-//! the threads the caller hands over), `cached` (a reconnecting wallet's
-//! cached statuses, answered without I/O) and `reply_limit`
+//! the threads the caller hands over), `inline` (lines answered from
+//! memory, without I/O: a reconnecting wallet's cached statuses, the
+//! version, pings), `shared` (long histories written once for every
+//! session that asks) and `reply_limit`
 //! (`reply_bytes_max`).
 
 mod batch;
-mod cached;
 mod execute;
+mod inline;
 mod reply_limit;
 mod shared;
 
