@@ -192,6 +192,8 @@ async fn serve(
     let mut request_charge = Charge::new(&ctx.client_memory);
     let mut running: Option<tokio::task::JoinHandle<Handled>> = None;
     let mut cost = SessionCost::new();
+    // What the running line's answer was expected to send, charged already.
+    let mut expected = 0;
     let mut eof = false;
     loop {
         if running.is_none() {
@@ -215,14 +217,24 @@ async fn serve(
                     // answered right here, without a handler slot: handing
                     // it to a blocking thread would cost more than the work,
                     // and it would wait behind heavy lines for a slot.
+                    // What its answer is expected to send is charged to
+                    // the session's cost before any work is done (see
+                    // `fair`), and the rest once it is known.
                     let incoming = match (line.len() <= INLINE_LINE_BYTES_MAX)
                         .then(|| dispatcher.parse(&line))
                     {
                         Some(incoming) => {
+                            expected = dispatcher
+                                .reply_estimate(&session_state, &incoming)
+                                .expected;
+                            cost.charge(Duration::ZERO, expected);
                             match dispatcher.answer_inline(&mut session_state, incoming) {
                                 Ok(outcome) => {
                                     state = Some(session_state);
-                                    cost.charge(Duration::ZERO, reply_len(&outcome));
+                                    cost.charge(
+                                        Duration::ZERO,
+                                        reply_len(&outcome).saturating_sub(expected),
+                                    );
                                     if let Err(end) =
                                         deliver(ctx, id, &mut writer, outcome, seen).await
                                     {
@@ -233,7 +245,10 @@ async fn serve(
                                 Err(incoming) => Some(incoming),
                             }
                         }
-                        None => None,
+                        None => {
+                            expected = 0;
+                            None
+                        }
                     };
                     let scheduler = Arc::clone(&ctx.scheduler);
                     let priority = cost.now();
@@ -287,7 +302,7 @@ async fn serve(
                     tracing::error!("request handler panicked");
                     return End::HandlerPanicked;
                 };
-                cost.charge(held, reply_len(&outcome));
+                cost.charge(held, reply_len(&outcome).saturating_sub(expected));
                 state = Some(session_state);
                 if let Err(end) = deliver(ctx, id, &mut writer, outcome, seen).await {
                     return end;

@@ -20,6 +20,7 @@ mod reply_limit;
 mod shared;
 
 pub use batch::BatchThreads;
+pub use inline::ReplyEstimate;
 
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Answer, Incoming, Message, Response};
@@ -187,6 +188,12 @@ impl Dispatcher {
                     .collect(),
                 false,
             ),
+            // Refused unrun: its answers cannot fit in a reply.
+            incoming @ Incoming::Batch(_)
+                if self.reply_estimate(state, &incoming).at_least > self.config.reply_bytes_max =>
+            {
+                return self.refuse_unanswerable(state, incoming);
+            }
             Incoming::Batch(messages) => {
                 (self.handle_batch(state, messages, &mut out, threads), true)
             }

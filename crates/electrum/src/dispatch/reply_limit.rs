@@ -31,6 +31,11 @@ impl ReplySize {
             .fetch_add(answer.written_len() + 1, Ordering::Relaxed);
     }
 
+    /// Counts bytes known without an answer to measure.
+    pub(super) fn add_bytes(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     pub(super) fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
     }

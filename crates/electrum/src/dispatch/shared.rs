@@ -163,6 +163,14 @@ impl SharedHistories {
         Ok(text)
     }
 
+    /// The length of the text kept for `scripthash`, current or not.
+    pub fn kept_len(&self, scripthash: &ScriptHash) -> Option<usize> {
+        lock(&self.kept)
+            .texts
+            .get(scripthash)
+            .map(|(_, shared)| shared.text.len())
+    }
+
     /// The kept text of `scripthash`, if it hashes to the cached status.
     fn current(&self, backend: &dyn Backend, scripthash: &ScriptHash) -> Option<Arc<str>> {
         let (_, shared) = lock(&self.kept).texts.get(scripthash).cloned()?;
