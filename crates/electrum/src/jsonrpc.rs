@@ -393,7 +393,16 @@ impl std::io::Write for ByteCounter {
 
 /// A line of responses: one object, or an array of them for a batch.
 pub fn write_line(responses: &[Response], batch: bool) -> String {
-    let mut line = Vec::new();
+    // Room for the texts up front: a shared history is megabytes, and
+    // growing to it by doubling would copy it several times.
+    let texts: usize = responses
+        .iter()
+        .map(|r| match &r.outcome {
+            Ok(Answer::Text(text)) => text.len(),
+            _ => 0,
+        })
+        .sum();
+    let mut line = Vec::with_capacity(texts + 96 * responses.len() + 2);
     if batch {
         line.push(b'[');
     }
