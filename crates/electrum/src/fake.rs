@@ -51,11 +51,15 @@ pub struct FakeState {
     pub status_calls: usize,
     /// Counts `headers` calls.
     pub headers_calls: usize,
+    /// Counts `history` calls.
+    pub history_calls: usize,
     /// Script hashes whose status `cached_status` gives (as a cache would).
     pub cached: std::collections::HashSet<ScriptHash>,
     /// `status` of this script hash waits until the gate opens: a test can
     /// hold whoever computes it (the notifier) in the middle of its work.
     pub status_gate: Option<(ScriptHash, Arc<Gate>)>,
+    /// The same for `history`.
+    pub history_gate: Option<(ScriptHash, Arc<Gate>)>,
 }
 
 /// A gate threads wait at until a test opens it.
@@ -153,6 +157,14 @@ impl FakeBackend {
     }
 }
 
+/// The gate of `gated`, if it holds `sh`.
+fn gate_for(gated: &Option<(ScriptHash, Arc<Gate>)>, sh: &ScriptHash) -> Option<Arc<Gate>> {
+    gated
+        .as_ref()
+        .filter(|(held, _)| held == sh)
+        .map(|(_, gate)| Arc::clone(gate))
+}
+
 fn block_hash(header: &[u8; 80]) -> BlockHash {
     BlockHash::from_raw_hash(sha256d::Hash::hash(header))
 }
@@ -204,6 +216,14 @@ impl Backend for FakeBackend {
     }
 
     fn history(&self, sh: &ScriptHash) -> Result<Vec<HistoryEntry>, Error> {
+        let gate = {
+            let mut state = self.lock();
+            state.history_calls += 1;
+            gate_for(&state.history_gate, sh)
+        };
+        if let Some(gate) = gate {
+            gate.wait();
+        }
         self.checked_history(sh)
     }
 
@@ -219,11 +239,7 @@ impl Backend for FakeBackend {
         let gate = {
             let mut state = self.lock();
             state.status_calls += 1;
-            state
-                .status_gate
-                .as_ref()
-                .filter(|(gated, _)| gated == sh)
-                .map(|(_, gate)| Arc::clone(gate))
+            gate_for(&state.status_gate, sh)
         };
         if let Some(gate) = gate {
             gate.wait();

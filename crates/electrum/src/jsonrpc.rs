@@ -6,6 +6,7 @@ use crate::error::RpcError;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{json, Map, Value};
 use std::fmt;
+use std::sync::Arc;
 
 /// The parameters of a call: absent, by position, or by name.
 #[derive(Debug, Clone, PartialEq)]
@@ -301,28 +302,121 @@ pub fn response(id: Value, outcome: Result<Value, RpcError>) -> Value {
     }
 }
 
-/// Appends the response object for a request to `line`, as
-/// [`response`]`(id, outcome).to_string()` would write it (members in the
-/// same order) without building the map first: the hot path of cached
-/// subscriptions writes fifty of these a batch.
-pub fn write_response(line: &mut Vec<u8>, id: &Value, outcome: Result<&Value, &RpcError>) {
-    // Writing to a Vec cannot fail, nor can serializing a Value.
-    match outcome {
-        Ok(result) => {
-            line.extend_from_slice(b"{\"id\":");
-            let _ = serde_json::to_writer(&mut *line, id);
-            line.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"result\":");
-            let _ = serde_json::to_writer(&mut *line, result);
-        }
-        Err(error) => {
-            line.extend_from_slice(b"{\"error\":");
-            let _ = serde_json::to_writer(&mut *line, &error.to_json());
-            line.extend_from_slice(b",\"id\":");
-            let _ = serde_json::to_writer(&mut *line, id);
-            line.extend_from_slice(b",\"jsonrpc\":\"2.0\"");
+/// A request's result as it goes out: a JSON value, or JSON text written
+/// once and shared by every session that asks the same (a long history
+/// fifty sessions re-ask is serialized once, not fifty times, and never
+/// held as a tree of values: ~800 bytes per history entry as a `Value`,
+/// ~85 as text).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    Value(Value),
+    /// Valid JSON, written as it is.
+    Text(Arc<str>),
+}
+
+impl From<Value> for Answer {
+    fn from(value: Value) -> Self {
+        Answer::Value(value)
+    }
+}
+
+impl Answer {
+    fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        match self {
+            Answer::Value(value) => serde_json::to_writer(out, value).map_err(Into::into),
+            Answer::Text(text) => out.write_all(text.as_bytes()),
         }
     }
-    line.push(b'}');
+}
+
+/// One response object, to be written into a line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    pub id: Value,
+    pub outcome: Result<Answer, RpcError>,
+}
+
+impl Response {
+    pub fn new(id: Value, outcome: Result<Answer, RpcError>) -> Self {
+        Response { id, outcome }
+    }
+
+    /// Appends the response object to `line`, as [`response`]`(id,
+    /// outcome).to_string()` would write it (members in the same order)
+    /// without building the map first.
+    pub fn write(&self, line: &mut Vec<u8>) {
+        // Writing to a Vec cannot fail, nor can serializing a Value.
+        let _ = self.write_to(line);
+    }
+
+    /// How many bytes [`Response::write`] writes, without keeping them
+    /// (a shared text answer is counted, not copied).
+    pub fn written_len(&self) -> usize {
+        let mut counter = ByteCounter(0);
+        // Writing to a counter cannot fail.
+        let _ = self.write_to(&mut counter);
+        counter.0
+    }
+
+    fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        match &self.outcome {
+            Ok(result) => {
+                out.write_all(b"{\"id\":")?;
+                serde_json::to_writer(&mut *out, &self.id)?;
+                out.write_all(b",\"jsonrpc\":\"2.0\",\"result\":")?;
+                result.write_to(out)?;
+            }
+            Err(error) => {
+                out.write_all(b"{\"error\":")?;
+                serde_json::to_writer(&mut *out, &error.to_json())?;
+                out.write_all(b",\"id\":")?;
+                serde_json::to_writer(&mut *out, &self.id)?;
+                out.write_all(b",\"jsonrpc\":\"2.0\"")?;
+            }
+        }
+        out.write_all(b"}")
+    }
+}
+
+/// Counts what is written to it.
+struct ByteCounter(usize);
+
+impl std::io::Write for ByteCounter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A line of responses: one object, or an array of them for a batch.
+pub fn write_line(responses: &[Response], batch: bool) -> String {
+    // Room for the texts up front: a shared history is megabytes, and
+    // growing to it by doubling would copy it several times.
+    let texts: usize = responses
+        .iter()
+        .map(|r| match &r.outcome {
+            Ok(Answer::Text(text)) => text.len(),
+            _ => 0,
+        })
+        .sum();
+    let mut line = Vec::with_capacity(texts + 96 * responses.len() + 2);
+    if batch {
+        line.push(b'[');
+    }
+    for (i, response) in responses.iter().enumerate() {
+        if i > 0 {
+            line.push(b',');
+        }
+        response.write(&mut line);
+    }
+    if batch {
+        line.push(b']');
+    }
+    // Only serde_json output and JSON text answers went in: UTF-8.
+    String::from_utf8(line).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// The same answer with every result replaced by `error`, each under its
@@ -535,10 +629,12 @@ mod tests {
         let error = RpcError::InvalidParams("bad \"x\"".into());
         for id in [json!(7), json!("a\"b"), Value::Null, json!(1.5)] {
             for outcome in [Ok(json!("ab")), Ok(Value::Null), Err(error.clone())] {
-                let mut line = Vec::new();
-                write_response(&mut line, &id, outcome.as_ref());
                 let built = response(id.clone(), outcome.clone()).to_string();
+                let written = Response::new(id.clone(), outcome.map(Answer::Value));
+                let mut line = Vec::new();
+                written.write(&mut line);
                 assert_eq!(String::from_utf8(line).unwrap(), built);
+                assert_eq!(written.written_len(), built.len(), "counted as written");
             }
         }
     }

@@ -33,7 +33,7 @@ pub mod version;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 
-pub use dispatch::{BatchThreads, DispatchConfig, Dispatcher, Effect, Outcome};
+pub use dispatch::{BatchThreads, DispatchConfig, Dispatcher, Effect, Outcome, ReplyEstimate};
 pub use error::RpcError;
 pub use request::{Request, ScriptForm, ScriptKey, METHODS};
 pub use server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};

@@ -19,22 +19,35 @@ use osprey_answers::{Balance, Error, HistoryEntry, Utxo};
 use osprey_core::StatusHash;
 use serde_json::{json, Value};
 
-/// Shapes history entries: `{"height", "tx_hash"}`, plus `fee` for mempool
-/// entries (height 0 or -1). A mempool entry whose fee the backend does not
-/// know is sent without `fee` rather than with a made-up one.
-pub fn history_json(entries: &[HistoryEntry]) -> Value {
-    entries
-        .iter()
-        .map(|e| {
-            let mut entry = json!({ "height": e.height, "tx_hash": e.txid.to_string() });
-            if e.height <= 0 {
-                if let Some(fee) = e.fee {
-                    entry["fee"] = json!(fee);
-                }
+/// Writes history entries as the JSON text of the answer: `{"height",
+/// "tx_hash"}`, plus `fee` for mempool entries (height 0 or -1), members in
+/// key order as `serde_json` writes an object. A mempool entry whose fee the
+/// backend does not know is sent without `fee` rather than with a made-up
+/// one. Written straight to text, not built as a `serde_json::Value`: a
+/// history of 26,000 entries is 2 MB of text, and was ten times that as
+/// values. `None` once the text passes `max` bytes (it would be refused).
+pub fn history_text(entries: &[HistoryEntry], max: usize) -> Option<String> {
+    use std::fmt::Write;
+    let mut text = String::with_capacity((entries.len() * 90 + 2).min(max.saturating_add(1)));
+    text.push('[');
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push('{');
+        if e.height <= 0 {
+            if let Some(fee) = e.fee {
+                // Writing to a String cannot fail.
+                let _ = write!(text, "\"fee\":{fee},");
             }
-            entry
-        })
-        .collect()
+        }
+        let _ = write!(text, "\"height\":{},\"tx_hash\":\"{}\"}}", e.height, e.txid);
+        if text.len() > max {
+            return None;
+        }
+    }
+    text.push(']');
+    (text.len() <= max).then_some(text)
 }
 
 pub fn balance_json(balance: &Balance) -> Value {
@@ -75,7 +88,7 @@ pub fn notification(key: &ScriptKey, status: Option<StatusHash>) -> String {
 /// too large" for the `blockchain.scriptpubkey.*` methods as code 10001
 /// (the spec: "it SHOULD send a JSON-RPC error with integer code
 /// `10_001`"); the script hash methods keep code 1.
-fn script_error(form: &ScriptForm, e: Error) -> RpcError {
+pub fn script_error(form: &ScriptForm, e: Error) -> RpcError {
     match (form, e) {
         (ScriptForm::ScriptPubKey, Error::HistoryTooLarge { limit }) => {
             RpcError::HistoryTooLong { limit }
@@ -91,8 +104,8 @@ pub fn status(backend: &dyn Backend, key: &ScriptKey) -> Result<Option<StatusHas
         .map_err(|e| script_error(&key.form, e))
 }
 
-/// Wraps a 1.7 list in its object (`{"history": ...}`, `{"utxos": ...}`);
-/// up to 1.6 the list is the answer.
+/// Wraps a 1.7 list in its object (`{"utxos": ...}`); up to 1.6 the list
+/// is the answer.
 fn listed(form: &ScriptForm, field: &str, list: Value) -> Value {
     match form {
         ScriptForm::ScriptHash => list,
@@ -100,8 +113,27 @@ fn listed(form: &ScriptForm, field: &str, list: Value) -> Value {
     }
 }
 
-/// Answers the read-only methods of the family (not subscribe/unsubscribe,
-/// which also touch session state), in the shapes of the form `key` came in.
+/// The answer text of a history ([`history_text`]) in the form `form`
+/// asks: the list up to 1.6, `{"history": [...]}` from 1.7 on (a copy of
+/// the shared text, in one allocation); `None` past `max` bytes.
+pub fn history_answer(
+    form: &ScriptForm,
+    text: std::sync::Arc<str>,
+    max: usize,
+) -> Option<std::sync::Arc<str>> {
+    match form {
+        ScriptForm::ScriptHash => Some(text),
+        ScriptForm::ScriptPubKey => {
+            let wrapped = format!("{{\"history\":{text}}}");
+            (wrapped.len() <= max).then(|| wrapped.into())
+        }
+    }
+}
+
+/// Answers the read-only methods of the family whose answers are values
+/// (not the histories: see [`history_text`]; nor subscribe/unsubscribe,
+/// which also touch session state), in the shapes of the form `key` came
+/// in.
 pub fn query(
     backend: &dyn Backend,
     method: ScriptMethod,
@@ -112,18 +144,12 @@ pub fn query(
     let answer = || -> Result<Value, Error> {
         Ok(match method {
             ScriptMethod::GetBalance => balance_json(&backend.balance(sh)?),
-            ScriptMethod::GetHistory => {
-                listed(form, "history", history_json(&backend.history(sh)?))
-            }
-            ScriptMethod::GetMempool => {
-                listed(form, "history", history_json(&backend.mempool_history(sh)?))
-            }
             ScriptMethod::ListUnspent => listed(form, "utxos", unspent_json(&backend.unspent(sh)?)),
             ScriptMethod::Subscribe => status_json(backend.status(sh)?),
-            ScriptMethod::Unsubscribe => {
-                return Err(Error::Internal(
-                    "unsubscribe is answered by the session".into(),
-                ))
+            ScriptMethod::GetHistory | ScriptMethod::GetMempool | ScriptMethod::Unsubscribe => {
+                return Err(Error::Internal(format!(
+                    "{method:?} is answered by the dispatcher"
+                )))
             }
         })
     };
@@ -165,14 +191,54 @@ mod tests {
             height,
             fee,
         });
+        let text = history_text(&entries, usize::MAX).expect("no limit");
+        let written: Value = serde_json::from_str(&text).expect("valid JSON");
         assert_eq!(
-            history_json(&entries),
+            written,
             json!([
                 {"tx_hash": "a6c9c361bd0bc536d6a22648efbf8f9b200e425ef6c3a7a9669dc444c532a347", "height": 2472},
                 {"tx_hash": "80b19848aed792565ab7c5a79b7c2a00fbf985741579396ebe0ab6098e607311", "height": 0, "fee": 200},
                 {"tx_hash": "bb4c8ab438c13b89ca80d1d5bee25b0b6b7f55673f4d801998ba97db161d9e85", "height": -1, "fee": 200},
             ])
         );
+        assert_eq!(text, written.to_string(), "members in serde_json's order");
+    }
+
+    /// The text is what a client's JSON parser reads, to the byte as
+    /// serde_json writes it; past the limit there is no text.
+    #[test]
+    fn history_text_is_canonical_json_within_the_limit() {
+        let t = txid("9f2c45a12db0144909b5db269415f7319179105982ac70ed80d76ea79d923ebf");
+        let entries = [
+            HistoryEntry {
+                txid: t,
+                height: 7,
+                fee: Some(9),
+            },
+            HistoryEntry {
+                txid: t,
+                height: 0,
+                fee: Some(1_000),
+            },
+            HistoryEntry {
+                txid: t,
+                height: -1,
+                fee: None,
+            },
+        ];
+        let text = history_text(&entries, usize::MAX).unwrap();
+        let parsed: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(text, parsed.to_string(), "members in serde_json's order");
+        assert_eq!(
+            parsed[0],
+            json!({"height": 7, "tx_hash": t.to_string()}),
+            "no fee when confirmed"
+        );
+        assert_eq!(parsed[1]["fee"], 1_000);
+        assert!(parsed[2].get("fee").is_none(), "an unknown fee is left out");
+        assert_eq!(history_text(&entries, text.len()).as_deref(), Some(&*text));
+        assert_eq!(history_text(&entries, text.len() - 1), None);
+        assert_eq!(history_text(&[], 2).as_deref(), Some("[]"));
     }
 
     #[test]
@@ -227,6 +293,20 @@ mod tests {
                 "params": [sh.to_string(), "02".repeat(32)]
             })
         );
+    }
+
+    #[test]
+    fn history_text_is_wrapped_from_1_7_on_within_the_limit() {
+        let text: std::sync::Arc<str> = r#"[{"height":1,"tx_hash":"ab"}]"#.into();
+        let same = history_answer(&ScriptForm::ScriptHash, text.clone(), 0).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&same, &text), "shared, not copied");
+        let wrapped = history_answer(&ScriptForm::ScriptPubKey, text.clone(), 100).unwrap();
+        let parsed: Value = serde_json::from_str(&wrapped).unwrap();
+        assert_eq!(parsed, json!({"history": [{"height": 1, "tx_hash": "ab"}]}));
+        assert_eq!(&*wrapped, parsed.to_string(), "as serde_json writes it");
+        let fits = wrapped.len();
+        assert!(history_answer(&ScriptForm::ScriptPubKey, text.clone(), fits).is_some());
+        assert!(history_answer(&ScriptForm::ScriptPubKey, text, fits - 1).is_none());
     }
 
     #[test]

@@ -1312,15 +1312,15 @@ fn cached_subscriptions_are_answered_without_computing_statuses() {
     let subscribe = |id: u32, sh: &str| json!({"id": id, "method": "blockchain.scripthash.subscribe", "params": [sh]});
 
     let uncached = json!([subscribe(1, SH), subscribe(2, &"33".repeat(32))]);
-    let version = json!({"id": 9, "method": "server.version", "params": []});
+    let history = json!({"id": 9, "method": "blockchain.scripthash.get_history", "params": [SH]});
     for (line, why) in [
         (uncached, "the second status is not cached"),
-        (version, "not a subscription"),
+        (history, "reads the history"),
     ] {
         let incoming = fast.dispatcher.parse(line.to_string().as_bytes());
         let back = fast
             .dispatcher
-            .answer_from_cache(&mut fast.state, incoming.clone())
+            .answer_inline(&mut fast.state, incoming.clone())
             .expect_err(why);
         assert_eq!(back, incoming, "{why}");
     }
@@ -1339,7 +1339,7 @@ fn cached_subscriptions_are_answered_without_computing_statuses() {
         let incoming = fast.dispatcher.parse(line.as_bytes());
         let answered = fast
             .dispatcher
-            .answer_from_cache(&mut fast.state, incoming)
+            .answer_inline(&mut fast.state, incoming)
             .expect("every status is cached");
         let expected = general.line(&line);
         assert_eq!(answered.response, expected.response, "{line}");
@@ -1365,6 +1365,58 @@ fn cached_subscriptions_are_answered_without_computing_statuses() {
         scripthash: used,
         form: ScriptForm::ScriptHash,
     }));
+}
+
+/// A newcomer's version, a ping, the server's description and the tip
+/// are answered from memory on the session's own thread, reading no
+/// header range and no status, exactly as the general path answers them
+/// (the version negotiated, the headers subscription made); a line that
+/// also reads the chain is given back.
+#[test]
+fn memory_only_requests_are_answered_inline() {
+    let mut fast = Harness::new();
+    let mut general = Harness::new();
+    let lines = [
+        json!({"id": 1, "method": "server.version", "params": ["wallet", "1.4"]}),
+        json!([
+            {"id": 2, "method": "server.ping", "params": []},
+            {"id": 3, "method": "server.features", "params": []},
+            {"id": 4, "method": "server.banner", "params": []},
+            {"id": 5, "method": "server.donation_address", "params": []},
+            {"id": 6, "method": "blockchain.headers.subscribe", "params": []},
+        ]),
+    ];
+    for line in lines {
+        let line = line.to_string();
+        let incoming = fast.dispatcher.parse(line.as_bytes());
+        let answered = fast
+            .dispatcher
+            .answer_inline(&mut fast.state, incoming)
+            .expect("answered from memory");
+        let expected = general.line(&line);
+        assert_eq!(answered.response, expected.response, "{line}");
+        assert_eq!(answered.effects, expected.effects, "{line}");
+    }
+    assert_eq!(fast.state.negotiated(), general.state.negotiated());
+    assert!(
+        fast.state.negotiated().is_some(),
+        "the version was negotiated"
+    );
+    assert_eq!(
+        fast.backend.update(|s| (s.headers_calls, s.status_calls)),
+        (0, 0)
+    );
+    let chain = json!([
+        {"id": 7, "method": "server.ping", "params": []},
+        {"id": 8, "method": "blockchain.block.header", "params": [1]},
+    ])
+    .to_string();
+    let incoming = fast.dispatcher.parse(chain.as_bytes());
+    let back = fast
+        .dispatcher
+        .answer_inline(&mut fast.state, incoming.clone())
+        .expect_err("a header is read from the chain");
+    assert_eq!(back, incoming);
 }
 
 /// Cached subscriptions whose answers together pass `reply_bytes_max` (a
@@ -1396,7 +1448,7 @@ fn cached_subscriptions_over_the_reply_limit_are_refused_alike() {
     let mut fast = SessionState::new();
     let incoming = dispatcher.parse(batch.as_bytes());
     let answered = dispatcher
-        .answer_from_cache(&mut fast, incoming)
+        .answer_inline(&mut fast, incoming)
         .expect("every status is cached");
     let general =
         dispatcher.handle_line(&mut SessionState::new(), batch.as_bytes(), batch_threads());
@@ -1453,7 +1505,8 @@ fn responses_over_the_reply_limit_are_refused() {
 /// requests after that point are never run, so the server never holds the
 /// reply the client asked for. Every way a batch is run: in parallel, and
 /// one request at a time, whether because it also subscribes to headers or
-/// because its caller gave it no threads (a busy server).
+/// because its caller gave it no threads (a busy server). Histories, whose
+/// length is not known before they are read.
 #[test]
 fn a_batch_over_the_reply_limit_stops_being_answered() {
     for (ordered, threads) in [
@@ -1464,6 +1517,11 @@ fn a_batch_over_the_reply_limit_stops_being_answered() {
         let spread = !ordered && threads.is_some();
         let case = format!("ordered {ordered}, threads given {}", threads.is_some());
         let backend = Arc::new(FakeBackend::with_tip(3000));
+        let long = history_of(1_500);
+        backend.update(|s| {
+            s.history_entries_max = 10_000;
+            s.histories.insert(SH.parse().unwrap(), long)
+        });
         let dispatcher = Dispatcher::new(
             backend.clone(),
             DispatchConfig {
@@ -1472,10 +1530,10 @@ fn a_batch_over_the_reply_limit_stops_being_answered() {
             },
         );
         let mut state = SessionState::new();
-        // 100 requests of 2,016 headers (322,560 hex characters each): a
-        // 32 MB reply, 31 times the 1 MiB limit.
+        // 100 histories of 1,500 entries (~138 kB each): a 14 MB reply,
+        // 13 times the 1 MiB limit.
         let mut batch: Vec<Value> = (0..100)
-            .map(|id| json!({"id": id, "method": "blockchain.block.headers", "params": [0, 2016]}))
+            .map(|id| json!({"id": id, "method": "blockchain.scripthash.get_history", "params": [SH]}))
             .collect();
         if ordered {
             batch[0] = json!({"id": 0, "method": "blockchain.headers.subscribe", "params": []});
@@ -1485,27 +1543,88 @@ fn a_batch_over_the_reply_limit_stops_being_answered() {
             Value::Array(batch).to_string().as_bytes(),
             threads,
         );
-        let answers: Value = serde_json::from_str(&out.response.unwrap()).unwrap();
-        let answers = answers.as_array().unwrap();
-        assert_eq!(answers.len(), 100, "{case}");
-        for (id, answer) in answers.iter().enumerate() {
-            assert_eq!(answer["id"], id, "{case}: {answer}");
-            assert_eq!(answer["error"]["code"], -101, "{case}: {answer}");
-            let message = answer["error"]["message"].as_str().unwrap();
-            assert!(
-                message.contains("more than") && message.contains("exceeds the limit of 1048576"),
-                "{message}"
-            );
-        }
-        // Four answers pass 1 MiB; each of the batch threads may have one
+        assert_all_refused(&out, 100, &case);
+        // Eight answers pass 1 MiB; each of the batch threads may have one
         // more under way when the limit is passed.
-        let run = backend.update(|s| s.headers_calls);
-        let bound = if spread { 4 + BATCH_THREADS } else { 4 };
+        let run = backend.update(|s| s.history_calls);
+        let bound = if spread { 8 + BATCH_THREADS } else { 8 };
         assert!(
-            (4..=bound).contains(&run),
-            "{case}: {run} of 100 header requests were run"
+            (7..=bound).contains(&run),
+            "{case}: {run} of 100 history requests were run"
         );
     }
+}
+
+/// `len` confirmed history entries.
+fn history_of(len: u32) -> Vec<HistoryEntry> {
+    (0..len)
+        .map(|i| HistoryEntry {
+            txid: txid((i % 250) as u8),
+            height: i64::from(1_000 + i),
+            fee: None,
+        })
+        .collect()
+}
+
+/// Every one of `count` answers of `out` is the reply limit's -101, under
+/// its request's id.
+fn assert_all_refused(out: &Outcome, count: usize, case: &str) {
+    let answers: Value = serde_json::from_str(out.response.as_deref().unwrap()).unwrap();
+    let answers = answers.as_array().unwrap();
+    assert_eq!(answers.len(), count, "{case}");
+    for (id, answer) in answers.iter().enumerate() {
+        assert_eq!(answer["id"], id, "{case}: {answer}");
+        assert_eq!(answer["error"]["code"], -101, "{case}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("more than") && message.contains("exceeds the limit of 1048576"),
+            "{message}"
+        );
+    }
+}
+
+/// A batch whose answers certainly cannot fit (headers: 160 hex characters
+/// each, as many as the chain has) is refused before any of it runs, on
+/// the session's own thread or a handler's alike; and what it would take
+/// is known beforehand, for the session's cost.
+#[test]
+fn a_batch_that_cannot_fit_is_refused_unrun() {
+    let backend = Arc::new(FakeBackend::with_tip(3000));
+    let dispatcher = Dispatcher::new(
+        backend.clone(),
+        DispatchConfig {
+            batch_requests_max: 100,
+            ..config()
+        },
+    );
+    // 100 requests of 2,016 headers (322,560 hex characters each): a
+    // 32 MB reply, 31 times the 1 MiB limit.
+    let batch = Value::Array(
+        (0..100)
+            .map(|id| json!({"id": id, "method": "blockchain.block.headers", "params": [0, 2016]}))
+            .collect(),
+    )
+    .to_string();
+    let mut state = SessionState::new();
+    let incoming = dispatcher.parse(batch.as_bytes());
+    let estimate = dispatcher.reply_estimate(&state, &incoming);
+    assert_eq!(estimate.at_least, 100 * 2016 * 160);
+    let inline = dispatcher
+        .answer_inline(&mut state, incoming)
+        .expect("refused on the spot");
+    assert_all_refused(&inline, 100, "inline");
+    let general = dispatcher.handle_line(&mut state, batch.as_bytes(), batch_threads());
+    assert_eq!(general.response, inline.response);
+    assert_eq!(backend.update(|s| s.headers_calls), 0, "nothing was run");
+    // Near the tip only what the chain has counts: 100 times one header.
+    let near_tip = Value::Array(
+        (0..100)
+            .map(|id| json!({"id": id, "method": "blockchain.block.headers", "params": [3000, 2016]}))
+            .collect(),
+    )
+    .to_string();
+    let estimate = dispatcher.reply_estimate(&state, &dispatcher.parse(near_tip.as_bytes()));
+    assert_eq!(estimate.at_least, 100 * 160);
 }
 
 /// A peer list that answers `accept` to add_peer and records each call.

@@ -233,11 +233,33 @@ impl Query {
             .is_some_and(|tx_num| tx_num.0 < visible))
     }
 
-    /// The confirmed history then the mempool part, in protocol order.
+    /// The confirmed history then the mempool part, in protocol order. Its
+    /// status is cached on the way (see [`Query::status`]): a client that
+    /// asks for a history usually asks again, or subscribes, and sessions
+    /// share a long history's text while its status stays cached
+    /// (`osprey_electrum`'s dispatcher).
     ///
     /// # Errors
     /// History too large, or a store error.
     pub fn history(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryEntry>, Error> {
+        self.history_and_status(scripthash)
+            .map(|(history, _)| history)
+    }
+
+    /// The history and its status, which is cached unless the state
+    /// changed while it was read.
+    fn history_and_status(
+        &self,
+        scripthash: &ScriptHash,
+    ) -> Result<(Vec<HistoryEntry>, Option<StatusHash>), Error> {
+        let epoch = self.statuses.epoch();
+        let history = self.read_history(scripthash)?;
+        let status = StatusHash::of_history(history.iter().map(|e| (&e.txid, e.height)));
+        self.statuses.insert(epoch, *scripthash, status);
+        Ok((history, status))
+    }
+
+    fn read_history(&self, scripthash: &ScriptHash) -> Result<Vec<HistoryEntry>, Error> {
         let view = self.script_view(scripthash)?;
         let rows = self.rows(scripthash, view.visible)?;
         let mut history = Vec::new();
@@ -300,11 +322,8 @@ impl Query {
         if let Some(status) = self.statuses.get(scripthash) {
             return Ok(status);
         }
-        let epoch = self.statuses.epoch();
-        let history = self.history(scripthash)?;
-        let status = StatusHash::of_history(history.iter().map(|e| (&e.txid, e.height)));
-        self.statuses.insert(epoch, *scripthash, status);
-        Ok(status)
+        self.history_and_status(scripthash)
+            .map(|(_, status)| status)
     }
 
     /// The status of `scripthash` if it is cached: `Some(None)` for an

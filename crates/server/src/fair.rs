@@ -8,9 +8,19 @@
 //! over its limit even on an idle server, here cost only orders the queue,
 //! so a lone big wallet is never slowed down.
 //!
-//! A session's cost is the time its requests held a handler slot, decayed
-//! with a half-life of [`COST_HALF_LIFE`]. Answers from the status cache
-//! run on the session's own task and take no slot.
+//! A session's cost is the time its requests held a handler slot plus the
+//! bytes sent to it (at [`BYTES_PER_COST_MICRO`]), decayed with a
+//! half-life of [`COST_HALF_LIFE`]. Answers from memory run on the
+//! session's own task and take no slot.
+//!
+//! Greedy sessions (cost over [`GREEDY_COST_MICROS`]) are slowed: their
+//! lines share [`Scheduler::greedy_slots`] slots, half the cores, so that
+//! however many of them there are, the other half of the machine is left
+//! to everyone else (fifty sessions re-asking a 26k-entry history held
+//! every slot, and a wallet beside them waited seconds). A session whose
+//! cost passes [`HARD_COST_MICROS`], which takes well over a core's worth
+//! of work or ~10 MB/s of replies kept up for half a minute, is
+//! disconnected.
 //!
 //! The scheduler also owns the threads a batch's requests are spread over
 //! (`osprey_electrum::BatchThreads`), and tells each line whether it may
@@ -28,6 +38,22 @@ use tokio::sync::oneshot;
 
 /// How fast a session's cost is forgiven.
 const COST_HALF_LIFE: Duration = Duration::from_secs(10);
+
+/// Bytes sent that cost as much as a microsecond of a handler slot: about
+/// what writing them to a socket and the client reading them costs, and
+/// what makes a client that re-asks a shared history (cheap to hand out,
+/// megabytes to send) greedy.
+pub(crate) const BYTES_PER_COST_MICRO: u64 = 10;
+
+/// Past this cost (2 s of a slot, or 20 MB sent, lately) a session is
+/// greedy. A wallet's initial load costs a fraction of it; its decay to
+/// below it takes a greedy session tens of seconds of calm.
+pub(crate) const GREEDY_COST_MICROS: u64 = 2_000_000;
+
+/// Past this cost a session is disconnected: keeping it up takes a
+/// steady ~1.4 cores' worth of slots and bytes (a session runs one line at
+/// a time, so only its batches and its replies' bytes get it there).
+pub(crate) const HARD_COST_MICROS: u64 = 20_000_000;
 
 /// Lines handled at once, per core: more than one, as a line may wait on
 /// the node (a transaction over RPC) rather than use a core. Beyond that,
@@ -51,6 +77,8 @@ const BATCH_THREADS_PER_CORE_LOCAL: usize = 2;
 /// Handler slots, the requests waiting for one, and the batch threads.
 pub(crate) struct Scheduler {
     slots: usize,
+    /// Of `slots`, how many greedy sessions' lines may hold at once.
+    greedy_slots: usize,
     /// Lines holding a slot, up to which a line may spread a batch over
     /// `batch_threads`: past it every core is busy already, and spreading
     /// a batch only added context switches (many-wallets p99 on the medium
@@ -67,9 +95,31 @@ pub(crate) struct Scheduler {
 
 struct Queue {
     running: usize,
+    /// Of `running`, the slots greedy lines hold.
+    running_greedy: usize,
     waiting: BinaryHeap<Waiter>,
+    /// Greedy lines waiting: they get a slot only while fewer than
+    /// `greedy_slots` greedy lines hold one.
+    waiting_greedy: BinaryHeap<Waiter>,
     /// Arrival order, to break ties between equal costs.
     arrivals: u64,
+}
+
+impl Queue {
+    /// Takes a slot for a line.
+    fn take(&mut self, greedy: bool) {
+        self.running += 1;
+        self.running_greedy += usize::from(greedy);
+    }
+
+    fn give_back(&mut self, greedy: bool) {
+        self.running -= 1;
+        self.running_greedy -= usize::from(greedy);
+    }
+
+    fn has_room(&self, greedy: bool, slots: usize, greedy_slots: usize) -> bool {
+        self.running < slots && (!greedy || self.running_greedy < greedy_slots)
+    }
 }
 
 struct Waiter {
@@ -100,6 +150,7 @@ impl Ord for Waiter {
 /// A handler slot, given back when dropped.
 pub(crate) struct Slot {
     scheduler: Arc<Scheduler>,
+    greedy: bool,
 }
 
 impl Slot {
@@ -118,7 +169,7 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.scheduler.release();
+        self.scheduler.release(self.greedy);
     }
 }
 
@@ -150,51 +201,63 @@ impl Scheduler {
     ) -> Arc<Scheduler> {
         Arc::new(Scheduler {
             slots: slots.max(1),
+            greedy_slots: (cores / 2).max(1),
             cores,
             batch_threads: batch_threads.map(Arc::new),
             epoch: Instant::now(),
             queue: Mutex::new(Queue {
                 running: 0,
+                running_greedy: 0,
                 waiting: BinaryHeap::new(),
+                waiting_greedy: BinaryHeap::new(),
                 arrivals: 0,
             }),
         })
     }
 
     /// Waits for a slot, queued as if it came `cost` microseconds later
-    /// than it did. Cancel-safe: a slot handed to a waiter that went away
-    /// is passed on.
+    /// than it did; a greedy session's line (`cost` over
+    /// [`GREEDY_COST_MICROS`]) also waits for one of the greedy slots.
+    /// Cancel-safe: a slot handed to a waiter that went away is passed on.
     pub async fn acquire(self: &Arc<Self>, cost: u64) -> Slot {
+        let greedy = cost > GREEDY_COST_MICROS;
         let waiting = {
             let mut queue = self.lock();
-            if queue.running < self.slots {
-                queue.running += 1;
+            if queue.has_room(greedy, self.slots, self.greedy_slots) {
+                queue.take(greedy);
                 return Slot {
                     scheduler: Arc::clone(self),
+                    greedy,
                 };
             }
             let (wake, woken) = oneshot::channel();
             queue.arrivals += 1;
             let arrival = queue.arrivals;
             let now = self.epoch.elapsed().as_micros() as u64;
-            queue.waiting.push(Waiter {
+            let waiter = Waiter {
                 key: now.saturating_add(cost),
                 arrival,
                 wake,
-            });
+            };
+            if greedy {
+                queue.waiting_greedy.push(waiter);
+            } else {
+                queue.waiting.push(waiter);
+            }
             woken
         };
         /// Passes on a slot handed over after the wait was given up.
         struct Waiting {
             woken: Option<oneshot::Receiver<()>>,
             scheduler: Arc<Scheduler>,
+            greedy: bool,
         }
         impl Drop for Waiting {
             fn drop(&mut self) {
                 if let Some(mut woken) = self.woken.take() {
                     woken.close();
                     if woken.try_recv().is_ok() {
-                        self.scheduler.release();
+                        self.scheduler.release(self.greedy);
                     }
                 }
             }
@@ -202,6 +265,7 @@ impl Scheduler {
         let mut guard = Waiting {
             woken: Some(waiting),
             scheduler: Arc::clone(self),
+            greedy,
         };
         let woken = guard.woken.as_mut().expect("set above");
         // The sender is only dropped after a send, or with the scheduler,
@@ -210,18 +274,46 @@ impl Scheduler {
         guard.woken = None;
         Slot {
             scheduler: Arc::clone(self),
+            greedy,
         }
     }
 
-    /// Hands a freed slot to the first waiter still there, or frees it.
-    fn release(&self) {
+    /// Frees a slot (a greedy line's if `greedy`), then hands free slots to
+    /// the first waiters still there that may take one: the lowest key of
+    /// the waiting lines, greedy ones only while a greedy slot is free.
+    fn release(&self, greedy: bool) {
         let mut queue = self.lock();
-        while let Some(waiter) = queue.waiting.pop() {
-            if waiter.wake.send(()).is_ok() {
+        queue.give_back(greedy);
+        loop {
+            let greedy_first = {
+                let ordinary = queue.waiting.peek();
+                let greedy = queue
+                    .waiting_greedy
+                    .peek()
+                    .filter(|_| queue.has_room(true, self.slots, self.greedy_slots));
+                match (ordinary, greedy) {
+                    // The heap's greatest is the one to serve first.
+                    (Some(o), Some(g)) => g > o,
+                    (None, Some(_)) => true,
+                    (Some(_), None) => false,
+                    (None, None) => return,
+                }
+            };
+            if !queue.has_room(greedy_first, self.slots, self.greedy_slots) {
                 return;
             }
+            let waiter = if greedy_first {
+                queue.waiting_greedy.pop()
+            } else {
+                queue.waiting.pop()
+            };
+            let Some(waiter) = waiter else { return };
+            queue.take(greedy_first);
+            if waiter.wake.send(()).is_err() {
+                // Gone while waiting: the slot is free again.
+                queue.give_back(greedy_first);
+            }
         }
-        queue.running -= 1;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
@@ -253,10 +345,10 @@ impl SessionCost {
         self.micros as u64
     }
 
-    /// Adds a request that held a slot for `held`.
-    pub fn charge(&mut self, held: Duration) {
+    /// Adds a request that held a slot for `held` and sent `bytes`.
+    pub fn charge(&mut self, held: Duration, bytes: usize) {
         self.now();
-        self.micros += held.as_secs_f64() * 1e6;
+        self.micros += held.as_secs_f64() * 1e6 + bytes as f64 / BYTES_PER_COST_MICRO as f64;
     }
 }
 
@@ -324,6 +416,35 @@ mod tests {
             .expect("the slot is free again");
     }
 
+    /// Greedy sessions' lines hold at most half the cores' slots between
+    /// them, whatever their number: another greedy line waits for one of
+    /// those, while an ordinary line takes any free slot at once, even one
+    /// that came later. (Paused clock: the sleep lets the waiter queue.)
+    #[tokio::test(start_paused = true)]
+    async fn greedy_lines_share_half_the_cores() {
+        let greedy = GREEDY_COST_MICROS + 1;
+        let scheduler = Scheduler::with_slots(4, 2, None);
+        let first = scheduler.acquire(greedy).await;
+        let second = {
+            let scheduler = Arc::clone(&scheduler);
+            tokio::spawn(async move { scheduler.acquire(greedy).await })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!second.is_finished(), "the one greedy slot is taken");
+        let ordinary = tokio::time::timeout(Duration::from_secs(1), scheduler.acquire(0))
+            .await
+            .expect("an ordinary line is not held up by greedy ones");
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(1), second)
+            .await
+            .expect("the freed greedy slot is handed on")
+            .unwrap();
+        assert!(second.greedy);
+        drop((second, ordinary));
+        let queue = scheduler.lock();
+        assert_eq!((queue.running, queue.running_greedy), (0, 0));
+    }
+
     /// A line may spread its batch over the batch threads only while the
     /// lines holding slots, its own included, leave it a core.
     #[tokio::test]
@@ -341,10 +462,24 @@ mod tests {
         assert!(first.batch_threads().is_some(), "a core is free again");
     }
 
+    /// Bytes sent cost: a client that re-asks a long shared history,
+    /// cheap to hand out, becomes greedy by what it makes the server send.
+    #[test]
+    fn bytes_sent_make_a_session_greedy() {
+        let mut cost = SessionCost::new();
+        let reply = 2_200_000; // a 26k-entry history
+        let mut replies = 0;
+        while cost.now() <= GREEDY_COST_MICROS {
+            cost.charge(Duration::from_micros(500), reply);
+            replies += 1;
+        }
+        assert!((8..=10).contains(&replies), "{replies}");
+    }
+
     #[test]
     fn cost_halves_every_half_life() {
         let mut cost = SessionCost::new();
-        cost.charge(Duration::from_millis(8));
+        cost.charge(Duration::from_millis(8), 0);
         assert!((7_900..=8_000).contains(&cost.now()), "{}", cost.now());
         cost.at -= COST_HALF_LIFE * 2;
         let quartered = cost.now();

@@ -16,7 +16,7 @@
 
 use crate::activity::{Activity, SessionActivity};
 use crate::config::Limits;
-use crate::fair::{Scheduler, SessionCost};
+use crate::fair::{Scheduler, SessionCost, HARD_COST_MICROS};
 use crate::framer::Frame;
 use crate::notifier::{Control, Queued, SessionHandle, SessionId};
 use crate::transport::Transport;
@@ -65,10 +65,12 @@ enum End {
     HandlerPanicked,
     /// An incomplete request could not grow: the client memory budget is spent.
     OverBudget,
+    /// Its cost passed `fair::HARD_COST_MICROS`.
+    Greedy,
 }
 
 /// Lines up to this size are parsed on the session's own task, to see
-/// whether they can be answered there (see [`Dispatcher::answer_from_cache`]).
+/// whether they can be answered there (see [`Dispatcher::answer_inline`]).
 const INLINE_LINE_BYTES_MAX: usize = 64 * 1024;
 /// Queued notifications written before the next flush.
 const NOTIFICATIONS_PER_FLUSH: usize = 256;
@@ -190,6 +192,8 @@ async fn serve(
     let mut request_charge = Charge::new(&ctx.client_memory);
     let mut running: Option<tokio::task::JoinHandle<Handled>> = None;
     let mut cost = SessionCost::new();
+    // What the running line's answer was expected to send, charged already.
+    let mut expected = 0;
     let mut eof = false;
     loop {
         if running.is_none() {
@@ -208,16 +212,29 @@ async fn serve(
                     let dispatcher = Arc::clone(&ctx.dispatcher);
                     // Read before any status is computed (see `notifier`).
                     let seen = ctx.processed.load(Ordering::Acquire);
-                    // A small line that only asks for cached statuses (a
-                    // wallet reconnecting) is answered right here: handing
-                    // it to a blocking thread would cost more than the work.
+                    // A small line answered from memory (a wallet
+                    // reconnecting, a ping, a newcomer's version) is
+                    // answered right here, without a handler slot: handing
+                    // it to a blocking thread would cost more than the work,
+                    // and it would wait behind heavy lines for a slot.
+                    // What its answer is expected to send is charged to
+                    // the session's cost before any work is done (see
+                    // `fair`), and the rest once it is known.
                     let incoming = match (line.len() <= INLINE_LINE_BYTES_MAX)
                         .then(|| dispatcher.parse(&line))
                     {
                         Some(incoming) => {
-                            match dispatcher.answer_from_cache(&mut session_state, incoming) {
+                            expected = dispatcher
+                                .reply_estimate(&session_state, &incoming)
+                                .expected;
+                            cost.charge(Duration::ZERO, expected);
+                            match dispatcher.answer_inline(&mut session_state, incoming) {
                                 Ok(outcome) => {
                                     state = Some(session_state);
+                                    cost.charge(
+                                        Duration::ZERO,
+                                        reply_len(&outcome).saturating_sub(expected),
+                                    );
                                     if let Err(end) =
                                         deliver(ctx, id, &mut writer, outcome, seen).await
                                     {
@@ -228,7 +245,10 @@ async fn serve(
                                 Err(incoming) => Some(incoming),
                             }
                         }
-                        None => None,
+                        None => {
+                            expected = 0;
+                            None
+                        }
                     };
                     let scheduler = Arc::clone(&ctx.scheduler);
                     let priority = cost.now();
@@ -282,10 +302,20 @@ async fn serve(
                     tracing::error!("request handler panicked");
                     return End::HandlerPanicked;
                 };
-                cost.charge(held);
+                cost.charge(held, reply_len(&outcome).saturating_sub(expected));
                 state = Some(session_state);
                 if let Err(end) = deliver(ctx, id, &mut writer, outcome, seen).await {
                     return end;
+                }
+                if cost.now() > HARD_COST_MICROS {
+                    let error = RpcError::ServerBusy(
+                        "this session used more of the server than one may lately; closing it"
+                            .into(),
+                    );
+                    let line = jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
+                    // Best effort: the session ends either way.
+                    let _ = write_and_flush(&mut writer, &line).await;
+                    return End::Greedy;
                 }
             }
             Some(queued) = notifications.recv() => {
@@ -401,6 +431,11 @@ async fn deliver(
         return Err(End::NoCommonVersion);
     }
     Ok(())
+}
+
+/// The length of a line's response, for its session's cost.
+fn reply_len(outcome: &osprey_electrum::Outcome) -> usize {
+    outcome.response.as_ref().map_or(0, String::len)
 }
 
 /// The budget charge for `bytes` of incomplete requests: whole steps, none

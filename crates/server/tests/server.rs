@@ -868,6 +868,47 @@ async fn unread_responses_share_one_memory_budget() {
 /// computing a status after a change, the same session's requests
 /// (subscriptions included) are answered; the notification follows once
 /// the notifier is free.
+/// A session that keeps pulling a long history (cheap for the server to
+/// hand out, shared between sessions, but 800 kB to send each time)
+/// becomes greedy and, keeping it up, is told why and disconnected after
+/// about 200 MB; other sessions are served all along.
+#[tokio::test]
+async fn a_session_pulling_megabytes_without_pause_is_disconnected() {
+    let server = TestServer::start(Limits::default(), 16).await;
+    let sh: ScriptHash = SH.parse().unwrap();
+    let entries: Vec<(u8, i64)> = (0..9_000).map(|i| ((i % 250) as u8, 1 + i / 250)).collect();
+    server.backend.update(history(sh, &entries));
+    server.backend.update(|s| {
+        s.history_entries_max = 100_000;
+        s.cached.insert(sh);
+    });
+    let mut greedy = server.client().await;
+    let mut answered = 0;
+    let goodbye = loop {
+        greedy.next_id += 1;
+        let ask = json!({"jsonrpc": "2.0", "id": greedy.next_id,
+                         "method": "blockchain.scripthash.get_history", "params": [SH]});
+        greedy.send_raw(format!("{ask}\n").as_bytes()).await;
+        let answer = greedy.read().await.expect("an answer or a goodbye");
+        if answer.get("result").is_none() {
+            break answer;
+        }
+        answered += 1;
+        assert!(answered < 1_000, "never disconnected");
+        if answered % 50 == 0 {
+            assert!(server.client().await.is_served().await, "others are served");
+        }
+    };
+    assert_eq!(goodbye["error"]["code"], -102, "{goodbye}");
+    let why = goodbye["error"]["message"].as_str().unwrap();
+    assert!(why.contains("used more of the server"), "{why}");
+    assert!(greedy.read().await.is_none(), "then closed");
+    // 20 s of cost at 10 bytes a microsecond: ~250 replies of 790 kB.
+    assert!((200..400).contains(&answered), "{answered}");
+    assert!(server.client().await.is_served().await);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn replies_do_not_wait_for_the_notifier() {
     let server = TestServer::start(Limits::default(), 16).await;

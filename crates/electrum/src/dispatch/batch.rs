@@ -15,7 +15,7 @@
 use super::reply_limit::ReplySize;
 use super::{Dispatcher, Outcome};
 use crate::error::RpcError;
-use crate::jsonrpc::{self, Call, Message};
+use crate::jsonrpc::{Answer, Call, Message, Response};
 use crate::request::{Request, ScriptKey, ScriptMethod, HEADERS_SUBSCRIBE, OUTPOINT_SUBSCRIBE};
 use crate::scripthash;
 use crate::session::SessionState;
@@ -71,7 +71,7 @@ struct CallTimer {
 /// A request of a batch, between the in-order phase and the parallel one.
 enum Pending {
     /// Answered already (or owed no answer).
-    Done(Option<Value>),
+    Done(Option<Response>),
     /// Reads only: runs in parallel.
     Query {
         id: Value,
@@ -111,7 +111,7 @@ impl Dispatcher {
         messages: Vec<Message>,
         out: &mut Outcome,
         threads: Option<&BatchThreads>,
-    ) -> Vec<Value> {
+    ) -> Vec<Response> {
         let ordered_only = messages
             .iter()
             .any(|m| matches!(m, Message::Call(call) if runs_in_order(&call.method)));
@@ -132,7 +132,7 @@ impl Dispatcher {
         messages: Vec<Message>,
         out: &mut Outcome,
         size: &ReplySize,
-    ) -> Vec<Value> {
+    ) -> Vec<Response> {
         let mut answers = Vec::new();
         let mut ids = Vec::new();
         for message in messages {
@@ -141,7 +141,7 @@ impl Dispatcher {
                 message => {
                     if let Some(answer) = self.handle_message(state, message, out) {
                         size.add(&answer);
-                        ids.push(answer["id"].clone());
+                        ids.push(answer.id.clone());
                         answers.push(answer);
                     }
                 }
@@ -163,7 +163,7 @@ impl Dispatcher {
         out: &mut Outcome,
         pool: &rayon::ThreadPool,
         size: &ReplySize,
-    ) -> Vec<Value> {
+    ) -> Vec<Response> {
         // No request of this batch changes the version (`runs_in_order`).
         let protocol = state.protocol();
         let pending = messages
@@ -198,9 +198,9 @@ impl Dispatcher {
         let id = call.id.expect("checked above");
         let started = Instant::now();
         let failed = |id: Value, method: &str, e: RpcError| {
-            let result = Err(e);
+            let result: Result<Answer, RpcError> = Err(e);
             self.record(method, started, &result);
-            Pending::Done(Some(jsonrpc::response(id, result)))
+            Pending::Done(Some(Response::new(id, result)))
         };
         match Request::parse(&call.method, &call.params, protocol) {
             Err(e) => failed(id, &call.method, e),
@@ -226,7 +226,7 @@ impl Dispatcher {
             Ok(Request::ServerAddPeer { features }) => {
                 state.note_other_message();
                 let added = self.add_peer(state.source(), &features);
-                Pending::Done(Some(jsonrpc::response(id, Ok(Value::Bool(added)))))
+                Pending::Done(Some(Response::new(id, Ok(Value::Bool(added).into()))))
             }
             Ok(request) => {
                 state.note_other_message();
@@ -294,7 +294,7 @@ impl Dispatcher {
                             tracing::debug!(error = %e, "request failed");
                         }
                         self.record(&call.method, call.started, &result);
-                        let answer = jsonrpc::response(id, result);
+                        let answer = Response::new(id, result);
                         size.add(&answer);
                         (Pending::Done(Some(answer)), None)
                     }
@@ -316,7 +316,7 @@ impl Dispatcher {
         state: &mut SessionState,
         answered: Vec<(Pending, Option<Status>)>,
         size: &ReplySize,
-    ) -> Vec<Value> {
+    ) -> Vec<Response> {
         let ids = answered
             .into_iter()
             .filter_map(|(pending, _)| match pending {
@@ -327,7 +327,7 @@ impl Dispatcher {
                     Some(id)
                 }
                 Pending::Query { id, .. } => Some(id),
-                Pending::Done(response) => response.map(|r| r["id"].clone()),
+                Pending::Done(response) => response.map(|r| r.id),
             })
             .collect();
         self.refuse_batch(ids, size)
@@ -340,13 +340,13 @@ impl Dispatcher {
         state: &mut SessionState,
         answer: (Pending, Option<Status>),
         out: &mut Outcome,
-    ) -> Option<Value> {
+    ) -> Option<Response> {
         match answer {
             (Pending::Subscribe { id, key, call, .. }, Some(Ok(status))) => {
-                let result = Ok(scripthash::status_json(status));
+                let result = Ok(scripthash::status_json(status).into());
                 self.record(&call.method, call.started, &result);
                 out.effects.push(super::Effect::Subscribed { key, status });
-                Some(jsonrpc::response(id, result))
+                Some(Response::new(id, result))
             }
             (
                 Pending::Subscribe {
@@ -360,14 +360,15 @@ impl Dispatcher {
                 if new {
                     state.unsubscribe(&key);
                 }
-                let result = Err(e);
+                let result: Result<Answer, RpcError> = Err(e);
                 self.record(&call.method, call.started, &result);
-                Some(jsonrpc::response(id, result))
+                Some(Response::new(id, result))
             }
             (Pending::Done(response), _) => response,
-            (Pending::Subscribe { id, .. } | Pending::Query { id, .. }, _) => Some(
-                jsonrpc::response(id, Err(RpcError::Internal("request was not run".into()))),
-            ),
+            (Pending::Subscribe { id, .. } | Pending::Query { id, .. }, _) => Some(Response::new(
+                id,
+                Err(RpcError::Internal("request was not run".into())),
+            )),
         }
     }
 }

@@ -3,9 +3,11 @@
 //! subscriptions) go through `execute`; those that only read, which a batch
 //! may run in parallel, through `execute_query`.
 
+use super::reply_limit::reply_too_large;
 use super::{Dispatcher, Effect, Outcome};
 use crate::error::RpcError;
-use crate::request::{Request, ScriptMethod};
+use crate::jsonrpc::Answer;
+use crate::request::{Request, ScriptKey, ScriptMethod};
 use crate::server::PeerFeatures;
 use crate::session::SessionState;
 use crate::version::ProtocolVersion;
@@ -13,8 +15,29 @@ use crate::{fee, headers, mempool, outpoint, scripthash, server, transaction};
 use osprey_answers::Backend;
 use serde_json::Value;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 impl Dispatcher {
+    /// The read-only `blockchain.scripthash.*` (and 1.7
+    /// `blockchain.scriptpubkey.*`) methods; histories as text, the full
+    /// history shared between sessions (`shared`).
+    fn script_query(&self, method: ScriptMethod, key: &ScriptKey) -> Result<Answer, RpcError> {
+        let backend: &dyn Backend = &*self.backend;
+        let max = self.config.reply_bytes_max;
+        let sh = &key.scripthash;
+        let text = match method {
+            ScriptMethod::GetHistory => self.histories.history(backend, sh, max),
+            ScriptMethod::GetMempool => backend
+                .mempool_history(sh)
+                .map(|entries| scripthash::history_text(&entries, max).map(Arc::from)),
+            other => return scripthash::query(backend, other, key).map(Answer::from),
+        };
+        text.map_err(|e| scripthash::script_error(&key.form, e))?
+            .and_then(|text| scripthash::history_answer(&key.form, text, max))
+            .map(Answer::Text)
+            .ok_or_else(|| reply_too_large(&format!("more than {max}"), max))
+    }
+
     /// `server.add_peer`: whether the announced server was tentatively
     /// accepted. Features this server cannot use (another chain, no
     /// reachable host) are a `false`, as the spec's result is a boolean.
@@ -42,13 +65,13 @@ impl Dispatcher {
         state: &mut SessionState,
         request: Request,
         out: &mut Outcome,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Answer, RpcError> {
         if !matches!(request, Request::ServerVersion { .. }) {
             state.note_other_message();
         }
         let backend: &dyn Backend = &*self.backend;
         let config = &self.config;
-        match request {
+        let value = match request {
             Request::ServerVersion {
                 client_name,
                 min,
@@ -127,8 +150,9 @@ impl Dispatcher {
                 }
                 Ok(Value::Bool(removed))
             }
-            query => self.execute_query(state.protocol(), query),
-        }
+            query => return self.execute_query(state.protocol(), query),
+        };
+        value.map(Answer::from)
     }
 
     /// Runs a request that reads the backend and nothing of the session but
@@ -137,10 +161,10 @@ impl Dispatcher {
         &self,
         protocol: ProtocolVersion,
         request: Request,
-    ) -> Result<Value, RpcError> {
+    ) -> Result<Answer, RpcError> {
         let backend: &dyn Backend = &*self.backend;
         let config = &self.config;
-        match request {
+        let value = match request {
             Request::ServerBanner => Ok(Value::String(config.info.banner.clone())),
             Request::ServerDonationAddress => {
                 Ok(Value::String(config.info.donation_address.clone()))
@@ -174,7 +198,7 @@ impl Dispatcher {
             // serving it: electrum-client 0.25 (BDK) negotiates 1.6 and still
             // calls it, and servers may support extra methods.
             Request::RelayFee => fee::relayfee(backend),
-            Request::Script { method, key } => scripthash::query(backend, method, &key),
+            Request::Script { method, key } => return self.script_query(method, &key),
             Request::OutpointGetStatus { outpoint, spk_hint } => {
                 outpoint::get_status(backend, &outpoint, &spk_hint)
             }
@@ -204,6 +228,7 @@ impl Dispatcher {
             | Request::OutpointUnsubscribe { .. } => Err(RpcError::Internal(
                 "a request that changes the session was run as a query".into(),
             )),
-        }
+        };
+        value.map(Answer::from)
     }
 }

@@ -7,19 +7,23 @@
 //!
 //! Here: the entry points, a single request and the `Outcome`. Beside it:
 //! `execute` (the method table), `batch` (batches, in order or spread over
-//! the threads the caller hands over), `cached` (a reconnecting wallet's
-//! cached statuses, answered without I/O) and `reply_limit`
+//! the threads the caller hands over), `inline` (lines answered from
+//! memory, without I/O: a reconnecting wallet's cached statuses, the
+//! version, pings), `shared` (long histories written once for every
+//! session that asks) and `reply_limit`
 //! (`reply_bytes_max`).
 
 mod batch;
-mod cached;
 mod execute;
+mod inline;
 mod reply_limit;
+mod shared;
 
 pub use batch::BatchThreads;
+pub use inline::ReplyEstimate;
 
 use crate::error::RpcError;
-use crate::jsonrpc::{self, Incoming, Message};
+use crate::jsonrpc::{self, Answer, Incoming, Message, Response};
 use crate::request::{Request, ScriptKey, METHODS};
 use crate::server::{Peers, ServerInfo};
 use crate::session::{SessionState, SubscriptionBudget};
@@ -95,7 +99,13 @@ pub struct Dispatcher {
     peers: Option<Arc<dyn Peers>>,
     /// Requests by method, their latency, and errors by code.
     metrics: Arc<Metrics>,
+    /// Long histories, written once for every session that asks.
+    histories: shared::SharedHistories,
 }
+
+/// Bytes of history text kept for sharing (`shared`): the longest
+/// histories that fit a reply, several at once.
+const SHARED_HISTORIES_BYTES: usize = 32 << 20;
 
 impl Dispatcher {
     pub fn new(backend: Arc<dyn Backend>, config: DispatchConfig) -> Self {
@@ -104,6 +114,7 @@ impl Dispatcher {
             config,
             peers: None,
             metrics: Arc::new(Metrics::new(&METHODS)),
+            histories: shared::SharedHistories::new(SHARED_HISTORIES_BYTES),
         }
     }
 
@@ -164,21 +175,32 @@ impl Dispatcher {
         threads: Option<&BatchThreads>,
     ) -> Outcome {
         let mut out = Outcome::default();
-        let response = match incoming {
-            Incoming::Empty => None,
+        let (responses, batch) = match incoming {
+            Incoming::Empty => (Vec::new(), false),
             Incoming::Error(error) => {
                 state.note_other_message();
                 self.metrics.requests.error(error.code());
-                Some(jsonrpc::response(Value::Null, Err(error)))
+                (vec![Response::new(Value::Null, Err(error))], false)
             }
-            Incoming::Single(message) => self.handle_message(state, message, &mut out),
+            Incoming::Single(message) => (
+                self.handle_message(state, message, &mut out)
+                    .into_iter()
+                    .collect(),
+                false,
+            ),
+            // Refused unrun: its answers cannot fit in a reply.
+            incoming @ Incoming::Batch(_)
+                if self.reply_estimate(state, &incoming).at_least > self.config.reply_bytes_max =>
+            {
+                return self.refuse_unanswerable(state, incoming);
+            }
             Incoming::Batch(messages) => {
-                let responses = self.handle_batch(state, messages, &mut out, threads);
-                // A batch of notifications gets no response at all.
-                (!responses.is_empty()).then_some(Value::Array(responses))
+                (self.handle_batch(state, messages, &mut out, threads), true)
             }
         };
-        out.response = response.map(|r| self.within_reply_limit(r));
+        // Nothing is owed for notifications and responses, nor for a batch
+        // of only those.
+        out.response = (!responses.is_empty()).then(|| self.reply_line(responses, batch));
         out
     }
 
@@ -197,13 +219,13 @@ impl Dispatcher {
         state: &mut SessionState,
         message: Message,
         out: &mut Outcome,
-    ) -> Option<Value> {
+    ) -> Option<Response> {
         match message {
             Message::Response => None,
             Message::Invalid { id, error } => {
                 state.note_other_message();
                 self.metrics.requests.error(error.code());
-                Some(jsonrpc::response(id, Err(error)))
+                Some(Response::new(id, Err(error)))
             }
             Message::Call(call) => {
                 // Notifications (no id) are not answered, so they are not run
@@ -211,13 +233,14 @@ impl Dispatcher {
                 // (padding, "nothing to do").
                 let id = call.id?;
                 let started = Instant::now();
-                let result = Request::parse(&call.method, &call.params, state.protocol())
-                    .and_then(|request| self.execute(state, request, out));
+                let result: Result<Answer, RpcError> =
+                    Request::parse(&call.method, &call.params, state.protocol())
+                        .and_then(|request| self.execute(state, request, out));
                 if let Err(e) = &result {
                     tracing::debug!(method = %call.method, error = %e, "request failed");
                 }
                 self.record(&call.method, started, &result);
-                Some(jsonrpc::response(id, result))
+                Some(Response::new(id, result))
             }
         }
     }

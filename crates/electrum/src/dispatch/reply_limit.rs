@@ -5,7 +5,7 @@
 
 use super::Dispatcher;
 use crate::error::RpcError;
-use crate::jsonrpc;
+use crate::jsonrpc::{self, Response};
 use serde_json::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -25,22 +25,15 @@ impl ReplySize {
     }
 
     /// Counts `answer`'s JSON length (and its separator) without building
-    /// the string.
-    pub(super) fn add(&self, answer: &Value) {
-        struct Counter(usize);
-        impl std::io::Write for Counter {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0 += bytes.len();
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut counter = Counter(1);
-        // Writing a `Value` to a counter cannot fail.
-        let _ = serde_json::to_writer(&mut counter, answer);
-        self.bytes.fetch_add(counter.0, Ordering::Relaxed);
+    /// the line.
+    pub(super) fn add(&self, answer: &Response) {
+        self.bytes
+            .fetch_add(answer.written_len() + 1, Ordering::Relaxed);
+    }
+
+    /// Counts bytes known without an answer to measure.
+    pub(super) fn add_bytes(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub(super) fn bytes(&self) -> usize {
@@ -53,39 +46,40 @@ impl ReplySize {
 }
 
 /// The -101 error of a response over `max` bytes (`bytes` says how long).
-fn reply_too_large(bytes: &str, max: usize) -> RpcError {
+pub(super) fn reply_too_large(bytes: &str, max: usize) -> RpcError {
     RpcError::LimitExceeded(format!(
         "response of {bytes} bytes exceeds the limit of {max} (ask for less at a time)"
     ))
 }
 
 impl Dispatcher {
-    /// Serializes a response line, or, when it is longer than
-    /// `reply_bytes_max`, a refusal of each request it answers under that
-    /// request's id (an array for a batch).
-    pub(super) fn within_reply_limit(&self, response: Value) -> String {
-        let line = response.to_string();
+    /// Writes a response line (`batch`: an array), or, when it is longer
+    /// than `reply_bytes_max`, a refusal of each request it answers under
+    /// that request's id.
+    pub(super) fn reply_line(&self, responses: Vec<Response>, batch: bool) -> String {
+        let line = jsonrpc::write_line(&responses, batch);
         let max = self.config.reply_bytes_max;
         if line.len() <= max {
             return line;
         }
         let error = reply_too_large(&line.len().to_string(), max);
         tracing::debug!(bytes = line.len(), max, "response over the limit refused");
-        let refused = match &response {
-            Value::Array(answers) => answers.len(),
-            _ => 1,
-        };
-        for _ in 0..refused {
-            self.metrics.requests.error(error.code());
-        }
-        jsonrpc::refusal(&response, &error).to_string()
+        drop(line);
+        let refused: Vec<Response> = responses
+            .into_iter()
+            .map(|response| {
+                self.metrics.requests.error(error.code());
+                Response::new(response.id, Err(error.clone()))
+            })
+            .collect();
+        jsonrpc::write_line(&refused, batch)
     }
 
     /// Refuses a batch whose answers grew past `reply_bytes_max` while it
     /// was answered (`size`): every request (`ids`, in order) gets the -101
-    /// error, as [`Self::within_reply_limit`] would, without the whole
-    /// reply ever being built.
-    pub(super) fn refuse_batch(&self, ids: Vec<Value>, size: &ReplySize) -> Vec<Value> {
+    /// error, as [`Self::reply_line`] would, without the whole reply ever
+    /// being built.
+    pub(super) fn refuse_batch(&self, ids: Vec<Value>, size: &ReplySize) -> Vec<Response> {
         let error = reply_too_large(&format!("more than {}", size.bytes()), size.max);
         tracing::debug!(
             bytes = size.bytes(),
@@ -95,7 +89,7 @@ impl Dispatcher {
         ids.into_iter()
             .map(|id| {
                 self.metrics.requests.error(error.code());
-                jsonrpc::response(id, Err(error.clone()))
+                Response::new(id, Err(error.clone()))
             })
             .collect()
     }
