@@ -14,9 +14,10 @@
 #    repository, else bitcoind on PATH) imports a copy of its blk files with
 #    -reindex (~2 min on 2 cores) in a temporary directory, and mines one
 #    block so that it leaves initial block download.
-# 3. `OSPREY index` builds the index; then `OSPREY serve` runs on it with
-#    default limits (plain TCP, plus TLS and WebSocket listeners for the
-#    half-close phase), so its memory is a server's, not an indexer's.
+# 3. `OSPREY serve` with default limits (plain TCP, plus TLS and WebSocket
+#    listeners for the half-close phase) indexes the chain (~15 s) and is
+#    waited for until it serves Core's tip: its memory is that of a server
+#    that synced from scratch, as in the issue.
 # 4. hostile.py attacks it with --pid, the manifest, --tls-server,
 #    --ws-server and a --mine-cmd that mines a block on Core; its Markdown
 #    table goes to stdout, HOSTILE_ARGS are passed on (e.g. --json OUT,
@@ -115,7 +116,6 @@ printtoconsole=0
 [regtest]
 rpcport=$rpc_port
 port=$p2p_port
-bind=127.0.0.1
 rpcbind=127.0.0.1
 rpcallowip=127.0.0.1
 EOF
@@ -124,9 +124,8 @@ cli=("$bitcoin_cli" "-datadir=$datadir" "-rpcport=$rpc_port")
 say "Core imports $chain's blocks (tip $tip) with -reindex"
 nice -n 10 "$bitcoind" "-datadir=$datadir" -reindex >"$work/bitcoind.log" 2>&1 &
 core_pid=$!
-"${cli[@]}" -rpcwait -rpcwaittimeout=120 getblockcount >/dev/null
 deadline=$((SECONDS + 1800))
-until [ "$("${cli[@]}" getblockcount)" -ge "$tip" ]; do
+until [ "$("${cli[@]}" getblockcount 2>/dev/null || echo -1)" -ge "$tip" ]; do
   kill -0 "$core_pid" 2>/dev/null || { say "bitcoind exited during the import"; exit 1; }
   [ "$SECONDS" -lt "$deadline" ] || { say "Core did not reach height $tip in 30 min"; exit 1; }
   sleep 2
@@ -139,16 +138,24 @@ mine_cmd="$(printf '%q ' "${cli[@]}") generatetodescriptor 1 $(printf '%q' "$des
 
 osprey_args=(--network regtest --db-dir "$work/db" --daemon-dir "$datadir"
   --cookie-file "$datadir/regtest/.cookie" --daemon-rpc-addr "127.0.0.1:$rpc_port" --skip-default-conf-files)
-say "osprey index"
-nice -n 10 "$osprey" index "${osprey_args[@]}" >"$work/index.log" 2>&1
-say "osprey serve on 127.0.0.1:$tcp_port (TLS $tls_port, WebSocket $ws_port)"
+say "osprey serve on 127.0.0.1:$tcp_port (TLS $tls_port, WebSocket $ws_port) indexes"
 "$osprey" serve "${osprey_args[@]}" --electrum-rpc-addr "127.0.0.1:$tcp_port" \
   --electrum-tls-addr "127.0.0.1:$tls_port" --electrum-ws-addr "127.0.0.1:$ws_port" >"$work/serve.log" 2>&1 &
 osprey_pid=$!
-deadline=$((SECONDS + 300))
-until "$osprey" ping --timeout 2 "127.0.0.1:$tcp_port" >/dev/null 2>&1; do
+core_tip=$("${cli[@]}" getblockcount)
+# The height osprey serves (-1 until it serves wallets, after its initial sync).
+served_height() {
+  python3 - "$tcp_port" <<'PY' 2>/dev/null || echo -1
+import json, socket, sys
+with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5) as s:
+    s.sendall(b'{"id":1,"method":"blockchain.headers.subscribe","params":[]}\n')
+    print(json.loads(s.makefile().readline())["result"]["height"])
+PY
+}
+deadline=$((SECONDS + 600))
+until [ "$(served_height)" -ge "$core_tip" ]; do
   kill -0 "$osprey_pid" 2>/dev/null || { say "osprey serve exited"; exit 1; }
-  [ "$SECONDS" -lt "$deadline" ] || { say "osprey serve did not answer within 5 min"; exit 1; }
+  [ "$SECONDS" -lt "$deadline" ] || { say "osprey serve did not serve height $core_tip within 10 min"; exit 1; }
   sleep 1
 done
 

@@ -29,8 +29,10 @@ Throughout the run:
     its rest) and its resting RSS, --rest-secs (10) after the phase's hostile
     sockets were closed; fds before the phase, at their peak and after the
     rest (and how long they took to come back within 2 of where they were);
-    threads before and after; the server's CPU% over the phase (200% is two
-    cores); the machine's 1-minute load average at the phase's end;
+    threads before and after (the JSON has, per phase, the threads by name
+    after the rest and the CPU ticks each name used during the phase);
+    the server's CPU% over the phase (200% is two cores); the machine's
+    1-minute load average at the phase's end;
   * a well-behaved wallet (its own process, so the attack's load on this
     tool does not count as server latency) negotiates server.version 1.4,
     subscribes a few script hashes, and every 100 ms sends
@@ -1513,9 +1515,10 @@ async def discover(addr, manifest_path, big_scripthash, wallet_count, sample_txs
 
 
 class Context:
-    def __init__(self, args, addr, found):
+    def __init__(self, args, addr, pid, found):
         self.args = args
         self.addr = addr
+        self.pid = pid
         self.tls_addr = args.tls_server
         self.ws_addr = args.ws_server
         self.tip = found["tip"]
@@ -1579,6 +1582,7 @@ async def run_phases(ctx, phases):
     rows = []
     for name in phases:
         start = now()
+        threads_at_start = thread_times(ctx.pid)
         log(f"phase {name} starts")
         notes, raw, mined = "", {}, None
         if name == "baseline":
@@ -1601,6 +1605,7 @@ async def run_phases(ctx, phases):
                 ctx.mining = None
                 notes += f"; {describe_mining(mined)}"
         end = now()
+        threads_at_end = thread_times(ctx.pid)
         rest_end = end
         if name not in ("baseline", "after") and args.rest_secs > 0:
             log(f"phase {name} ended after {end - start:.1f} s; resting {args.rest_secs} s")
@@ -1613,6 +1618,8 @@ async def run_phases(ctx, phases):
                 "end": end,
                 "rest_end": rest_end,
                 "load_1m": load_average(),
+                "thread_cpu_ticks": thread_cpu_ticks(threads_at_start, threads_at_end),
+                "threads_by_name": threads_by_name(thread_times(ctx.pid)),
                 "notes": notes,
                 "mined": mined,
                 "hostile": raw,
@@ -1620,6 +1627,43 @@ async def run_phases(ctx, phases):
         )
         log(f"phase {name}: {notes}")
     return rows
+
+
+def thread_times(pid):
+    """{thread id: (name, CPU ticks)} of the process's threads."""
+    threads = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return threads
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as comm:
+                name = comm.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                threads[tid] = (name, cpu_ticks(stat.read()))
+        except (OSError, ValueError, IndexError):
+            # The thread ended between the listing and the read.
+            continue
+    return threads
+
+
+def threads_by_name(threads):
+    """How many threads bear each name: which pool grew."""
+    counts = {}
+    for name, _ in threads.values():
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def thread_cpu_ticks(before, after):
+    """CPU ticks each thread name used between two thread_times: which
+    threads did the work. Threads started in between count from zero; those
+    that ended in between are lost."""
+    used = {}
+    for tid, (name, ticks) in after.items():
+        used[name] = used.get(name, 0) + ticks - before.get(tid, (name, 0))[1]
+    return used
 
 
 def load_average():
@@ -1820,7 +1864,7 @@ def main(argv):
         send.close()
         if not ready.wait(30):
             raise RuntimeError("the well-behaved wallet could not connect and subscribe within 30 s")
-        ctx = Context(args, addr, found)
+        ctx = Context(args, addr, pid, found)
         try:
             rows = asyncio.run(run_phases(ctx, ["baseline"] + args.phase_list + ["after"]))
         finally:

@@ -117,6 +117,12 @@ class HostileProcessFigures(unittest.TestCase):
         self.assertEqual(stats["fds_settle_secs"], 0.0)
         self.assertAlmostEqual(stats["cpu_percent"], 50.0)
 
+    def test_thread_cpu_by_name_counts_new_threads_from_zero(self):
+        before = {"10": ("tokio-rt-worker", 100), "11": ("batch-0", 50), "12": ("gone", 70)}
+        after = {"10": ("tokio-rt-worker", 160), "11": ("batch-0", 50), "13": ("tokio-rt-worker", 25)}
+        self.assertEqual(hostile.thread_cpu_ticks(before, after), {"tokio-rt-worker": 85, "batch-0": 0})
+        self.assertEqual(hostile.threads_by_name(after), {"tokio-rt-worker": 2, "batch-0": 1})
+
     def test_probe_stats_hold_new_connections_to_one_second(self):
         probes = [(0.5, 20.0, None), (1.5, 1500.0, None), (2.5, None, "timeout"), (3.5, 1000.0, None), (9.0, 1.0, None)]
         self.assertEqual(
