@@ -1,40 +1,83 @@
 #!/usr/bin/env python3
-"""Hostile-client load tool: what an Electrum server's memory and a
-well-behaved wallet's latency do while hostile clients attack it (issue 8).
+"""Hostile-client load tool: what an Electrum server's memory, file
+descriptors and CPU, and a well-behaved wallet's latency, do while hostile
+clients attack it (issues 8 and 25).
 
 Usage (Python 3.8+, standard library only):
 
     scripts/hostile.py --start-demo target/release/osprey [--phase-secs 20] [--json out.json]
     scripts/hostile.py --server 127.0.0.1:50001 --pid 12345 [--manifest DIR/manifest.json]
+        [--tls-server 127.0.0.1:50002] [--ws-server 127.0.0.1:50003] [--mine-cmd 'bitcoin-cli ...']
 
 With --start-demo the tool runs `osprey demo --preset tiny` on a free
 loopback port in a temporary directory (raising the open-files limit it
 inherits first), reads the demo's manifest for real script hashes, and stops
 the demo at the end. Otherwise it attacks the server at --server and samples
-the memory of --pid (the server's process).
+--pid (the server's process). scripts/hostile-core.sh runs it against
+`osprey serve` on Bitcoin Core with a chain that has heavy scripts.
 
 LOOPBACK ONLY: any host other than 127.0.0.1 or localhost is refused. Every
-phase is bounded in connections and in time (--phase-secs, plus at most
---drain-secs to read what hostile sessions were sent, and for idle-flood
-the newcomer's --newcomer-cap-secs); hostile sockets are closed when their
-phase ends, and the tool always exits.
+phase is bounded in connections and in time (--phase-secs, --amp-secs,
+--pipeline-secs, plus at most --drain-secs to read what hostile sessions
+were sent, and for idle-flood the newcomer's --newcomer-cap-secs); hostile
+sockets are closed when their phase ends, and the tool always exits.
 
 Throughout the run:
-  * the server's VmRSS (/proc/PID/status) is sampled every 100 ms; each phase
-    reports its peak (over the phase and its rest) and its resting RSS,
-    --rest-secs (10) after the phase's hostile sockets were closed;
+  * the server's VmRSS and thread count (/proc/PID/status), open file
+    descriptors (/proc/PID/fd entries) and CPU time (/proc/PID/stat) are
+    sampled every 100 ms; each phase reports its peak RSS (over the phase and
+    its rest) and its resting RSS, --rest-secs (10) after the phase's hostile
+    sockets were closed; fds before the phase, at their peak and after the
+    rest (and how long they took to come back within 2 of where they were);
+    threads before and after (the JSON has, per phase, the threads by name
+    after the rest and the CPU ticks each name used during the phase);
+    the server's CPU% over the phase (200% is two cores); the machine's
+    1-minute load average at the phase's end;
   * a well-behaved wallet (its own process, so the attack's load on this
     tool does not count as server latency) negotiates server.version 1.4,
     subscribes a few script hashes, and every 100 ms sends
     blockchain.scripthash.get_history and blockchain.headers.subscribe;
     each phase reports p50/p99/max latency and errors (a -102 "server busy"
-    answer is counted apart as "busy").
+    answer is counted apart as "busy");
+  * in the same process, a probe opens a fresh connection every second and
+    negotiates server.version (timeout 5 s): each phase reports how many
+    were served within 1 s of how many were sent, and the slowest.
+  * with --mine-cmd (a shell command that mines a block on the server's
+    node), a block is mined --mine-after-secs (5) into each phase whose
+    sessions hold subscriptions or unread replies (MINING_PHASES), so its
+    notifications reach sessions that do not read.
 
-Phases (--phases picks a subset, in this order):
+Phases (--phases picks a subset, run in this order; the first five are
+issue 25's, in its order):
   baseline       the wallet alone (--baseline-secs).
-  big-replies    --big-sessions (40) sessions each send one batch of
-                 --big-batch (200) blockchain.block.headers [0, 2016] with a
-                 tiny receive buffer and never read.
+  amplification  --amp-sessions (50) sessions re-ask one large history for
+                 --amp-secs (10) as fast as they can, reading the replies;
+                 reports bytes in/out. The script hash is --big-scripthash,
+                 else the longest history found (manifest wallet plus outputs
+                 sampled from the chain through the server itself).
+  vanish         --vanish-sessions (100) sessions each send
+                 blockchain.scripthash.subscribe for --vanish-scripts (200)
+                 distinct real script hashes (from the manifest and the
+                 sampled outputs, distinct across sessions when enough were
+                 found), read the first reply, hold the rest unread until the
+                 block is mined (or 2 s), then reset the connection (RST).
+  half-close     --half-close-conns (300) connections, in turn: FIN
+                 (shutdown SHUT_WR) or RST (SO_LINGER 0) in the middle of a
+                 request line; FIN or RST right after a full request for the
+                 longest history, while its reply is pending; with
+                 --tls-server, FIN or RST after a partial TLS ClientHello;
+                 with --ws-server, FIN or RST after the WebSocket upgrade and
+                 a partial frame. Half-closed sockets are read until the
+                 server closes them (or the phase ends).
+  pipeline       one connection writes --pipeline-requests (10,000) requests
+                 without waiting (blockchain.headers.subscribe first, then
+                 every --pipeline-heavy-every (20)th a get_history of one of
+                 the two longest histories, the others blockchain.block.header),
+                 then reads every reply (up to --pipeline-secs, 120): checks
+                 they come in order and counts bytes.
+  big-replies    --big-sessions (600) sessions each subscribe to headers and
+                 send one batch of --big-batch (200) blockchain.block.headers
+                 [0, 2016] with a tiny receive buffer and never read.
   partial-lines  --partial-sessions (300) sessions each send --partial-bytes
                  (999,000, just under the default 1,000,000-byte line cap)
                  of a request line without its newline, and hold it.
@@ -46,20 +89,17 @@ Phases (--phases picks a subset, in this order):
                  newcomer wallet retries once a second until it is served
                  (the server sheds connections silent for 5 s) or
                  --newcomer-cap-secs (90) pass; reports how long it waited.
-  amplification  --amp-sessions (50) sessions re-ask one large history as
-                 fast as they can, reading the replies; reports bytes in/out.
-                 The script hash is --big-scripthash, else the longest
-                 history found (manifest wallet plus outputs sampled from the
-                 chain through the server itself).
   after          a fresh wallet must be served once every phase is over.
 
-Output: a Markdown table on stdout; --json OUT writes every raw figure (RSS
-samples, every wallet request, per-phase hostile counters). Exit status 0
-unless the tool itself failed (1), or bad arguments (2).
+Output: a Markdown table on stdout; --json OUT writes every raw figure
+(process samples, every wallet request and probe, per-phase hostile
+counters). Exit status 0 unless the tool itself failed (1), or bad arguments
+(2).
 """
 
 import argparse
 import asyncio
+import base64
 import hashlib
 import json
 import multiprocessing
@@ -69,18 +109,39 @@ import resource
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-PHASES = ["big-replies", "partial-lines", "subscriptions", "idle-flood", "amplification"]
+PHASES = [
+    "amplification",
+    "vanish",
+    "half-close",
+    "pipeline",
+    "big-replies",
+    "partial-lines",
+    "subscriptions",
+    "idle-flood",
+]
+# Phases whose hostile sessions hold subscriptions or unread replies: a block
+# mined during them (--mine-cmd) sends notifications that nobody reads.
+MINING_PHASES = {"amplification", "vanish", "pipeline", "big-replies", "subscriptions"}
 # Replies we parse can be large (a 200-request batch of headers is ~15 MB).
 READ_LIMIT = 64 << 20
 # How long a single connect + server.version may take before it counts as failed.
 CONNECT_TIMEOUT = 5.0
+# The bar a new connection is held to (issue 25: served within 1 s).
+PROBE_BAR_MS = 1000.0
+PROBE_INTERVAL_SECS = 1.0
+# Open fds within this many of their level before a phase count as back:
+# the wallet's session and a probe's connection come and go.
+FD_TOLERANCE = 2
+MINE_TIMEOUT_SECS = 120
 ERROR_CODE = re.compile(rb'"code"\s*:\s*(-?\d+)')
+REPLY_ID = re.compile(rb'"id"\s*:\s*(\d+)')
 SERVER_BUSY = -102
 DRAIN_SILENCE_SECS = 2.0
 # Upper bounds on every count, so no flag turns this into an unbounded flood.
@@ -94,7 +155,15 @@ BOUNDS = {
     "sub_batch": 10_000,
     "idle_conns": 10_000,
     "amp_sessions": 1000,
+    "vanish_sessions": 1000,
+    "vanish_scripts": 10_000,
+    "half_close_conns": 5000,
+    "pipeline_requests": 1_000_000,
+    "pipeline_heavy_every": 1_000_000,
+    "discover_txs": 100_000,
     "phase_secs": 3600,
+    "amp_secs": 3600,
+    "pipeline_secs": 3600,
     "newcomer_cap_secs": 3600,
 }
 
@@ -295,18 +364,20 @@ class RawPool:
         self.sockets = []
 
 
-async def drain(sock, deadline, record):
-    """Reads what the server sent `sock` until it closes or `deadline`:
-    byte count, error codes seen, and whether it was closed."""
+async def drain(sock, deadline, record, silence_secs=DRAIN_SILENCE_SECS):
+    """Reads what the server sent `sock` until it closes, `deadline`, or
+    `silence_secs` without a byte (None: no such limit): byte count, error
+    codes seen, and whether it was closed."""
     loop = asyncio.get_running_loop()
     record.setdefault("bytes_received", 0)
     record.setdefault("codes", {})
     tail = b""
     try:
         while now() < deadline:
-            # Two seconds of silence: the server holds nothing more for us (or is
+            # Seconds of silence: the server holds nothing more for us (or is
             # still building it; the report says what arrived in time).
-            wait = max(0.01, min(DRAIN_SILENCE_SECS, deadline - now()))
+            left = deadline - now()
+            wait = max(0.01, left if silence_secs is None else min(silence_secs, left))
             data = await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), wait)
             if not data:
                 record["closed_by_server"] = True
@@ -382,12 +453,15 @@ async def phase_big_replies(ctx, deadline):
         )
         + "\n"
     ).encode()
+    # Subscribed to headers, so a block mined meanwhile queues a notification
+    # behind the replies the session does not read.
+    subscribe = request_line(args.big_batch + 1, "blockchain.headers.subscribe", [])
 
     async def attack(record):
         try:
             sock = await pool.connect(ctx.addr, rcvbuf=args.hostile_rcvbuf)
             record["sock"] = sock
-            await asyncio.get_running_loop().sock_sendall(sock, version_line("hostile-big-replies") + batch)
+            await asyncio.get_running_loop().sock_sendall(sock, version_line("hostile-big-replies") + subscribe + batch)
             record["sent"] = True
         except (OSError, asyncio.TimeoutError) as exc:
             record["send_error"] = type(exc).__name__
@@ -683,12 +757,320 @@ async def phase_amplification(ctx, deadline):
     }
 
 
+# Kinds of half-way closes, in the order connections take them. A FIN is
+# shutdown(SHUT_WR): the socket is then read until the server closes it.
+HALF_CLOSE_KINDS = ["fin-mid-line", "rst-mid-line", "fin-pending", "rst-pending"]
+HALF_CLOSE_TLS_KINDS = ["tls-fin", "tls-rst"]
+HALF_CLOSE_WS_KINDS = ["ws-fin", "ws-rst"]
+# How long vanish sessions stay after a block is mined: the server polls its
+# node every second, then indexes the block and notifies.
+VANISH_HOLD_AFTER_BLOCK_SECS = 3.0
+VANISH_HOLD_SECS = 2.0
+
+
+def half_close_plan(count, tls, ws):
+    """The kind of each of `count` connections: every kind in turn, the TLS
+    and WebSocket ones only when there is such a listener."""
+    kinds = HALF_CLOSE_KINDS + (HALF_CLOSE_TLS_KINDS if tls else []) + (HALF_CLOSE_WS_KINDS if ws else [])
+    return [kinds[i % len(kinds)] for i in range(count)]
+
+
+def closes_with_rst(kind):
+    return kind.startswith("rst-") or kind.endswith("-rst")
+
+
+def tls_partial_client_hello():
+    """The first 43 bytes of a TLS ClientHello whose record announces 512:
+    a server waits for the rest of the handshake."""
+    announced = 512
+    handshake = b"\x01" + (announced - 4).to_bytes(3, "big") + b"\x03\x03" + bytes(range(32))
+    return b"\x16\x03\x01" + announced.to_bytes(2, "big") + handshake
+
+
+def ws_upgrade_request(addr):
+    key = base64.b64encode(b"osprey-hostile-1").decode()
+    return (
+        f"GET / HTTP/1.1\r\nHost: {addr[0]}:{addr[1]}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    ).encode()
+
+
+def ws_partial_frame(payload, announced):
+    """A client's (masked) text frame that announces `announced` payload
+    bytes (126..65535) but carries only `payload`."""
+    if not len(payload) < announced <= 0xFFFF or announced < 126:
+        raise ValueError(f"announced {announced} must be in 126..65535 and above {len(payload)}")
+    mask = b"\x5a\xa5\x3c\xc3"
+    header = bytes([0x81, 0x80 | 126]) + announced.to_bytes(2, "big") + mask
+    return header + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def reset(sock):
+    """Closes `sock` with a TCP RST rather than a FIN (SO_LINGER on, 0 s)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    sock.close()
+
+
+def vanish_assignment(pool, sessions, per_session):
+    """The script hashes each vanish session subscribes: `per_session`
+    distinct ones each, taken in turn from `pool` (deduplicated) so that
+    sessions share none while the pool lasts. A pool smaller than
+    `per_session` is padded with made-up script hashes; returns
+    (assignment, how many were made up)."""
+    real = list(dict.fromkeys(pool))
+    made_up = max(0, per_session - len(real))
+    real += [hashlib.sha256(f"hostile-vanish-{i}".encode()).hexdigest() for i in range(made_up)]
+    assignment = [[real[(s * per_session + k) % len(real)] for k in range(per_session)] for s in range(sessions)]
+    return assignment, made_up
+
+
+def pipeline_request(request_id, heavy, tip, heavy_every):
+    """Request `request_id` (1-based) of the pipeline: a headers subscription
+    first, so a mined block interleaves a notification; every
+    `heavy_every`th a long history (from `heavy`, in turn); else a header."""
+    if request_id == 1:
+        return request_line(request_id, "blockchain.headers.subscribe", [])
+    if heavy and request_id % heavy_every == 0:
+        scripthash = heavy[(request_id // heavy_every) % len(heavy)]
+        return request_line(request_id, "blockchain.scripthash.get_history", [scripthash])
+    return request_line(request_id, "blockchain.block.header", [request_id % (tip + 1)])
+
+
+def reply_id(line):
+    """The id of a JSON-RPC reply line; None for a notification or garbage.
+    Looks at the line's ends first, so a 2 MB history is not parsed for it."""
+    for end in (line[-64:], line[:64]):
+        match = REPLY_ID.search(end)
+        if match:
+            return int(match.group(1))
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    request_id = message.get("id") if isinstance(message, dict) else None
+    return request_id if isinstance(request_id, int) else None
+
+
+async def phase_vanish(ctx, deadline):
+    args = ctx.args
+    pool = RawPool()
+    loop = asyncio.get_running_loop()
+    assignment, made_up = vanish_assignment(ctx.script_pool, args.vanish_sessions, args.vanish_scripts)
+    records = [{} for _ in assignment]
+    started = now()
+
+    async def subscribe(record, scripthashes):
+        try:
+            sock = await pool.connect(ctx.addr)
+            record["sock"] = sock
+            lines = b"".join(
+                request_line(i + 1, "blockchain.scripthash.subscribe", [sh]) for i, sh in enumerate(scripthashes)
+            )
+            sent_at = now()
+            await loop.sock_sendall(sock, version_line("hostile-vanish") + lines)
+            record["sent"] = True
+            # The first bytes back say the server took the session on; the
+            # rest is left unread.
+            first = await asyncio.wait_for(loop.sock_recv(sock, 4096), CONNECT_TIMEOUT)
+            record["first_reply_ms"] = round((now() - sent_at) * 1000, 1)
+            count_codes(record.setdefault("codes", {}), first)
+        except (OSError, asyncio.TimeoutError) as exc:
+            record["error"] = type(exc).__name__
+
+    try:
+        await run_until(deadline, [bounded(50, [subscribe(r, shs) for r, shs in zip(records, assignment)])])
+        if ctx.mining is not None:
+            await asyncio.wait([ctx.mining], timeout=max(0.0, deadline - now()))
+            hold = VANISH_HOLD_AFTER_BLOCK_SECS
+        else:
+            hold = VANISH_HOLD_SECS
+        await asyncio.sleep(max(0.0, min(hold, deadline - now())))
+        held_secs = now() - started
+        for record in records:
+            if "sock" in record:
+                reset(record.pop("sock"))
+        await asyncio.sleep(max(0.0, deadline - now()))
+    finally:
+        pool.close()
+    sent = sum(1 for r in records if r.get("sent"))
+    answered = sorted(r["first_reply_ms"] for r in records if "first_reply_ms" in r)
+    distinct = len({sh for shs in assignment for sh in shs})
+    codes = merge_codes(records)
+    notes = (
+        f"{sent}/{len(records)} sessions sent {args.vanish_scripts} subscriptions each "
+        f"({distinct:,} distinct script hashes, {made_up} made up); "
+        + (f"first reply median {answered[len(answered) // 2]:.0f} ms, " if answered else "no first reply, ")
+        + f"{len(answered)} answered; reset (RST) after {held_secs:.1f} s unread; error codes {describe_codes(codes)}"
+    )
+    return notes, {
+        "sessions": records,
+        "distinct_scripthashes": distinct,
+        "made_up": made_up,
+        "sent": sent,
+        "held_secs": held_secs,
+        "codes": codes,
+    }
+
+
+async def phase_half_close(ctx, deadline):
+    args = ctx.args
+    pool = RawPool()
+    loop = asyncio.get_running_loop()
+    plan = half_close_plan(args.half_close_conns, ctx.tls_addr is not None, ctx.ws_addr is not None)
+    records = [{"kind": kind} for kind in plan]
+    heavy_request = request_line(1, "blockchain.scripthash.get_history", [ctx.big_scripthash])
+    unfinished_request = heavy_request[: len(heavy_request) // 2]
+
+    async def upgrade_ws(sock, record):
+        await loop.sock_sendall(sock, ws_upgrade_request(ctx.ws_addr))
+        response = b""
+        while b"\r\n\r\n" not in response and len(response) < 8192:
+            data = await asyncio.wait_for(loop.sock_recv(sock, 4096), CONNECT_TIMEOUT)
+            if not data:
+                break
+            response += data
+        record["upgrade_status"] = response.split(b"\r\n", 1)[0].decode("utf-8", "replace")
+
+    async def close_half_way(record):
+        kind = record["kind"]
+        try:
+            if kind.startswith("tls-"):
+                sock = await pool.connect(ctx.tls_addr)
+                payload = tls_partial_client_hello()
+            elif kind.startswith("ws-"):
+                sock = await pool.connect(ctx.ws_addr)
+                await upgrade_ws(sock, record)
+                payload = ws_partial_frame(version_line("hostile-half-close"), 1000)
+            else:
+                sock = await pool.connect(ctx.addr)
+                ending = heavy_request if kind.endswith("-pending") else unfinished_request
+                payload = version_line("hostile-half-close") + ending
+            await loop.sock_sendall(sock, payload)
+            record["sent"] = True
+        except (OSError, asyncio.TimeoutError) as exc:
+            record["error"] = type(exc).__name__
+            return
+        if closes_with_rst(kind):
+            reset(sock)
+            return
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError as exc:
+            record["error"] = type(exc).__name__
+            return
+        half_closed_at = now()
+        # What the server still sends, and whether it closes its side too.
+        await drain(sock, deadline, record, silence_secs=None)
+        if record.get("closed_by_server"):
+            record["server_closed_after_secs"] = round(now() - half_closed_at, 2)
+
+    try:
+        await run_until(deadline, [bounded(50, [close_half_way(r) for r in records])])
+        await asyncio.sleep(max(0.0, deadline - now()))
+    finally:
+        pool.close()
+    by_kind = {}
+    for record in records:
+        kind = by_kind.setdefault(
+            record["kind"], {"conns": 0, "sent": 0, "errors": 0, "closed_by_server": 0, "bytes_received": 0}
+        )
+        kind["conns"] += 1
+        kind["sent"] += 1 if record.get("sent") else 0
+        kind["errors"] += 1 if "error" in record else 0
+        kind["bytes_received"] += record.get("bytes_received", 0)
+        if "server_closed_after_secs" in record:
+            kind["closed_by_server"] += 1
+            kind["slowest_close_secs"] = max(kind.get("slowest_close_secs", 0.0), record["server_closed_after_secs"])
+    parts = []
+    for name, kind in by_kind.items():
+        part = f"{name} {kind['sent']}/{kind['conns']}"
+        if not closes_with_rst(name):
+            part += f" (server closed {kind['closed_by_server']}"
+            if "slowest_close_secs" in kind:
+                part += f", slowest {kind['slowest_close_secs']:.1f} s"
+            part += f", {kind['bytes_received'] / 1e6:.1f} MB back)"
+        parts.append(part)
+    codes = merge_codes(records)
+    notes = "sent: " + "; ".join(parts) + f"; error codes {describe_codes(codes)}"
+    return notes, {"connections": records, "by_kind": by_kind, "codes": codes}
+
+
+async def phase_pipeline(ctx, deadline):
+    args = ctx.args
+    count = args.pipeline_requests
+    heavy = [sh for sh, _ in ctx.heavy[:2]]
+    payload = b"".join(pipeline_request(i, heavy, ctx.tip, args.pipeline_heavy_every) for i in range(1, count + 1))
+    record = {"requests": count, "request_bytes": len(payload), "replies": 0, "notifications": 0, "bytes_in": 0}
+    record["codes"] = {}
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(ctx.addr[0], ctx.addr[1], limit=READ_LIMIT), CONNECT_TIMEOUT
+        )
+    except (OSError, asyncio.TimeoutError) as exc:
+        return f"could not connect: {type(exc).__name__}", record
+    started = now()
+    expected = 0
+    try:
+        # Everything at once, nothing awaited: the transport buffers it and
+        # the kernel sends it as fast as the server reads.
+        writer.write(version_line("hostile-pipeline") + payload)
+        while expected <= count:
+            line = await asyncio.wait_for(reader.readline(), max(0.01, deadline - now()))
+            if not line:
+                record["closed_by_server"] = True
+                break
+            record["bytes_in"] += len(line)
+            request_id = reply_id(line)
+            if request_id is None:
+                record["notifications"] += 1
+                continue
+            if request_id != expected and "out_of_order" not in record:
+                record["out_of_order"] = {"expected": expected, "got": request_id}
+            if request_id == 0:
+                record["first_reply_secs"] = round(now() - started, 3)
+            expected = request_id + 1
+            record["replies"] += 1 if request_id > 0 else 0
+            # Error replies are short; a history is not searched for one.
+            if len(line) < 4096 and b'"error"' in line:
+                count_codes(record["codes"], line)
+    except asyncio.TimeoutError:
+        record["timed_out"] = True
+    except (OSError, ValueError) as exc:
+        record["closed_by_server"] = True
+        record["error"] = type(exc).__name__
+    finally:
+        writer.close()
+    elapsed = max(0.001, now() - started)
+    record["elapsed_secs"] = round(elapsed, 2)
+    order = (
+        "in order"
+        if "out_of_order" not in record
+        else f"OUT OF ORDER (id {record['out_of_order']['got']} where {record['out_of_order']['expected']} was due)"
+    )
+    notes = (
+        f"{count:,} requests ({len(payload) / 1e6:.1f} MB, every {args.pipeline_heavy_every}th a "
+        f"{ctx.heavy[0][1] if ctx.heavy else '?'}-tx or smaller history) written at once; "
+        f"{record['replies']:,} replies {order}, {record['notifications']} notifications, "
+        f"{record['bytes_in'] / 1e9:.2f} GB in {elapsed:.1f} s ({record['bytes_in'] / elapsed / 1e6:.0f} MB/s)"
+        + ("; TIMED OUT" if record.get("timed_out") else "")
+        + ("; closed by server" if record.get("closed_by_server") else "")
+        + f"; error codes {describe_codes(record['codes'])}"
+    )
+    return notes, record
+
+
 PHASE_FUNCTIONS = {
+    "amplification": phase_amplification,
+    "vanish": phase_vanish,
+    "half-close": phase_half_close,
+    "pipeline": phase_pipeline,
     "big-replies": phase_big_replies,
     "partial-lines": phase_partial_lines,
     "subscriptions": phase_subscriptions,
     "idle-flood": phase_idle_flood,
-    "amplification": phase_amplification,
 }
 
 
@@ -741,61 +1123,152 @@ async def wallet_loop(addr, scripthashes, interval, timeout, stop, ready, sample
         client.close()
 
 
+async def probe_loop(addr, stop, probes):
+    """Until `stop` is set: every second a fresh connection negotiates
+    server.version; appends (sent_at, latency_ms or None, error or None) to
+    `probes`. A slow probe does not delay the next one."""
+    running = set()
+
+    async def probe():
+        start = now()
+        try:
+            client = await Client.open(addr, "osprey-hostile-probe")
+            client.close()
+            probes.append((start, (now() - start) * 1000.0, None))
+        except (OSError, asyncio.TimeoutError, RpcError, Closed) as exc:
+            probes.append((start, None, error_kind(exc)))
+
+    next_tick = now()
+    while not stop.is_set():
+        task = asyncio.ensure_future(probe())
+        running.add(task)
+        task.add_done_callback(running.discard)
+        next_tick += PROBE_INTERVAL_SECS
+        await asyncio.sleep(max(0.0, next_tick - now()))
+    await asyncio.gather(*running, return_exceptions=True)
+
+
 def wallet_process(addr, scripthashes, interval, timeout, stop, ready, connection):
-    """Entry point of the wallet's own process: sends its samples back when stopped."""
+    """Entry point of the wallet's own process (the wallet and the probes):
+    sends their samples back when stopped."""
     samples = []
+    probes = []
     # Ctrl-C is the parent's to handle; it stops this process through `stop`.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    async def wallet_and_probes():
+        await asyncio.gather(
+            wallet_loop(tuple(addr), scripthashes, interval, timeout, stop, ready, samples),
+            probe_loop(tuple(addr), stop, probes),
+        )
+
     try:
-        asyncio.run(wallet_loop(tuple(addr), scripthashes, interval, timeout, stop, ready, samples))
+        asyncio.run(wallet_and_probes())
     finally:
-        connection.send(samples)
+        connection.send((samples, probes))
         connection.close()
 
 
 # ------------------------------------------------------------------- sampling
 
 
-class RssSampler(threading.Thread):
-    """Samples VmRSS of a process every 100 ms, in a thread of its own so a
-    busy event loop does not skip samples."""
+def parse_status(text):
+    """VmRSS (KiB) and Threads from the text of /proc/PID/status."""
+    fields = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "Threads"):
+            fields[key] = int(value.split()[0])
+    return fields.get("VmRSS"), fields.get("Threads")
+
+
+def cpu_ticks(stat_text):
+    """utime + stime (clock ticks) from the text of /proc/PID/stat. The
+    command name, in parentheses, may hold spaces: fields count from after it."""
+    fields = stat_text[stat_text.rindex(")") + 2 :].split()
+    # Fields 14 and 15 of stat(5); the text after ")" starts at field 3.
+    return int(fields[11]) + int(fields[12])
+
+
+class Sample:
+    __slots__ = ("t", "rss_kib", "threads", "fds", "cpu_ticks")
+
+    def __init__(self, t, rss_kib, threads, fds, ticks):
+        self.t = t
+        self.rss_kib = rss_kib
+        self.threads = threads
+        self.fds = fds
+        self.cpu_ticks = ticks
+
+
+class ProcSampler(threading.Thread):
+    """Samples a process's RSS, threads, open fds and CPU time every 100 ms,
+    in a thread of its own so a busy event loop does not skip samples."""
 
     def __init__(self, pid):
         super().__init__(daemon=True)
-        self.path = f"/proc/{pid}/status"
+        self.pid = pid
         self.samples = []
         self.stopped = threading.Event()
         self.gone_at = None
 
-    def read_kib(self):
-        with open(self.path) as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return None
+    def read(self):
+        with open(f"/proc/{self.pid}/status") as status:
+            rss_kib, threads = parse_status(status.read())
+        with open(f"/proc/{self.pid}/stat") as stat:
+            ticks = cpu_ticks(stat.read())
+        fds = len(os.listdir(f"/proc/{self.pid}/fd"))
+        return Sample(now(), rss_kib, threads, fds, ticks)
 
     def run(self):
         while not self.stopped.is_set():
             try:
-                kib = self.read_kib()
-            except OSError:
+                self.samples.append(self.read())
+            except (OSError, ValueError, IndexError):
                 self.gone_at = now()
                 return
-            if kib is not None:
-                self.samples.append((now(), kib))
             self.stopped.wait(0.1)
 
-    def peak(self, start, end):
-        values = [kib for t, kib in self.samples if start <= t <= end]
-        return max(values) if values else None
 
-    def last_before(self, t):
-        value = None
-        for sample_t, kib in self.samples:
-            if sample_t > t:
-                break
-            value = kib
-        return value
+def peak(samples, field, start, end):
+    values = [getattr(s, field) for s in samples if start <= s.t <= end and getattr(s, field) is not None]
+    return max(values) if values else None
+
+
+def last_before(samples, field, t):
+    value = None
+    for sample in samples:
+        if sample.t > t:
+            break
+        value = getattr(sample, field)
+    return value
+
+
+def settle_secs(samples, field, end, limit, level):
+    """Seconds after `end` until `field` was back within FD_TOLERANCE of
+    `level` (None if not by `limit`)."""
+    if level is None:
+        return None
+    for sample in samples:
+        if end <= sample.t <= limit and getattr(sample, field) <= level + FD_TOLERANCE:
+            return sample.t - end
+    return None
+
+
+def cpu_percent(samples, start, end, hertz):
+    """The process's CPU time over [start, end] as a percentage of one core."""
+    first, last = None, None
+    for sample in samples:
+        if sample.t < start:
+            continue
+        if sample.t > end:
+            break
+        if first is None:
+            first = sample
+        last = sample
+    if first is None or last is None or last.t <= first.t:
+        return None
+    return (last.cpu_ticks - first.cpu_ticks) / hertz / (last.t - first.t) * 100.0
 
 
 def percentile(values, p):
@@ -820,6 +1293,24 @@ def wallet_stats(samples, start, end):
         "max_ms": max(latencies) if latencies else None,
         "errors": errors,
         "busy": errors.get("busy", 0),
+    }
+
+
+def probe_stats(probes, start, end):
+    """The probes sent in [start, end): how many, how many were served
+    within PROBE_BAR_MS, the slowest served, and errors by kind."""
+    window = [p for p in probes if start <= p[0] < end]
+    latencies = [p[1] for p in window if p[1] is not None]
+    errors = {}
+    for p in window:
+        if p[2] is not None:
+            errors[p[2]] = errors.get(p[2], 0) + 1
+    return {
+        "sent": len(window),
+        "served": len(latencies),
+        "within_bar": sum(1 for ms in latencies if ms <= PROBE_BAR_MS),
+        "max_ms": max(latencies) if latencies else None,
+        "errors": errors,
     }
 
 
@@ -923,13 +1414,32 @@ def output_scripts(raw):
     return scripts
 
 
-async def discover(addr, manifest_path, big_scripthash, wallet_count, secs):
-    """Script hashes for the wallet (used ones from the manifest) and for
-    amplification (the longest history among the manifest's wallet and the
-    outputs of blocks sampled through the server)."""
+# Transactions asked for per block when sampling the chain's outputs.
+SAMPLE_PER_BLOCK = 50
+# The most frequent sampled scripts whose histories are measured.
+HEAVY_CANDIDATES = 50
+HEAVY_KEPT = 4
+OP_RETURN = 0x6A
+
+
+def sample_heights(tip, sample_txs):
+    """Heights, spread evenly over 1..tip, that give about `sample_txs`
+    transactions at SAMPLE_PER_BLOCK each."""
+    wanted = max(1, -(-sample_txs // SAMPLE_PER_BLOCK))
+    if tip < 1:
+        return [tip]
+    return sorted({1 + (tip - 1) * k // max(1, wanted - 1) for k in range(wanted)})
+
+
+async def discover(addr, manifest_path, big_scripthash, wallet_count, sample_txs, secs):
+    """Script hashes for the wallet (used ones from the manifest), the
+    longest histories (among the manifest's wallet and the outputs of
+    transactions sampled from the chain through the server), and a pool of
+    real script hashes (the manifest's used ones, then the sampled outputs)."""
     deadline = now() + secs
     wallet = []
     histories = {}
+    pool = []
     if manifest_path and os.path.exists(manifest_path):
         with open(manifest_path) as f:
             manifest = json.load(f)
@@ -937,67 +1447,89 @@ async def discover(addr, manifest_path, big_scripthash, wallet_count, secs):
             histories[address["scripthash"]] = len(address.get("history", []))
         used = sorted((h for h in histories.items() if h[1] > 0), key=lambda h: h[0])
         wallet = [sh for sh, _ in used[:wallet_count]]
+        pool = [sh for sh, _ in used]
         log(f"manifest {manifest_path}: {len(histories)} wallet script hashes")
     client = await Client.open(addr, "hostile-discovery")
     try:
         tip = (await client.call("blockchain.headers.subscribe", [], 10))["height"]
-        if big_scripthash is None:
-            counts = {}
-            heights = sorted({1 + (tip - 1) * k // 59 for k in range(60)} if tip > 1 else {tip})
-            for height in heights:
-                if now() > deadline:
-                    break
-                replies = await client.batch(
-                    [("blockchain.transaction.id_from_pos", [height, pos]) for pos in range(40)], 30
-                )
-                txids = [r["result"] for r in replies if r.get("result")]
-                if not txids:
+        counts = {}
+        for height in sample_heights(tip, sample_txs):
+            if now() > deadline:
+                log(f"discovery: sampling stopped at its {secs} s cap")
+                break
+            replies = await client.batch(
+                [("blockchain.transaction.id_from_pos", [height, pos]) for pos in range(SAMPLE_PER_BLOCK)], 30
+            )
+            txids = [r["result"] for r in replies if r.get("result")]
+            if not txids:
+                continue
+            raws = await client.batch([("blockchain.transaction.get", [txid]) for txid in txids], 30)
+            for reply in raws:
+                if not reply.get("result"):
                     continue
-                raws = await client.batch([("blockchain.transaction.get", [txid]) for txid in txids], 30)
-                for reply in raws:
-                    if not reply.get("result"):
+                try:
+                    scripts = output_scripts(bytes.fromhex(reply["result"]))
+                except (IndexError, KeyError, ValueError):
+                    continue
+                for script in scripts:
+                    if script[:1] == bytes([OP_RETURN]):
                         continue
-                    try:
-                        scripts = output_scripts(bytes.fromhex(reply["result"]))
-                    except (IndexError, KeyError, ValueError):
-                        continue
-                    for script in scripts:
-                        sh = hashlib.sha256(script).digest()[::-1].hex()
-                        counts[sh] = counts.get(sh, 0) + 1
-            frequent = sorted(counts, key=counts.get, reverse=True)[:50]
-            if frequent and now() < deadline:
-                replies = await client.batch([("blockchain.scripthash.get_history", [sh]) for sh in frequent], 60)
-                for sh, reply in zip(frequent, replies):
-                    if isinstance(reply.get("result"), list):
-                        histories[sh] = len(reply["result"])
-            if histories:
-                big_scripthash = max(histories, key=histories.get)
+                    sh = hashlib.sha256(script).digest()[::-1].hex()
+                    counts[sh] = counts.get(sh, 0) + 1
+        pool += [sh for sh in counts if sh not in histories]
+        candidates = sorted(counts, key=counts.get, reverse=True)[:HEAVY_CANDIDATES]
+        if big_scripthash is not None:
+            candidates.append(big_scripthash)
+        # One at a time: a batch of long histories passes the server's reply cap.
+        for sh in candidates:
+            if now() > deadline:
+                break
+            try:
+                histories[sh] = len(await client.call("blockchain.scripthash.get_history", [sh], 60))
+            except RpcError as exc:
+                log(f"discovery: get_history {sh}: {exc}")
+        heavy = sorted(histories.items(), key=lambda h: h[1], reverse=True)[:HEAVY_KEPT]
+        if big_scripthash is None and heavy:
+            big_scripthash = heavy[0][0]
         if not wallet:
             ordinary = sorted((sh for sh, n in histories.items() if 0 < n < 50))
             wallet = ordinary[:wallet_count]
         if not wallet:
             wallet = [hashlib.sha256(f"wallet-{i}".encode()).hexdigest() for i in range(wallet_count)]
-        big_len = histories.get(big_scripthash)
-        if big_scripthash is not None and big_len is None:
-            result = await client.call("blockchain.scripthash.get_history", [big_scripthash], 60)
-            big_len = len(result)
     finally:
         client.close()
     if big_scripthash is None:
         big_scripthash = wallet[0]
-    return {"tip": tip, "wallet": wallet, "big_scripthash": big_scripthash, "big_history_len": big_len}
+    return {
+        "tip": tip,
+        "wallet": wallet,
+        "big_scripthash": big_scripthash,
+        "big_history_len": histories.get(big_scripthash),
+        "heavy": heavy,
+        "pool": pool,
+        "sampled_outputs": sum(counts.values()),
+    }
 
 
 # ------------------------------------------------------------------------ run
 
 
 class Context:
-    def __init__(self, args, addr, found):
+    def __init__(self, args, addr, pid, found):
         self.args = args
         self.addr = addr
+        self.pid = pid
+        self.tls_addr = args.tls_server
+        self.ws_addr = args.ws_server
+        self.tip = found["tip"]
         self.wallet_scripthashes = found["wallet"]
         self.big_scripthash = found["big_scripthash"]
         self.big_history_len = found["big_history_len"]
+        # [(script hash, history length)], longest first.
+        self.heavy = found["heavy"]
+        self.script_pool = found["pool"]
+        # The task mining this phase's block, if it mines one.
+        self.mining = None
 
 
 async def check_fresh_session(addr, scripthash):
@@ -1014,25 +1546,66 @@ async def check_fresh_session(addr, scripthash):
         return f"a fresh session FAILED: {error_kind(exc)}"
 
 
-async def run_phases(ctx, sampler, phases):
+def phase_duration(args, name):
+    return {"amplification": args.amp_secs, "pipeline": args.pipeline_secs}.get(name, args.phase_secs)
+
+
+async def mine_block(command, at, phase_start):
+    """Runs the --mine-cmd shell command at `at`; what it did, for the report."""
+    await asyncio.sleep(max(0.0, at - now()))
+    started = now()
+    record = {"at_secs": round(started - phase_start, 2)}
+    process = await asyncio.create_subprocess_shell(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    )
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), MINE_TIMEOUT_SECS)
+    except asyncio.TimeoutError:
+        process.kill()
+        await process.wait()
+        record["error"] = f"timed out after {MINE_TIMEOUT_SECS} s"
+        return record
+    record["secs"] = round(now() - started, 2)
+    record["exit"] = process.returncode
+    record["output"] = output.decode("utf-8", "replace").strip()[-300:]
+    return record
+
+
+def describe_mining(record):
+    if "error" in record or record.get("exit") != 0:
+        return f"mining FAILED at +{record['at_secs']:.1f} s ({record.get('error') or record.get('output')})"
+    return f"block mined at +{record['at_secs']:.1f} s"
+
+
+async def run_phases(ctx, phases):
     args = ctx.args
     rows = []
     for name in phases:
         start = now()
+        threads_at_start = thread_times(ctx.pid)
         log(f"phase {name} starts")
-        notes, raw = "", {}
+        notes, raw, mined = "", {}, None
         if name == "baseline":
             await asyncio.sleep(args.baseline_secs)
         elif name == "after":
             notes = await check_fresh_session(ctx.addr, ctx.wallet_scripthashes[0])
         else:
-            deadline = start + args.phase_secs
-            cap = args.phase_secs + args.drain_secs + 30 + (args.newcomer_cap_secs if name == "idle-flood" else 0)
+            secs = phase_duration(args, name)
+            if args.mine_cmd and name in MINING_PHASES:
+                at = start + min(args.mine_after_secs, secs / 2)
+                ctx.mining = asyncio.ensure_future(mine_block(args.mine_cmd, at, start))
+            deadline = start + secs
+            cap = secs + args.drain_secs + 30 + (args.newcomer_cap_secs if name == "idle-flood" else 0)
             try:
                 notes, raw = await asyncio.wait_for(PHASE_FUNCTIONS[name](ctx, deadline), cap)
             except asyncio.TimeoutError:
                 notes = f"phase cut at its {cap:.0f} s cap"
+            if ctx.mining is not None:
+                mined = await ctx.mining
+                ctx.mining = None
+                notes += f"; {describe_mining(mined)}"
         end = now()
+        threads_at_end = thread_times(ctx.pid)
         rest_end = end
         if name not in ("baseline", "after") and args.rest_secs > 0:
             log(f"phase {name} ended after {end - start:.1f} s; resting {args.rest_secs} s")
@@ -1044,15 +1617,80 @@ async def run_phases(ctx, sampler, phases):
                 "start": start,
                 "end": end,
                 "rest_end": rest_end,
-                "rss_start_kib": sampler.last_before(start),
-                "rss_peak_kib": sampler.peak(start, rest_end),
-                "rss_rest_kib": sampler.last_before(rest_end),
+                "load_1m": load_average(),
+                "thread_cpu_ticks": thread_cpu_ticks(threads_at_start, threads_at_end),
+                "threads_by_name": threads_by_name(thread_times(ctx.pid)),
                 "notes": notes,
+                "mined": mined,
                 "hostile": raw,
             }
         )
         log(f"phase {name}: {notes}")
     return rows
+
+
+def thread_times(pid):
+    """{thread id: (name, CPU ticks)} of the process's threads."""
+    threads = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return threads
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as comm:
+                name = comm.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                threads[tid] = (name, cpu_ticks(stat.read()))
+        except (OSError, ValueError, IndexError):
+            # The thread ended between the listing and the read.
+            continue
+    return threads
+
+
+def threads_by_name(threads):
+    """How many threads bear each name: which pool grew."""
+    counts = {}
+    for name, _ in threads.values():
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def thread_cpu_ticks(before, after):
+    """CPU ticks each thread name used between two thread_times: which
+    threads did the work. Threads started in between count from zero; those
+    that ended in between are lost."""
+    used = {}
+    for tid, (name, ticks) in after.items():
+        used[name] = used.get(name, 0) + ticks - before.get(tid, (name, 0))[1]
+    return used
+
+
+def load_average():
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_stats(samples, start, end, rest_end, hertz):
+    """The server's figures for a phase that ran over [start, end] and
+    rested until `rest_end`."""
+    fds_before = last_before(samples, "fds", start)
+    settle = settle_secs(samples, "fds", end, rest_end, fds_before)
+    return {
+        "rss_start_kib": last_before(samples, "rss_kib", start),
+        "rss_peak_kib": peak(samples, "rss_kib", start, rest_end),
+        "rss_rest_kib": last_before(samples, "rss_kib", rest_end),
+        "fds_before": fds_before,
+        "fds_peak": peak(samples, "fds", start, rest_end),
+        "fds_after": last_before(samples, "fds", rest_end),
+        "fds_settle_secs": settle,
+        "threads_before": last_before(samples, "threads", start),
+        "threads_after": last_before(samples, "threads", rest_end),
+        "cpu_percent": cpu_percent(samples, start, end, hertz),
+    }
 
 
 def mib(kib):
@@ -1063,21 +1701,52 @@ def ms(value):
     return f"{value:.1f}" if value is not None else "-"
 
 
+def count(value):
+    return str(value) if value is not None else "-"
+
+
+def error_detail(errors):
+    detail = ", ".join(f"{n}x {k}" for k, n in sorted(errors.items()))
+    return f" [{detail}]" if detail else ""
+
+
+def fds_cell(server, rested):
+    cell = f"{count(server['fds_before'])}/{count(server['fds_peak'])}/{count(server['fds_after'])}"
+    if server["fds_settle_secs"] is not None:
+        return cell + f" (back in {server['fds_settle_secs']:.1f} s)"
+    return cell + (" (not back)" if rested else "")
+
+
+def probes_cell(probes):
+    return (
+        f"{probes['served']}/{probes['sent']} ({probes['within_bar']} ≤1 s, max {ms(probes['max_ms'])})"
+        + error_detail(probes["errors"])
+    )
+
+
 def markdown(rows):
+    """One row a phase: each row has "phase", "notes", "rested", and the
+    dicts "server" (process_stats), "wallet" (wallet_stats) and "probes"
+    (probe_stats)."""
     lines = [
         "| phase | peak RSS MiB | resting RSS MiB | wallet p50 ms | wallet p99 ms | wallet max ms "
-        "| wallet requests | wallet errors (busy) | notes |",
-        "|---|---:|---:|---:|---:|---:|---:|---|---|",
+        "| wallet errors/requests (busy) | probes served/sent (≤1 s, max ms) | server fds before/peak/after "
+        "| threads before/after | server CPU % | load 1 min | notes |",
+        "|---|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|---|",
     ]
     for row in rows:
-        w = row["wallet"]
-        errors = sum(w["errors"].values())
-        detail = ", ".join(f"{n}x {k}" for k, n in sorted(w["errors"].items()))
+        server, w, probes = row["server"], row["wallet"], row["probes"]
+        cpu = server["cpu_percent"]
+        load = row.get("load_1m")
         lines.append(
-            f"| {row['phase']} | {mib(row['rss_peak_kib'])} | {mib(row['rss_rest_kib'])} | {ms(w['p50_ms'])} "
-            f"| {ms(w['p99_ms'])} | {ms(w['max_ms'])} | {w['requests']} | {errors} ({w['busy']})"
-            + (f" [{detail}]" if detail else "")
-            + f" | {row['notes']} |"
+            f"| {row['phase']} | {mib(server['rss_peak_kib'])} | {mib(server['rss_rest_kib'])} | {ms(w['p50_ms'])} "
+            f"| {ms(w['p99_ms'])} | {ms(w['max_ms'])} "
+            f"| {sum(w['errors'].values())}/{w['requests']} ({w['busy']}){error_detail(w['errors'])} "
+            f"| {probes_cell(probes)} "
+            f"| {fds_cell(server, row['rested'])} "
+            f"| {count(server['threads_before'])}/{count(server['threads_after'])} "
+            f"| {f'{cpu:.0f}' if cpu is not None else '-'} | {f'{load:.2f}' if load is not None else '-'} "
+            f"| {row['notes']} |"
         )
     return "\n".join(lines)
 
@@ -1094,6 +1763,11 @@ def parse_args(argv):
     target.add_argument("--demo-start-secs", type=float, default=600)
     target.add_argument("--manifest", help="a chaingen manifest.json for real script hashes")
     target.add_argument("--big-scripthash", help="the history amplification re-asks [default: longest found]")
+    target.add_argument("--tls-server", type=loopback_addr, help="the server's TLS port, for half-close")
+    target.add_argument("--ws-server", type=loopback_addr, help="the server's WebSocket port, for half-close")
+    target.add_argument("--mine-cmd", help="shell command mining one block on the server's node")
+    target.add_argument("--mine-after-secs", type=float, default=5, help="into each mining phase (at most half of it)")
+    target.add_argument("--discover-txs", type=int, default=10_000, help="transactions sampled for real script hashes")
     parser.add_argument("--phases", default=",".join(PHASES), help="comma-separated subset of: " + ", ".join(PHASES))
     parser.add_argument("--phase-secs", type=float, default=20)
     parser.add_argument("--rest-secs", type=float, default=10, help="wait after each phase before reading resting RSS")
@@ -1102,7 +1776,7 @@ def parse_args(argv):
     parser.add_argument("--wallet-interval-ms", type=float, default=100)
     parser.add_argument("--wallet-timeout-secs", type=float, default=10)
     parser.add_argument("--wallet-scripthashes", type=int, default=5)
-    parser.add_argument("--big-sessions", type=int, default=40)
+    parser.add_argument("--big-sessions", type=int, default=600)
     parser.add_argument("--big-batch", type=int, default=200)
     parser.add_argument("--big-count", type=int, default=2016)
     parser.add_argument("--hostile-rcvbuf", type=int, default=4096, help="SO_RCVBUF of big-replies sessions")
@@ -1114,6 +1788,13 @@ def parse_args(argv):
     parser.add_argument("--idle-conns", type=int, default=1000)
     parser.add_argument("--newcomer-cap-secs", type=float, default=90)
     parser.add_argument("--amp-sessions", type=int, default=50)
+    parser.add_argument("--amp-secs", type=float, default=10)
+    parser.add_argument("--vanish-sessions", type=int, default=100)
+    parser.add_argument("--vanish-scripts", type=int, default=200, help="subscriptions per vanish session")
+    parser.add_argument("--half-close-conns", type=int, default=300)
+    parser.add_argument("--pipeline-requests", type=int, default=10_000)
+    parser.add_argument("--pipeline-heavy-every", type=int, default=20)
+    parser.add_argument("--pipeline-secs", type=float, default=120, help="bound on writing and reading the pipeline")
     parser.add_argument("--json", metavar="OUT", help="write every raw figure here")
     args = parser.parse_args(argv)
     if args.start_demo:
@@ -1139,7 +1820,7 @@ def main(argv):
     args = parse_args(argv)
     # Our own sockets, plus the demo's (it inherits the limit): 2,500 at
     # least, as for a server that is to hold 1,000 sessions.
-    open_files = raise_open_files(max(2500, args.idle_conns + args.partial_sessions + 1000))
+    open_files = raise_open_files(max(2500, args.idle_conns + args.big_sessions + args.half_close_conns + 1000))
     if open_files < args.idle_conns + 100:
         log(f"warning: open-files limit {open_files} is below what --idle-conns {args.idle_conns} needs")
     workdir = tempfile.mkdtemp(prefix="osprey-hostile-") if args.start_demo else None
@@ -1159,12 +1840,16 @@ def main(argv):
         server_files = process_open_files(pid)
         if server_files is not None and server_files < args.idle_conns + 100:
             warnings.append(f"the server's open-files limit is {server_files}, below --idle-conns {args.idle_conns}")
-        found = asyncio.run(discover(addr, manifest, args.big_scripthash, args.wallet_scripthashes, 120))
+        found = asyncio.run(
+            discover(addr, manifest, args.big_scripthash, args.wallet_scripthashes, args.discover_txs, 300)
+        )
         log(
             f"tip {found['tip']}; wallet script hashes {len(found['wallet'])}; amplification target "
-            f"{found['big_scripthash']} ({found['big_history_len']} txs)"
+            f"{found['big_scripthash']} ({found['big_history_len']} txs); longest histories "
+            + ", ".join(f"{sh[:12]}.. {n}" for sh, n in found["heavy"])
+            + f"; {len(found['pool']):,} real script hashes for vanish"
         )
-        sampler = RssSampler(pid)
+        sampler = ProcSampler(pid)
         sampler.start()
         spawn = multiprocessing.get_context("spawn")
         stop = spawn.Event()
@@ -1179,19 +1864,27 @@ def main(argv):
         send.close()
         if not ready.wait(30):
             raise RuntimeError("the well-behaved wallet could not connect and subscribe within 30 s")
-        ctx = Context(args, addr, found)
+        ctx = Context(args, addr, pid, found)
         try:
-            rows = asyncio.run(run_phases(ctx, sampler, ["baseline"] + args.phase_list + ["after"]))
+            rows = asyncio.run(run_phases(ctx, ["baseline"] + args.phase_list + ["after"]))
         finally:
             stop.set()
-            samples = receive.recv() if receive.poll(args.wallet_timeout_secs + 10) else []
+            # Probes still connecting may take CONNECT_TIMEOUT twice.
+            samples, probes = (
+                receive.recv() if receive.poll(args.wallet_timeout_secs + 2 * CONNECT_TIMEOUT + 10) else ([], [])
+            )
             wallet.join(10)
         sampler.stopped.set()
         if sampler.gone_at is not None:
             warnings.append("the server's process ended during the run")
+        hertz = os.sysconf("SC_CLK_TCK")
         for row in rows:
+            row["server"] = process_stats(sampler.samples, row["start"], row["end"], row["rest_end"], hertz)
+            row["rested"] = row["rest_end"] > row["end"]
             row["wallet"] = wallet_stats(samples, row["start"], row["end"])
             row["wallet_rest"] = wallet_stats(samples, row["end"], row["rest_end"])
+            row["probes"] = probe_stats(probes, row["start"], row["end"])
+            row["probes_rest"] = probe_stats(probes, row["end"], row["rest_end"])
         table = markdown(rows)
         print(table)
         for warning in warnings:
@@ -1202,13 +1895,17 @@ def main(argv):
                 "args": {k: v for k, v in vars(args).items()},
                 "server": {"addr": f"{addr[0]}:{addr[1]}", "pid": pid, "open_files": server_files},
                 "demo_binary": os.path.abspath(args.start_demo) if args.start_demo else None,
-                "discovery": found,
+                "discovery": {**found, "pool": len(found["pool"])},
                 "phases": [
                     {**row, "start": row["start"] - t0, "end": row["end"] - t0, "rest_end": row["rest_end"] - t0}
                     for row in rows
                 ],
-                "rss_samples_kib": [(round(t - t0, 3), kib) for t, kib in sampler.samples],
+                "process_samples": {
+                    "fields": ["t", "rss_kib", "threads", "fds", "cpu_ticks"],
+                    "rows": [(round(p.t - t0, 3), p.rss_kib, p.threads, p.fds, p.cpu_ticks) for p in sampler.samples],
+                },
                 "wallet_samples": [(round(s[0] - t0, 3), s[1], s[2], s[3]) for s in samples],
+                "probes": [(round(p[0] - t0, 3), p[1], p[2]) for p in probes],
                 "warnings": warnings,
                 "table": table,
             }
