@@ -255,6 +255,7 @@ pub struct Parts {
 pub fn runtime(config: &Config) -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.worker_threads)
+        .max_blocking_threads(osprey_server::blocking_threads(config.worker_threads))
         .enable_all()
         .build()
         .context("starting the async runtime")

@@ -60,6 +60,16 @@ pub(crate) const HARD_COST_MICROS: u64 = 20_000_000;
 /// lines queue, by arrival delayed by their session's recent cost.
 const HANDLER_SLOTS_PER_CORE: usize = 4;
 
+/// Blocking threads the async runtime needs for a server on `cores` cores:
+/// one per handler slot, and a few for the notifier's status
+/// computations. Without a cap, tokio's pool grew to one thread per line
+/// in hand at the peak of a storm (64 threads after 100 sessions each sent
+/// a batch) and, with a wallet's steady requests keeping each idle thread
+/// busy once every few seconds, never shrank back.
+pub fn blocking_threads(cores: usize) -> usize {
+    HANDLER_SLOTS_PER_CORE * cores.max(1) + 4
+}
+
 /// Batch threads when transactions come from the node over REST or RPC:
 /// more than the cores, because those requests wait on the node rather
 /// than on a CPU.

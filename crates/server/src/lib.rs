@@ -39,6 +39,7 @@ mod tls;
 mod transport;
 
 pub use config::{ConfigError, Limits, PeerConfig, ServerConfig, Subnet};
+pub use fair::blocking_threads;
 /// How `PeerConfig` names a host; the binary parses settings into it.
 pub use osprey_electrum::PublicHost;
 pub use tls::{TlsFiles, RELOAD_CHECK_INTERVAL};
