@@ -1,6 +1,7 @@
 //! The Python scripts beside the bench that computed published figures
-//! (`scripts/ab_summary.py`, `scripts/tip_latency.py`) are checked by their
-//! unittest module; run here so that `cargo test` covers them.
+//! (`scripts/ab_summary.py`, `scripts/tip_latency.py`, `scripts/hostile.py`)
+//! are checked by their unittest module; run here so that `cargo test`
+//! covers them.
 
 use std::path::Path;
 use std::process::Command;
