@@ -240,6 +240,10 @@ async fn serve(
                                     {
                                         return end;
                                     }
+                                    if let Err(end) = close_if_greedy(&mut cost, &mut writer).await
+                                    {
+                                        return end;
+                                    }
                                     continue;
                                 }
                                 Err(incoming) => Some(incoming),
@@ -307,15 +311,8 @@ async fn serve(
                 if let Err(end) = deliver(ctx, id, &mut writer, outcome, seen).await {
                     return end;
                 }
-                if cost.now() > HARD_COST_MICROS {
-                    let error = RpcError::ServerBusy(
-                        "this session used more of the server than one may lately; closing it"
-                            .into(),
-                    );
-                    let line = jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
-                    // Best effort: the session ends either way.
-                    let _ = write_and_flush(&mut writer, &line).await;
-                    return End::Greedy;
+                if let Err(end) = close_if_greedy(&mut cost, &mut writer).await {
+                    return end;
                 }
             }
             Some(queued) = notifications.recv() => {
@@ -431,6 +428,21 @@ async fn deliver(
         return Err(End::NoCommonVersion);
     }
     Ok(())
+}
+
+/// Past `fair::HARD_COST_MICROS`, tells the client why and ends the
+/// session.
+async fn close_if_greedy(cost: &mut SessionCost, writer: &mut Writer<'_>) -> Result<(), End> {
+    if cost.now() <= HARD_COST_MICROS {
+        return Ok(());
+    }
+    let error = RpcError::ServerBusy(
+        "this session used more of the server than one may lately; closing it".into(),
+    );
+    let line = jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
+    // Best effort: the session ends either way.
+    let _ = write_and_flush(writer, &line).await;
+    Err(End::Greedy)
 }
 
 /// The length of a line's response, for its session's cost.
