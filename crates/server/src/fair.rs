@@ -18,9 +18,9 @@
 //! however many of them there are, the other half of the machine is left
 //! to everyone else (fifty sessions re-asking a 26k-entry history held
 //! every slot, and a wallet beside them waited seconds). A session whose
-//! cost passes [`HARD_COST_MICROS`], which takes well over a core's worth
-//! of work or ~10 MB/s of replies kept up for half a minute, is
-//! disconnected.
+//! cost passes [`HARD_COST_MICROS`] is disconnected: that takes 200 MB
+//! of replies at once, or well over a core's worth of work or ~14 MB/s of
+//! replies kept up (20 MB/s for 17 s), as the cost decays.
 //!
 //! The scheduler also owns the threads a batch's requests are spread over
 //! (`osprey_electrum::BatchThreads`), and tells each line whether it may
@@ -50,9 +50,11 @@ pub(crate) const BYTES_PER_COST_MICRO: u64 = 10;
 /// below it takes a greedy session tens of seconds of calm.
 pub(crate) const GREEDY_COST_MICROS: u64 = 2_000_000;
 
-/// Past this cost a session is disconnected: keeping it up takes a
-/// steady ~1.4 cores' worth of slots and bytes (a session runs one line at
-/// a time, so only its batches and its replies' bytes get it there).
+/// Past this cost a session is disconnected. Decaying with a time
+/// constant of 14.4 s (the half-life over ln 2), a steady cost rate reaches
+/// it only above ~1.4 cores' worth of slots and bytes (a session runs one
+/// line at a time, so only its batches and its replies' bytes get it
+/// there); a burst, at 200 MB of replies.
 pub(crate) const HARD_COST_MICROS: u64 = 20_000_000;
 
 /// Lines handled at once, per core: more than one, as a line may wait on
