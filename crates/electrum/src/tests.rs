@@ -1,7 +1,7 @@
 //! Line-in, line-out tests of the whole protocol layer against the fake
 //! backend: framing, negotiation, every method's result shape and errors.
 
-use crate::dispatch::{BatchThreads, DispatchConfig, Dispatcher, Effect, Outcome};
+use crate::dispatch::{BatchThreads, DispatchConfig, Dispatcher, Effect, Outcome, ReplyEstimate};
 use crate::fake::{fake_header, FakeBackend};
 use crate::request::{ScriptForm, ScriptKey};
 use crate::server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};
@@ -1625,6 +1625,39 @@ fn a_batch_that_cannot_fit_is_refused_unrun() {
     .to_string();
     let estimate = dispatcher.reply_estimate(&state, &dispatcher.parse(near_tip.as_bytes()));
     assert_eq!(estimate.at_least, 100 * 160);
+}
+
+/// Once a long history has been written for sharing, a line asking for
+/// it is expected to take that many bytes before it runs (the session
+/// charges it to its cost first); one never written is expected to take
+/// nothing in particular.
+#[test]
+fn a_shared_history_is_expected_before_it_is_asked_again() {
+    let mut h = Harness::at("1.4");
+    let sh: ScriptHash = SH.parse().unwrap();
+    h.backend.update(|s| {
+        s.history_entries_max = 10_000;
+        s.histories.insert(sh, history_of(500));
+        s.cached.insert(sh);
+    });
+    let ask =
+        json!({"id": 1, "method": "blockchain.scripthash.get_history", "params": [SH]}).to_string();
+    let before = h
+        .dispatcher
+        .reply_estimate(&h.state, &h.dispatcher.parse(ask.as_bytes()));
+    assert_eq!(before, ReplyEstimate::default());
+    let answer: Value = serde_json::from_str(&h.line(&ask).response.unwrap()).unwrap();
+    let text_len = answer["result"].to_string().len();
+    let after = h
+        .dispatcher
+        .reply_estimate(&h.state, &h.dispatcher.parse(ask.as_bytes()));
+    assert_eq!(
+        after,
+        ReplyEstimate {
+            at_least: 0,
+            expected: text_len
+        }
+    );
 }
 
 /// A peer list that answers `accept` to add_peer and records each call.

@@ -107,6 +107,16 @@ impl Dispatcher {
             let Message::Call(call) = message else {
                 return ReplyEstimate::default();
             };
+            // Only these are estimated: the others are not parsed twice (a
+            // reconnecting wallet's thousands of subscriptions).
+            if !matches!(
+                call.method.as_str(),
+                "blockchain.block.headers"
+                    | "blockchain.scripthash.get_history"
+                    | "blockchain.scriptpubkey.get_history"
+            ) {
+                return ReplyEstimate::default();
+            }
             match Request::parse(&call.method, &call.params, state.protocol()) {
                 Ok(Request::BlockHeaders {
                     start_height,
