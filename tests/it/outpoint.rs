@@ -40,15 +40,6 @@ fn send(node: &dyn Node, tx: &Transaction) -> Txid {
         .unwrap_or_else(|e| panic!("node refused {}: {e:#}", tx.compute_txid()))
 }
 
-/// The wallet's coin paying `script` in `txid`.
-fn coin_of(wallet: &TestWallet, txid: Txid, script: &ScriptBuf) -> OutPoint {
-    wallet
-        .coins()
-        .find(|c| c.outpoint.txid == txid && &c.spend.txout.script_pubkey == script)
-        .unwrap_or_else(|| panic!("no coin of {script:x} in {txid}"))
-        .outpoint
-}
-
 /// The status 1.7 prescribes for `o`, from the node: the funding
 /// transaction's height (block, or 0 / -1 in the mempool) and, if one
 /// exists, the spending transaction's. Cross-checked with the node's UTXO
@@ -184,7 +175,7 @@ fn outpoint_status_follows_the_node_and_is_notified() {
     let p = wallet
         .send(x.clone(), Amount::from_sat(3_000_000))
         .expect("P");
-    let o = coin_of(&wallet, p.compute_txid(), &x);
+    let o = wallet.coin_paying(p.compute_txid(), &x);
     assert_eq!(node_status(&node, &NodeView::load(&node), &o), json!({}));
     let mut watcher = Watcher {
         session: osprey.session(),
@@ -247,7 +238,7 @@ fn outpoint_status_follows_the_node_and_is_notified() {
         .send(z.clone(), Amount::from_sat(2_000_000))
         .expect("P2");
     send(&node, &p2);
-    let o2 = coin_of(&wallet, p2.compute_txid(), &z);
+    let o2 = wallet.coin_paying(p2.compute_txid(), &z);
     let w = wallet.new_script(ScriptKind::P2pkh);
     let c2 = wallet
         .spend(&[o2], &[(w.clone(), Amount::from_sat(500_000))])
@@ -257,7 +248,7 @@ fn outpoint_status_follows_the_node_and_is_notified() {
     assert_eq!(want["funder_height"], 0);
     assert_eq!(want["spender_txhash"], c2.compute_txid().to_string());
     assert_eq!(want["spender_height"], -1, "C2 spends a mempool output");
-    let o3 = coin_of(&wallet, c2.compute_txid(), &w);
+    let o3 = wallet.coin_paying(c2.compute_txid(), &w);
     let want = expect_status(&mut session, &node, &o3, &w, "C2's output");
     assert_eq!(want, json!({"funder_height": -1}));
 
@@ -311,7 +302,7 @@ fn outpoint_spenders_are_exact_among_many_outputs_of_one_script() {
             .send(x.clone(), Amount::from_sat(100_000 + i))
             .expect("a payment to x");
         send(&node, &tx);
-        outpoints.push(coin_of(&wallet, tx.compute_txid(), &x));
+        outpoints.push(wallet.coin_paying(tx.compute_txid(), &x));
         if i % 8 == 7 {
             node.generate(1).expect("mining");
             wallet.sync(&node).expect("wallet sync");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bitcoin::consensus::encode::serialize_hex;
 use bitcoin::hashes::Hash;
-use bitcoin::{Amount, OutPoint, ScriptBuf, Transaction, Txid};
+use bitcoin::{Amount, ScriptBuf, Transaction, Txid};
 use electrum_client::ElectrumApi;
 use osprey_testenv::{mining_address, Node, ScriptKind, TestWallet};
 use serde_json::{json, Value};
@@ -58,15 +58,6 @@ impl Scenario {
             .expect("a target per kind")
             .1
     }
-}
-
-/// Returns the wallet coin paying `script` in transaction `txid`.
-fn coin_of(wallet: &TestWallet, txid: Txid, script: &ScriptBuf) -> OutPoint {
-    wallet
-        .coins()
-        .find(|c| c.outpoint.txid == txid && &c.spend.txout.script_pubkey == script)
-        .unwrap_or_else(|| panic!("no coin of {script:x} in {txid}"))
-        .outpoint
 }
 
 fn send(node: &dyn Node, tx: &Transaction) -> Txid {
@@ -141,7 +132,7 @@ fn build_scenario(node: &dyn Node, wallet: &mut TestWallet) -> Scenario {
     let refund_txid = refund.compute_txid();
     let m0 = wallet
         .spend(
-            &[coin_of(wallet, refund_txid, &p2wpkh)],
+            &[wallet.coin_paying(refund_txid, &p2wpkh)],
             &targets
                 .iter()
                 .map(|(_, s)| (s.clone(), sat(20_000)))
@@ -163,7 +154,7 @@ fn build_scenario(node: &dyn Node, wallet: &mut TestWallet) -> Scenario {
         .clone();
     let m1 = wallet
         .spend(
-            &[coin_of(wallet, m0.compute_txid(), &p2tr)],
+            &[wallet.coin_paying(m0.compute_txid(), &p2tr)],
             &[(p2pkh, sat(5_000))],
         )
         .expect("m1");
@@ -1147,7 +1138,7 @@ fn check_notifications(osprey: &Osprey, node: &dyn Node, wallet: &mut TestWallet
 
     // Spent in the mempool: the spending transaction changes the status.
     wallet.sync(node).expect("wallet sync");
-    let coin = coin_of(wallet, tx.compute_txid(), &script);
+    let coin = wallet.coin_paying(tx.compute_txid(), &script);
     let spend = wallet
         .spend(&[coin], &[(burn_script(0x5e), Amount::from_sat(100_000))])
         .expect("spending it");

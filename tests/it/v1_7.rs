@@ -158,15 +158,6 @@ fn recent_entry(node: &dyn Node, txid: &Txid) -> Value {
     json!({"txid": txid.to_string(), "fee": btc_to_sat(&entry["fees"]["base"]), "vsize": entry["vsize"]})
 }
 
-/// The wallet's coin paying `script` in `txid`.
-fn coin_of(wallet: &TestWallet, txid: Txid, script: &ScriptBuf) -> OutPoint {
-    wallet
-        .coins()
-        .find(|c| c.outpoint.txid == txid && &c.spend.txout.script_pubkey == script)
-        .unwrap_or_else(|| panic!("no coin of {script:x} in {txid}"))
-        .outpoint
-}
-
 /// 1. Bitcoin Core (101 blocks), osprey with a history limit of 3.
 /// 2. Negotiation: 1.7 for a client that takes it, alone or in a range; an
 ///    error and a closed connection for one that wants 1.8 at least. The
@@ -305,7 +296,7 @@ fn a_1_7_client_is_served_on_bitcoin_core() {
     assert_eq!(sent, json!(p.compute_txid().to_string()));
     let view = NodeView::load(&node);
     client.expect(&s_key, &view.status(&s), "P in the mempool");
-    let o = coin_of(&wallet, p.compute_txid(), &s);
+    let o = wallet.coin_paying(p.compute_txid(), &s);
     let (o_key, status) =
         client.subscribe(OUTPOINT_SUBSCRIBE, json!([o.txid.to_string(), o.vout, spk]));
     assert_eq!(status, outpoint_status(&view, &o));

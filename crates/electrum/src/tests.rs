@@ -3,6 +3,7 @@
 
 use crate::dispatch::{BatchThreads, DispatchConfig, Dispatcher, Effect, Outcome, ReplyEstimate};
 use crate::fake::{fake_header, FakeBackend};
+use crate::jsonrpc::Incoming;
 use crate::request::{ScriptForm, ScriptKey};
 use crate::server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};
 use crate::session::SessionState;
@@ -486,6 +487,19 @@ fn scripthash_queries_shape_results() {
     }
 }
 
+/// Makes the history of `sh` one entry longer than the limit.
+fn over_the_history_limit(s: &mut crate::fake::FakeState, sh: ScriptHash) {
+    s.history_entries_max = 1;
+    let entries = (0..2)
+        .map(|i| HistoryEntry {
+            txid: txid(i),
+            height: 5,
+            fee: None,
+        })
+        .collect();
+    s.histories.insert(sh, entries);
+}
+
 /// 1.7 gives "history too large" code 10001 in every scriptpubkey method
 /// that reads the history, subscribe included, alone or in a batch; the
 /// script hash methods of earlier versions keep code 1 (above).
@@ -493,19 +507,7 @@ fn scripthash_queries_shape_results() {
 fn history_too_large_is_10001_at_1_7() {
     let mut h = Harness::at("1.7");
     let sh: ScriptHash = SH.parse().unwrap();
-    h.backend.update(|s| {
-        s.history_entries_max = 1;
-        s.histories.insert(
-            sh,
-            (0..2)
-                .map(|i| HistoryEntry {
-                    txid: txid(i),
-                    height: 5,
-                    fee: None,
-                })
-                .collect(),
-        );
-    });
+    h.backend.update(|s| over_the_history_limit(s, sh));
     for method in ["get_history", "get_mempool", "subscribe"] {
         let (code, msg) = h.err(&format!("blockchain.scriptpubkey.{method}"), json!([P2PKH]));
         assert_eq!(
@@ -532,19 +534,7 @@ fn history_too_large_is_10001_at_1_7() {
 fn history_too_large_is_an_error_not_a_truncation() {
     let mut h = Harness::at("1.4");
     let sh: ScriptHash = SH.parse().unwrap();
-    h.backend.update(|s| {
-        s.history_entries_max = 1;
-        s.histories.insert(
-            sh,
-            (0..2)
-                .map(|i| HistoryEntry {
-                    txid: txid(i),
-                    height: 5,
-                    fee: None,
-                })
-                .collect(),
-        );
-    });
+    h.backend.update(|s| over_the_history_limit(s, sh));
     let (code, msg) = h.err("blockchain.scripthash.get_history", json!([SH]));
     assert_eq!(code, 1);
     assert!(msg.starts_with("history too large"), "{msg}");
@@ -1318,10 +1308,8 @@ fn cached_subscriptions_are_answered_without_computing_statuses() {
         (history, "reads the history"),
     ] {
         let incoming = fast.dispatcher.parse(line.to_string().as_bytes());
-        let back = fast
-            .dispatcher
-            .answer_inline(&mut fast.state, incoming.clone())
-            .expect_err(why);
+        let back =
+            inline_answer(&fast.dispatcher, &mut fast.state, incoming.clone()).expect_err(why);
         assert_eq!(back, incoming, "{why}");
     }
     assert_eq!(fast.state.subscription_count(), 0, "nothing subscribed");
@@ -1337,9 +1325,7 @@ fn cached_subscriptions_are_answered_without_computing_statuses() {
         .to_string(),
     ] {
         let incoming = fast.dispatcher.parse(line.as_bytes());
-        let answered = fast
-            .dispatcher
-            .answer_inline(&mut fast.state, incoming)
+        let answered = inline_answer(&fast.dispatcher, &mut fast.state, incoming)
             .expect("every status is cached");
         let expected = general.line(&line);
         assert_eq!(answered.response, expected.response, "{line}");
@@ -1367,6 +1353,17 @@ fn cached_subscriptions_are_answered_without_computing_statuses() {
     }));
 }
 
+/// [`Dispatcher::answer_inline`] given the line's own estimate, as the
+/// session calls it.
+fn inline_answer(
+    dispatcher: &Dispatcher,
+    state: &mut SessionState,
+    incoming: Incoming,
+) -> Result<Outcome, Incoming> {
+    let estimate = dispatcher.reply_estimate(state, &incoming);
+    dispatcher.answer_inline(state, incoming, &estimate)
+}
+
 /// A newcomer's version, a ping, the server's description and the tip
 /// are answered from memory on the session's own thread, reading no
 /// header range and no status, exactly as the general path answers them
@@ -1389,9 +1386,7 @@ fn memory_only_requests_are_answered_inline() {
     for line in lines {
         let line = line.to_string();
         let incoming = fast.dispatcher.parse(line.as_bytes());
-        let answered = fast
-            .dispatcher
-            .answer_inline(&mut fast.state, incoming)
+        let answered = inline_answer(&fast.dispatcher, &mut fast.state, incoming)
             .expect("answered from memory");
         let expected = general.line(&line);
         assert_eq!(answered.response, expected.response, "{line}");
@@ -1412,9 +1407,7 @@ fn memory_only_requests_are_answered_inline() {
     ])
     .to_string();
     let incoming = fast.dispatcher.parse(chain.as_bytes());
-    let back = fast
-        .dispatcher
-        .answer_inline(&mut fast.state, incoming.clone())
+    let back = inline_answer(&fast.dispatcher, &mut fast.state, incoming.clone())
         .expect_err("a header is read from the chain");
     assert_eq!(back, incoming);
 }
@@ -1447,9 +1440,7 @@ fn cached_subscriptions_over_the_reply_limit_are_refused_alike() {
     .to_string();
     let mut fast = SessionState::new();
     let incoming = dispatcher.parse(batch.as_bytes());
-    let answered = dispatcher
-        .answer_inline(&mut fast, incoming)
-        .expect("every status is cached");
+    let answered = inline_answer(&dispatcher, &mut fast, incoming).expect("every status is cached");
     let general =
         dispatcher.handle_line(&mut SessionState::new(), batch.as_bytes(), batch_threads());
     assert_eq!(answered.response, general.response);
@@ -1609,9 +1600,7 @@ fn a_batch_that_cannot_fit_is_refused_unrun() {
     let incoming = dispatcher.parse(batch.as_bytes());
     let estimate = dispatcher.reply_estimate(&state, &incoming);
     assert_eq!(estimate.at_least, 100 * 2016 * 160);
-    let inline = dispatcher
-        .answer_inline(&mut state, incoming)
-        .expect("refused on the spot");
+    let inline = inline_answer(&dispatcher, &mut state, incoming).expect("refused on the spot");
     assert_all_refused(&inline, 100, "inline");
     let general = dispatcher.handle_line(&mut state, batch.as_bytes(), batch_threads());
     assert_eq!(general.response, inline.response);

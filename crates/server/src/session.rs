@@ -224,11 +224,11 @@ async fn serve(
                         .then(|| dispatcher.parse(&line))
                     {
                         Some(incoming) => {
-                            expected = dispatcher
-                                .reply_estimate(&session_state, &incoming)
-                                .expected;
+                            let estimate = dispatcher.reply_estimate(&session_state, &incoming);
+                            expected = estimate.expected;
                             cost.charge(Duration::ZERO, expected);
-                            match dispatcher.answer_inline(&mut session_state, incoming) {
+                            match dispatcher.answer_inline(&mut session_state, incoming, &estimate)
+                            {
                                 Ok(outcome) => {
                                     state = Some(session_state);
                                     cost.charge(

@@ -11,8 +11,8 @@ use anyhow::{bail, ensure, Context, Result};
 use bitcoin::absolute::LockTime;
 use bitcoin::transaction::Version;
 use bitcoin::{
-    Address, Amount, BlockHash, Network, OutPoint, ScriptBuf, Sequence, Transaction, TxIn, TxOut,
-    Txid, Witness,
+    Address, Amount, BlockHash, Network, OutPoint, Script, ScriptBuf, Sequence, Transaction, TxIn,
+    TxOut, Txid, Witness,
 };
 use osprey_chaingen::params::COINBASE_MATURITY;
 use osprey_chaingen::sign::{sign_transaction, vsize_max, Key, ScriptKind, Spend};
@@ -124,6 +124,17 @@ impl TestWallet {
     /// Every coin the wallet knows, confirmed or not, by outpoint.
     pub fn coins(&self) -> impl Iterator<Item = &WalletCoin> {
         self.coins.values()
+    }
+
+    /// The coin paying `script` in transaction `txid`.
+    ///
+    /// # Panics
+    /// If the wallet knows no such coin (a test's mistake).
+    pub fn coin_paying(&self, txid: Txid, script: &Script) -> OutPoint {
+        self.coins()
+            .find(|c| c.outpoint.txid == txid && c.spend.txout.script_pubkey == *script)
+            .unwrap_or_else(|| panic!("no coin of {script:x} in {txid}"))
+            .outpoint
     }
 
     /// Sum of all known coins.

@@ -45,13 +45,17 @@ impl Dispatcher {
     /// CPU, so the caller may run it where blocking is not allowed. Each
     /// request is parsed and looked up once. Gives `incoming` back,
     /// untouched, when any request needs more; the answers and effects are
-    /// those [`Self::handle_incoming`] would give.
+    /// those [`Self::handle_incoming`] would give. A line whose reply
+    /// certainly cannot fit (by `estimate`, the line's
+    /// [`Self::reply_estimate`], which the caller has charged already) is
+    /// refused here, unrun.
     pub fn answer_inline(
         &self,
         state: &mut SessionState,
         incoming: Incoming,
+        estimate: &ReplyEstimate,
     ) -> Result<Outcome, Incoming> {
-        if self.reply_estimate(state, &incoming).at_least > self.config.reply_bytes_max {
+        if estimate.at_least > self.config.reply_bytes_max {
             return Ok(self.refuse_unanswerable(state, incoming));
         }
         let Some(requests) = self.memory_answers(state, &incoming) else {

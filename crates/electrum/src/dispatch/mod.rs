@@ -148,15 +148,20 @@ impl Dispatcher {
     }
 
     /// Handles one line (without its newline), a batch spread over
-    /// `threads` if given (see [`Self::handle_incoming`]). Never panics on
-    /// client input.
+    /// `threads` if given (see [`Self::handle_incoming`]); one whose reply
+    /// certainly cannot fit in `reply_bytes_max` is refused unrun (see
+    /// [`Self::reply_estimate`]). Never panics on client input.
     pub fn handle_line(
         &self,
         state: &mut SessionState,
         line: &[u8],
         threads: Option<&BatchThreads>,
     ) -> Outcome {
-        self.handle_incoming(state, self.parse(line), threads)
+        let incoming = self.parse(line);
+        if self.reply_estimate(state, &incoming).at_least > self.config.reply_bytes_max {
+            return self.refuse_unanswerable(state, incoming);
+        }
+        self.handle_incoming(state, incoming, threads)
     }
 
     /// Parses one line (without its newline) into requests.
@@ -167,7 +172,10 @@ impl Dispatcher {
     /// Handles parsed requests. A batch's reading requests are spread
     /// over `threads` when given, else run one after the other on this
     /// thread: the caller, which knows what else the server is running,
-    /// decides (see `batch`). Never panics on client input.
+    /// decides (see `batch`). The caller has refused a line whose reply
+    /// cannot fit already ([`Self::answer_inline`] does, given the line's
+    /// estimate); any other stops being answered at the limit. Never panics
+    /// on client input.
     pub fn handle_incoming(
         &self,
         state: &mut SessionState,
@@ -188,12 +196,6 @@ impl Dispatcher {
                     .collect(),
                 false,
             ),
-            // Refused unrun: its answers cannot fit in a reply.
-            incoming @ Incoming::Batch(_)
-                if self.reply_estimate(state, &incoming).at_least > self.config.reply_bytes_max =>
-            {
-                return self.refuse_unanswerable(state, incoming);
-            }
             Incoming::Batch(messages) => {
                 (self.handle_batch(state, messages, &mut out, threads), true)
             }
