@@ -453,13 +453,14 @@ struct Committer {
     source_height: Height,
     pending: Vec<IndexedBlock>,
     pending_rows: usize,
-    to_writer: mpsc::SyncSender<(PreparedBatch, Height, bool)>,
+    to_writer: mpsc::SyncSender<(osprey_store::Result<PreparedBatch>, Height, bool)>,
     writer: JoinHandle<(u32, Result<(), Error>)>,
 }
 
 impl Committer {
     fn spawn(store: Arc<Store>, source_height: Height) -> Committer {
-        let (to_writer, batches) = mpsc::sync_channel::<(PreparedBatch, Height, bool)>(1);
+        let (to_writer, batches) =
+            mpsc::sync_channel::<(osprey_store::Result<PreparedBatch>, Height, bool)>(1);
         let writer = {
             let store = Arc::clone(&store);
             std::thread::Builder::new()
@@ -467,9 +468,12 @@ impl Committer {
                 .spawn(move || -> (u32, Result<(), Error>) {
                     let mut committed = 0;
                     for (batch, last, sync) in batches {
-                        let blocks = batch.len();
                         let _span = tracing::info_span!("index", to = last.0).entered();
-                        if let Err(e) = store.commit(batch, sync) {
+                        let blocks = match &batch {
+                            Ok(batch) => batch.len(),
+                            Err(_) => 0,
+                        };
+                        if let Err(e) = batch.and_then(|batch| store.commit(batch, sync)) {
                             return (committed, Err(e.into()));
                         }
                         committed += blocks;

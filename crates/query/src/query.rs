@@ -346,18 +346,20 @@ impl Query {
         visible: u64,
     ) -> Result<Vec<Funding>, Error> {
         let rows = self.rows(scripthash, visible)?;
-        let mut funding = Vec::new();
-        // (spent txid prefix, vout) -> indexes into `funding`.
-        let mut by_outpoint: HashMap<([u8; SPENT_TXID_PREFIX_LEN], u32), Vec<usize>> =
-            HashMap::new();
-        let mut spends = Vec::new();
+        let mut funding: Vec<Funding> = Vec::new();
+        // (spent txid prefix, vout) -> the outputs of this script with that
+        // prefix and vout not spent yet, as indexes into `funding`. Rows
+        // come in chain order, so a spend is paired among the outputs that
+        // exist and are unspent when it comes: one of them is the one it
+        // spends, and with a 2-byte prefix it is nearly always the only one.
+        let mut unspent: HashMap<([u8; SPENT_TXID_PREFIX_LEN], u32), Vec<usize>> = HashMap::new();
         for row in rows {
             match row.kind {
                 RowKind::Funding { vout, amount } => {
                     let txid = self.store.txid(row.tx_num).map_err(store_failed)?;
                     let mut prefix = [0u8; SPENT_TXID_PREFIX_LEN];
                     prefix.copy_from_slice(&txid.as_byte_array()[..SPENT_TXID_PREFIX_LEN]);
-                    by_outpoint
+                    unspent
                         .entry((prefix, vout))
                         .or_default()
                         .push(funding.len());
@@ -374,26 +376,37 @@ impl Query {
                     prev_txid_prefix,
                     prev_vout,
                 } => {
-                    spends.push((row.tx_num, input, prev_txid_prefix, prev_vout));
+                    let Some(candidates) = unspent.get_mut(&(prev_txid_prefix, prev_vout)) else {
+                        continue;
+                    };
+                    // A transaction cannot spend its own outputs.
+                    let earlier: Vec<usize> = candidates
+                        .iter()
+                        .enumerate()
+                        .filter(|&(_, &i)| funding[i].tx_num < row.tx_num)
+                        .map(|(at, _)| at)
+                        .collect();
+                    let at = match earlier.as_slice() {
+                        [] => continue,
+                        [only] => *only,
+                        _ => {
+                            // Two unspent outputs of this script share the
+                            // spent-txid prefix and vout: read the spending
+                            // input itself to tell them apart.
+                            let spent = self.spent_outpoint(row.tx_num, input)?;
+                            match earlier
+                                .iter()
+                                .find(|&&at| funding[candidates[at]].txid == spent.txid)
+                            {
+                                Some(&at) => at,
+                                None => continue,
+                            }
+                        }
+                    };
+                    let index = candidates.swap_remove(at);
+                    funding[index].spent_by = Some(row.tx_num);
                 }
             }
-        }
-        for (tx_num, input, prefix, vout) in spends {
-            let Some(candidates) = by_outpoint.get(&(prefix, vout)) else {
-                continue;
-            };
-            let index = if let [only] = candidates.as_slice() {
-                *only
-            } else {
-                // Two outputs of this script share the spent-txid prefix and
-                // vout: read the spending input itself to tell them apart.
-                let spent = self.spent_outpoint(tx_num, input)?;
-                match candidates.iter().find(|&&i| funding[i].txid == spent.txid) {
-                    Some(&i) => i,
-                    None => continue,
-                }
-            };
-            funding[index].spent_by = Some(tx_num);
         }
         Ok(funding)
     }

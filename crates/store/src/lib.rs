@@ -43,7 +43,7 @@ use std::sync::RwLock;
 /// Bumped whenever any key, value or file layout changes; a database with
 /// another version is refused ([`Error::Schema`]) and must be rebuilt,
 /// which `osprey serve` does by itself unless told not to.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The prefix configuration is part of the format: a database built with
 /// short test prefixes must never be read by a normal build.
@@ -54,6 +54,7 @@ fn schema_tag() -> Vec<u8> {
         codec::UNDO_BUCKET_LEN as u8,
         codec::TXID_PREFIX_LEN as u8,
         codec::SPENT_TXID_PREFIX_LEN as u8,
+        codec::EPOCH_SHIFT as u8,
     ]);
     tag
 }

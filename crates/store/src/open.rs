@@ -170,6 +170,13 @@ fn column_family(
         o.set_prefix_extractor(rocksdb::SliceTransform::create_fixed_prefix(len));
         table.set_whole_key_filtering(false);
     }
+    if name == CF_HISTORY {
+        // A script's rows of one epoch are one value, appended to by
+        // merge operands (`codec::history_operands`): see `codec`.
+        o.set_merge_operator_associative("osprey-history-4", |key, existing, operands| {
+            codec::merge_history(key, existing, operands.iter())
+        });
+    }
     if name == CF_TXID {
         // Its lookups are of transactions a wallet or the mempool
         // saw confirmed: they nearly always hit, and a filter

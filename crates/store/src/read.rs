@@ -195,12 +195,11 @@ impl Store {
             if !key.starts_with(prefix) {
                 break;
             }
-            if let Some(row) = HistoryRow::decode(scripthash, &key, &value)? {
-                if rows.len() == limit {
-                    return Ok(None);
-                }
-                rows.push(row);
+            let stored = codec::decode_history_value(&key, &value)?;
+            if rows.len() + stored.len() > limit {
+                return Ok(None);
             }
+            rows.extend(stored);
         }
         Ok(Some(rows))
     }

@@ -22,7 +22,7 @@ impl Store {
     /// # Errors
     /// See [`Store::commit`].
     pub fn apply(&self, blocks: &[IndexedBlock], sync: bool, source_tip: Height) -> Result<()> {
-        self.commit(self.prepare(blocks, source_tip), sync)
+        self.commit(self.prepare(blocks, source_tip)?, sync)
     }
 
     /// Encodes blocks for [`Store::commit`]: the rows sorted, in a RocksDB
@@ -34,7 +34,10 @@ impl Store {
     /// `reorg_depth_max` below it get no undo record, since no reorg the
     /// index can undo reaches that deep (during an initial sync that is
     /// nearly every block).
-    pub fn prepare(&self, blocks: &[IndexedBlock], source_tip: Height) -> PreparedBatch {
+    ///
+    /// # Errors
+    /// When a block's rows are not [`codec::HistoryRow::encode`] entries.
+    pub fn prepare(&self, blocks: &[IndexedBlock], source_tip: Height) -> Result<PreparedBatch> {
         let history = self.db.cf_handle(CF_HISTORY).expect("history cf");
         let txid_cf = self.db.cf_handle(CF_TXID).expect("txid cf");
         let undo = self.db.cf_handle(CF_UNDO).expect("undo cf");
@@ -86,15 +89,22 @@ impl Store {
             .map(|row| (sort_key(&row.0), row))
             .collect();
         history_rows.par_sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1 .0.cmp(&b.1 .0)));
-        for (_, (key, value)) in history_rows {
-            batch.put_cf(history, key, value);
+        // One merge operand per script and epoch: the column family's
+        // merge operator appends it to the rows stored before.
+        let operands = codec::history_operands(
+            history_rows
+                .iter()
+                .map(|(_, (key, value))| (key.as_slice(), value.as_slice())),
+        )?;
+        for (key, operand) in operands {
+            batch.merge_cf(history, key, operand);
         }
         // Txid keys are 9 bytes, so the integer alone orders them.
         txid_keys.par_sort_unstable_by_key(|key| sort_key(key));
         for key in txid_keys {
             batch.put_cf(txid_cf, key, []);
         }
-        PreparedBatch {
+        Ok(PreparedBatch {
             blocks: blocks
                 .iter()
                 .map(|b| (b.height, b.header, b.first_tx_num, b.txids.len() as u64))
@@ -108,7 +118,7 @@ impl Store {
                 .flat_map(|b| b.tx_ends.iter().copied())
                 .collect(),
             batch,
-        }
+        })
     }
 
     /// Writes a prepared batch on top of the tip in one atomic write.
@@ -236,8 +246,9 @@ impl Store {
         let meta = self.db.cf_handle(CF_META).expect("meta cf");
         // Every row of the undone blocks has a tx_num of at least
         // `first_removed_tx` and belongs to a script in a bucket their undo
-        // records name: for each script of those buckets, seek to that
-        // tx_num and delete to the script's end.
+        // records name: for each script of those buckets, the value of the
+        // epoch holding that tx_num is cut before it, and every later
+        // epoch's deleted.
         let mut buckets: Vec<Vec<u8>> = Vec::new();
         let mut batch = WriteBatch::default();
         for h in height.0 + 1..=tip {
@@ -250,7 +261,7 @@ impl Store {
         }
         buckets.sort_unstable();
         buckets.dedup();
-        let first_removed = TxNum(first_removed_tx).to_bytes();
+        let first_removed = TxNum(first_removed_tx);
         // One iterator for every bucket, in total order: an undo bucket is
         // shorter than the bloom prefix, so a scan crosses bloom prefixes.
         let mut read = rocksdb::ReadOptions::default();
@@ -263,9 +274,15 @@ impl Store {
                 .filter(|key| key.starts_with(&bucket) && key.len() >= codec::SCRIPT_ID_LEN)
                 .map(|key| key[..codec::SCRIPT_ID_LEN].to_vec())
             {
-                rows.seek([script_id.as_slice(), &first_removed].concat());
-                while let Some(key) = rows.key().filter(|key| key.starts_with(&script_id)) {
-                    batch.delete_cf(history, key);
+                rows.seek(codec::history_key(&script_id, first_removed));
+                while let Some((key, value)) =
+                    rows.item().filter(|(key, _)| key.starts_with(&script_id))
+                {
+                    match codec::truncate_history_value(key, value, first_removed)? {
+                        Some(kept) if kept.len() < value.len() => batch.put_cf(history, key, kept),
+                        Some(_) => {}
+                        None => batch.delete_cf(history, key),
+                    }
                     rows.next();
                 }
             }
