@@ -15,14 +15,16 @@
 //! docs/silent-payments.md 2.5):
 //!
 //! - `A` and `input_hash` are kept apart rather than multiplied at index
-//!   time: the product costs a variable-time point multiplication, 28.7 µs,
-//!   per eligible transaction while indexing (tweak data 11.3 µs → 40.1 µs
-//!   for two inputs); the scanner multiplies `input_hash·b_scan` first, a
-//!   0.08-µs scalar product, and pays nothing more for the factors.
-//! - `A` is uncompressed: decompressing it (a square root) costs 4.3 µs of
-//!   a 67.6-µs scan kernel, which then misses the 15,000 records per
-//!   second per core bar (14,800/s); parsing x and y costs 0.1 µs. 31 more
-//!   bytes a record (Frigate stores `x || y` for the same reason).
+//!   time: the product costs a variable-time point multiplication, 30.7 µs,
+//!   per eligible transaction while indexing (tweak data of a two-input
+//!   transaction 11.3 µs → 40.4 µs); the scanner multiplies
+//!   `input_hash·b_scan` first, a 0.07-µs scalar product, and pays nothing
+//!   more for the factors.
+//! - `A` is uncompressed: decompressing it (a square root) costs 4.4 µs,
+//!   and the scan kernel then misses the bar of 15,000 records per second
+//!   per core (≈ 70 µs, 14,200/s); parsing x and y costs 0.1 µs (≈ 63 µs,
+//!   15,800/s). 31 more bytes a record (Frigate stores `x || y` for the
+//!   same reason).
 
 use bitcoin::{Transaction, TxOut};
 
