@@ -54,7 +54,9 @@ pub mod wallet;
 
 pub use blkfile::{read_blocks, read_raw_blocks, BlkError, RawBlock};
 pub use cli::{run, ChaingenArgs};
-pub use generate::{generate, Config, GenError, Generator, Progress};
-pub use manifest::Manifest;
+pub use generate::{
+    generate, Config, GenError, Generator, Progress, Signatures, CHECKED_TAIL_BLOCKS,
+};
+pub use manifest::{Manifest, PlaceholderSignatures};
 pub use shape::{Preset, Profile, Shape};
 pub use stats::ChainStats;
