@@ -607,7 +607,8 @@ pub struct Progress {
     pub planning: Duration,
     /// Time spent building and signing transfers (wall clock, all cores).
     pub signing: Duration,
-    /// Time spent serializing and writing blocks (one core).
+    /// Time generation waited for the writer, which serializes and writes
+    /// blocks on a thread of its own alongside.
     pub writing: Duration,
     /// The chain's shape so far.
     pub chain: ChainStats,
@@ -1183,28 +1184,35 @@ impl Generator {
     fn steer_class(&mut self, height: u32, multisig: bool) -> OutputClass {
         let steering = self.steering.as_ref().expect("mainnet profile");
         let segwit = params::segwit_active(height);
-        let allowed: Vec<(OutputClass, f64)> = mainnet::OUTPUT_MIX
-            .iter()
-            .copied()
-            .filter(|(class, _)| match class {
+        // Called for every output: fixed arrays, no allocation.
+        let mut allowed = [(OutputClass::P2pkh, 0.0); mainnet::OUTPUT_MIX.len()];
+        let mut n = 0;
+        for (class, share) in mainnet::OUTPUT_MIX {
+            let ok = match class {
                 OutputClass::OpReturn => false,
                 OutputClass::BareMultisig => multisig,
                 OutputClass::P2pkh | OutputClass::P2sh => true,
                 _ => segwit,
-            })
-            .collect();
+            };
+            if ok {
+                allowed[n] = (class, share);
+                n += 1;
+            }
+        }
+        let allowed = &allowed[..n];
         let total = steering.outputs as f64 + STEERING_WINDOW;
-        let lags: Vec<f64> = allowed
-            .iter()
-            .map(|(class, share)| (share * total - steering.class_count(*class) as f64).max(0.0))
-            .collect();
-        let weights: Vec<f64> = if lags.iter().sum::<f64>() > 0.0 {
-            lags
-        } else {
-            allowed.iter().map(|(_, share)| *share).collect()
-        };
+        let mut weights = [0.0; mainnet::OUTPUT_MIX.len()];
+        for (w, (class, share)) in weights.iter_mut().zip(allowed) {
+            *w = (share * total - steering.class_count(*class) as f64).max(0.0);
+        }
+        let weights = &mut weights[..n];
+        if weights.iter().sum::<f64>() <= 0.0 {
+            for (w, (_, share)) in weights.iter_mut().zip(allowed) {
+                *w = *share;
+            }
+        }
         let mut x = self.rng.gen::<f64>() * weights.iter().sum::<f64>();
-        for ((class, _), w) in allowed.iter().zip(&weights) {
+        for ((class, _), w) in allowed.iter().zip(weights.iter()) {
             x -= w;
             if x <= 0.0 {
                 return *class;
@@ -1980,16 +1988,32 @@ pub fn generate(
             _ => {}
         }
     }
-    let mut writer = BlkWriter::create(&out_dir.join("blocks"), REGTEST_MAGIC)?;
-    let mut writing = Duration::ZERO;
-    while let Some(block) = generator.next_block() {
-        let write_started = Instant::now();
-        writer.write_block(&bitcoin::consensus::serialize(&block))?;
-        writing += write_started.elapsed();
-        progress(&generator.progress(started, writer.bytes_written(), writing));
-    }
-    let bytes = writer.bytes_written();
-    let files = writer.finish()?;
+    let writer = BlkWriter::create(&out_dir.join("blocks"), REGTEST_MAGIC)?;
+    // Serializing, writing and syncing each full file go on a thread of
+    // their own, alongside the generation of the next blocks.
+    let (blocks, to_write) = std::sync::mpsc::sync_channel::<Block>(WRITE_QUEUE_BLOCKS);
+    let (written, writing) = std::thread::scope(|scope| {
+        let writer = scope.spawn(move || write_blocks(writer, to_write));
+        let mut waiting = Duration::ZERO;
+        let mut bytes = 0;
+        while let Some(block) = generator.next_block() {
+            // The record: magic, length, block.
+            bytes += 8 + block.total_size() as u64;
+            let wait_started = Instant::now();
+            if blocks.send(block).is_err() {
+                // The writer stopped on an error, returned below.
+                break;
+            }
+            waiting += wait_started.elapsed();
+            progress(&generator.progress(started, bytes, waiting));
+        }
+        drop(blocks);
+        let written = writer
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (written, waiting)
+    });
+    let (files, bytes) = written?;
     let manifest = generator.manifest(files);
     manifest
         .save(out_dir)
@@ -2013,6 +2037,22 @@ pub fn generate(
         "chain generated"
     );
     Ok((manifest, stats))
+}
+
+/// Blocks generated ahead of the writer at most.
+const WRITE_QUEUE_BLOCKS: usize = 4;
+
+/// Writes the blocks received until the sender hangs up, then finishes the
+/// files: their names and the bytes written.
+fn write_blocks(
+    mut writer: BlkWriter,
+    blocks: std::sync::mpsc::Receiver<Block>,
+) -> Result<(Vec<String>, u64), BlkError> {
+    for block in blocks {
+        writer.write_block(&bitcoin::consensus::serialize(&block))?;
+    }
+    let bytes = writer.bytes_written();
+    Ok((writer.finish()?, bytes))
 }
 
 /// Support for `benches/sign_transactions.rs`: plans transfers once, so the
