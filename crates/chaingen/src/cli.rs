@@ -68,7 +68,8 @@ pub struct GenerateArgs {
     /// For scale runs only: placeholder signatures and fresh keys instead
     /// of real ones, well-formed and of real sizes, in the same blocks the
     /// seed draws otherwise (same transactions, amounts and script types),
-    /// several times faster; then 2,100 blocks holding only their coinbase.
+    /// about ten times faster; then 2,100 blocks holding only their
+    /// coinbase.
     /// Only Bitcoin Core accepts the chain, run with
     /// -assumevalid=<the hash printed at the end, also in manifest.json>
     /// and knowing every header before it connects the blocks (-reindex

@@ -456,12 +456,11 @@ fn a_branch_shares_the_blocks_below_its_fork_and_is_valid_above_it() {
     check_chain(branch_dir.path(), &manifest);
 }
 
-#[test]
-fn mainnet_profile_chains_are_valid() {
-    // Steered output types, bare multisig, batches, reuse of spent
-    // coins' scripts and taproot envelope spends, at a small size.
-    let dir = tempfile::tempdir().unwrap();
-    let config = Config {
+/// The mainnet profile at a small size: steered output types, bare
+/// multisig, batches, reuse of spent coins' scripts and taproot envelope
+/// spends.
+fn small_mainnet(signatures: Signatures) -> Config {
+    Config {
         preset: "custom".into(),
         seed: seed() ^ 0x6d61,
         shape: Shape {
@@ -470,9 +469,14 @@ fn mainnet_profile_chains_are_valid() {
             wallet_addresses: 80,
             ..Preset::Mainnet.shape()
         },
-        signatures: Signatures::Real,
-    };
-    let manifest = generate_into(dir.path(), config);
+        signatures,
+    }
+}
+
+#[test]
+fn mainnet_profile_chains_are_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = generate_into(dir.path(), small_mainnet(Signatures::Real));
     check_chain(dir.path(), &manifest);
 }
 
@@ -557,21 +561,13 @@ fn default_output_is_pinned() {
 /// manifest and stats say where the placeholders are.
 #[test]
 fn placeholder_chains_are_the_signed_chains_in_all_but_signatures() {
-    let config = |signatures| Config {
-        preset: "custom".into(),
-        seed: seed() ^ 0x6d61,
-        shape: Shape {
-            blocks: 540,
-            txs_per_block: 30,
-            wallet_addresses: 80,
-            ..Preset::Mainnet.shape()
-        },
-        signatures,
-    };
     let (signed_dir, placeholder_dir) =
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let signed = generate_into(signed_dir.path(), config(Signatures::Real));
-    let placeholder = generate_into(placeholder_dir.path(), config(Signatures::Placeholder));
+    let signed = generate_into(signed_dir.path(), small_mainnet(Signatures::Real));
+    let placeholder = generate_into(
+        placeholder_dir.path(),
+        small_mainnet(Signatures::Placeholder),
+    );
     check_chain(placeholder_dir.path(), &placeholder);
 
     assert!(signed.placeholder_signatures.is_none());
