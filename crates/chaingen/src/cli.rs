@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use osprey_chain::rpc::{Auth, RpcClient};
 
-use crate::generate::{generate, Config, Progress};
+use crate::generate::{generate, Config, Progress, Signatures};
 use crate::shape::{Preset, Profile};
-use crate::submit::{submit_chain, SubmitLimits, SubmitProgress};
+use crate::submit::{submit_chain, submit_headers, SubmitLimits, SubmitProgress};
 
 /// `osprey chaingen --preset P --seed S --out DIR` generates a chain;
 /// `osprey chaingen submit --dir DIR ...` feeds one to a node.
@@ -65,6 +65,19 @@ pub struct GenerateArgs {
     /// Worker threads for signing (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// For scale runs only: placeholder signatures and fresh keys instead
+    /// of real ones, well-formed and of real sizes, in the same blocks the
+    /// seed draws otherwise (same transactions, amounts and script types),
+    /// about ten times faster; then 2,100 blocks holding only their
+    /// coinbase.
+    /// Only Bitcoin Core accepts the chain, run with
+    /// -assumevalid=<the hash printed at the end, also in manifest.json>
+    /// and knowing every header before it connects the blocks (-reindex
+    /// from the blk files, or `osprey chaingen submit`, which sends them
+    /// first). It checks the scripts of the last 2,016 blocks only, which
+    /// hold no placeholder.
+    #[arg(long)]
+    pub placeholder_signatures: bool,
 }
 
 /// Flags of `osprey chaingen submit`.
@@ -154,16 +167,25 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
         preset,
         seed: args.seed,
         shape,
+        signatures: if args.placeholder_signatures {
+            Signatures::Placeholder
+        } else {
+            Signatures::Real
+        },
     };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.threads.unwrap_or(0))
         .build()
         .context("starting signing threads")?;
     eprintln!(
-        "chaingen: {} chain, seed {}, {} blocks, ~{} txs/block, {} wallet addresses, {} threads -> {}",
+        "chaingen: {} chain{}, seed {}, {} blocks, ~{} txs/block, {} wallet addresses, {} threads -> {}",
         config.preset,
+        match config.signatures {
+            Signatures::Real => "",
+            Signatures::Placeholder => " with placeholder signatures",
+        },
         config.seed,
-        config.shape.blocks,
+        config.shape.blocks + config.signatures.tail_blocks(),
         config.shape.txs_per_block,
         config.shape.wallet_addresses,
         pool.current_num_threads(),
@@ -188,7 +210,7 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
         .install(|| generate(config, &out, &mut report))
         .with_context(|| format!("generating chain into {}", out.display()))?;
     eprintln!(
-        "done: {} blocks, {} txs ({} inputs, {} outputs), {:.1} MB in {} files, {:.1} s; \
+        "done: {} blocks, {} txs ({} inputs, {} outputs), {:.1} MB in {} files, {:.1} s ({:.0} tx/s); \
          {} transfers created and signed at {:.0} tx/s; wallet: {} used addresses; tip {}",
         manifest.tip_height + 1,
         manifest.tx_count,
@@ -197,6 +219,7 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
         stats.bytes as f64 / 1e6,
         manifest.blk_files.len(),
         stats.elapsed.as_secs_f64(),
+        stats.txs_per_sec(),
         stats.transfers,
         stats.signed_per_sec(),
         manifest.wallet.addresses.len(),
@@ -227,6 +250,16 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
             );
         }
     }
+    if let Some(placeholders) = &manifest.placeholder_signatures {
+        eprintln!(
+            "placeholder signatures up to height {}, then {} coinbase-only blocks: \
+             load into Bitcoin Core with every header known first (-reindex, or \
+             `osprey chaingen submit`) and\n  -assumevalid={}",
+            placeholders.last_height,
+            manifest.tip_height - placeholders.last_height,
+            placeholders.assumevalid
+        );
+    }
     Ok(())
 }
 
@@ -246,6 +279,25 @@ fn run_submit(args: SubmitArgs) -> anyhow::Result<()> {
     let blocks_dir = args.dir.join("blocks");
     let manifest = crate::Manifest::load(&args.dir).ok();
     let tip_height = manifest.as_ref().map(|m| m.tip_height);
+    if let Some(placeholders) = manifest
+        .as_ref()
+        .and_then(|m| m.placeholder_signatures.as_ref())
+    {
+        // Core skips script checks only below a best header two weeks of
+        // work above the block, so it must know every header first.
+        let sent = submit_headers(&blocks_dir, &rpc).with_context(|| {
+            format!(
+                "submitting the headers of {} to {}",
+                blocks_dir.display(),
+                args.daemon_rpc_addr
+            )
+        })?;
+        eprintln!(
+            "sent {sent} headers first: the chain has placeholder signatures, \
+             which the node accepts only when run with -assumevalid={}",
+            placeholders.assumevalid
+        );
+    }
     let mut throttle = Throttle { last: None };
     let mut report = |p: &SubmitProgress| {
         if throttle.due(Some(p.height) == tip_height) {

@@ -35,6 +35,14 @@
 //! | medium | 2,501 | ~980k | 417 MB | 61 s |
 //! | large | 5,001 | ~9.7M | 4.1 GB | 13.5 min (niced, busy machine) |
 //!
+//! `--placeholder-signatures` ([`Signatures::Placeholder`]) makes the same
+//! blocks without a point multiplication: placeholder keys for fresh
+//! outputs and placeholder signatures of real form and size, then
+//! [`CHECKED_TAIL_BLOCKS`] coinbase-only blocks. Only Bitcoin Core accepts
+//! such a chain, with `-assumevalid` ([`manifest::PlaceholderSignatures`]);
+//! it is for scale runs: `--preset mainnet --txs 10000000` takes ~100 s
+//! instead of ~26 min (crates/bench/runs/2026-11-26-chaingen-scale).
+//!
 //! Every preset averages ~2.2 inputs and ~2.6 outputs per transfer; the
 //! busiest exchange script of `large` has ~490k history rows. The
 //! `sign_transactions` bench builds and signs 10,000 transfers in ~0.4 s on
@@ -54,7 +62,9 @@ pub mod wallet;
 
 pub use blkfile::{read_blocks, read_raw_blocks, BlkError, RawBlock};
 pub use cli::{run, ChaingenArgs};
-pub use generate::{generate, Config, GenError, Generator, Progress};
-pub use manifest::Manifest;
+pub use generate::{
+    generate, Config, GenError, Generator, Progress, Signatures, CHECKED_TAIL_BLOCKS,
+};
+pub use manifest::{Manifest, PlaceholderSignatures};
 pub use shape::{Preset, Profile, Shape};
 pub use stats::ChainStats;

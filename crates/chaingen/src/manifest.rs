@@ -27,6 +27,24 @@ pub struct Manifest {
     /// `blk*.dat` file names under `blocks/`, in order.
     pub blk_files: Vec<String>,
     pub wallet: WalletManifest,
+    /// Present only for a chain with placeholder signatures (absent from
+    /// the files of every other chain, which stay as they were).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placeholder_signatures: Option<PlaceholderSignatures>,
+}
+
+/// Where a chain has placeholder signatures, and how a node accepts it:
+/// Bitcoin Core with `-assumevalid=<assumevalid>` and every header known
+/// before it connects the blocks (`-reindex` from the blk files, or
+/// `osprey chaingen submit`, which sends the headers first).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PlaceholderSignatures {
+    /// Height of the last block that may hold placeholder signatures; the
+    /// blocks above it, up to the tip, hold only their coinbase, so a node
+    /// checks their scripts without finding any.
+    pub last_height: u32,
+    /// Hash of the block at `last_height`: the node's `-assumevalid`.
+    pub assumevalid: String,
 }
 
 /// The benchmark's "big wallet": a BIP84 wallet from a fixed test seed.

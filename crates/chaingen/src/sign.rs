@@ -2,17 +2,24 @@
 //! spending them. Shared by the chain generator and by `osprey-testenv`, so
 //! that every transaction a test or benchmark sends is signed by one piece of
 //! code. Knows nothing about chains, pools or files.
+//!
+//! For chains too large to sign in the time at hand there are placeholder
+//! keys and signatures ([`PlaceholderKey`], [`sign_placeholders`]): the
+//! same transactions byte for byte in form and size, without a point
+//! multiplication, valid only to a node that skips script checks.
 
 use std::sync::LazyLock;
 
-use bitcoin::hashes::{sha256, Hash};
-use bitcoin::key::{CompressedPublicKey, Keypair, UntweakedPublicKey};
-use bitcoin::opcodes::all::{OP_CHECKSIG, OP_ENDIF, OP_IF, OP_PUSHBYTES_0};
+use bitcoin::hashes::{sha256, Hash, HashEngine};
+use bitcoin::key::{CompressedPublicKey, Keypair, TapTweak, UntweakedPublicKey};
+use bitcoin::opcodes::all::{OP_CHECKSIG, OP_ENDIF, OP_IF, OP_PUSHBYTES_0, OP_PUSHNUM_1};
 use bitcoin::script::{Builder, PushBytesBuf};
 use bitcoin::secp256k1::{self, All, Message, PublicKey, Secp256k1, SecretKey};
 use bitcoin::sighash::{EcdsaSighashType, Prevouts, SighashCache, TapSighashType};
 use bitcoin::taproot::{LeafVersion, TapLeafHash, TapTweakHash, TaprootBuilder, TaprootSpendInfo};
-use bitcoin::{Address, Network, ScriptBuf, Transaction, TxOut, Witness};
+use bitcoin::{
+    Address, Network, OutPoint, PubkeyHash, ScriptBuf, Transaction, TxOut, WPubkeyHash, Witness,
+};
 
 /// One signing/verification context for the whole process: building one
 /// costs far more than a signature.
@@ -196,6 +203,70 @@ impl std::fmt::Display for ScriptKind {
     }
 }
 
+/// A serialized compressed public key: what scripts and witnesses carry.
+type PublicKeyBytes = [u8; 33];
+
+/// The script `<pubkey> OP_CHECKSIG` a [`ScriptKind::P2wsh`] output of
+/// `pubkey` commits to.
+fn witness_script(pubkey: &PublicKeyBytes) -> ScriptBuf {
+    Builder::new()
+        .push_slice(pubkey)
+        .push_opcode(OP_CHECKSIG)
+        .into_script()
+}
+
+/// The scriptPubKey locking a coin of `kind` to `pubkey`. The taproot kinds
+/// lock to an output key rather than to `pubkey`: `taproot_output_key`
+/// gives it, and is only called for them (for a real key it costs a point
+/// multiplication).
+fn script_pubkey_of(
+    pubkey: &PublicKeyBytes,
+    kind: ScriptKind,
+    taproot_output_key: impl FnOnce() -> [u8; 32],
+) -> ScriptBuf {
+    match kind {
+        ScriptKind::P2pkh => ScriptBuf::new_p2pkh(&PubkeyHash::hash(pubkey)),
+        ScriptKind::P2shP2wpkh => {
+            ScriptBuf::new_p2sh(&ScriptBuf::new_p2wpkh(&WPubkeyHash::hash(pubkey)).script_hash())
+        }
+        ScriptKind::P2wpkh => ScriptBuf::new_p2wpkh(&WPubkeyHash::hash(pubkey)),
+        ScriptKind::P2wsh => ScriptBuf::new_p2wsh(&witness_script(pubkey).wscript_hash()),
+        // Segwit v1: OP_1 and the 32-byte output key.
+        ScriptKind::P2tr | ScriptKind::P2trEnvelope(_) => Builder::new()
+            .push_opcode(OP_PUSHNUM_1)
+            .push_slice(taproot_output_key())
+            .into_script(),
+    }
+}
+
+/// The envelope leaf of `pubkey` carrying `len` bytes:
+/// `<x-only pubkey> OP_CHECKSIG OP_FALSE OP_IF <data> OP_ENDIF`. The data
+/// is SHA-256 in counter mode over the public key: incompressible like
+/// real inscriptions, and derived from the key so spending needs no extra
+/// state.
+fn envelope_leaf(pubkey: &PublicKeyBytes, len: u16) -> ScriptBuf {
+    let mut data = Vec::with_capacity(usize::from(len) + 32);
+    let mut counter = 0u32;
+    while data.len() < usize::from(len) {
+        let mut block = pubkey.to_vec();
+        block.extend_from_slice(&counter.to_le_bytes());
+        data.extend_from_slice(sha256::Hash::hash(&block).as_byte_array());
+        counter += 1;
+    }
+    data.truncate(usize::from(len));
+    let mut x_only = [0u8; 32];
+    x_only.copy_from_slice(&pubkey[1..]);
+    let mut builder = Builder::new()
+        .push_slice(x_only)
+        .push_opcode(OP_CHECKSIG)
+        .push_opcode(OP_PUSHBYTES_0)
+        .push_opcode(OP_IF);
+    for chunk in data.chunks(MAX_PUSH) {
+        builder = builder.push_slice(push_bytes(chunk.to_vec()));
+    }
+    builder.push_opcode(OP_ENDIF).into_script()
+}
+
 /// A secp256k1 key pair with its public key precomputed, so that building
 /// scripts and signing never pays for a point multiplication twice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,67 +307,43 @@ impl Key {
     /// The script `<pubkey> OP_CHECKSIG` that a [`ScriptKind::P2wsh`] output
     /// of this key commits to.
     pub fn witness_script(&self) -> ScriptBuf {
-        Builder::new()
-            .push_slice(self.public.serialize())
-            .push_opcode(OP_CHECKSIG)
-            .into_script()
+        witness_script(&self.public.serialize())
     }
 
     /// The scriptPubKey locking a coin of `kind` to this key. For
     /// [`ScriptKind::P2tr`] this costs a point multiplication (the tweak).
     pub fn script_pubkey(&self, kind: ScriptKind) -> ScriptBuf {
-        let pk = self.compressed_public_key();
-        match kind {
-            ScriptKind::P2pkh => {
-                ScriptBuf::new_p2pkh(&bitcoin::PublicKey::new(self.public).pubkey_hash())
-            }
-            ScriptKind::P2shP2wpkh => {
-                ScriptBuf::new_p2sh(&ScriptBuf::new_p2wpkh(&pk.wpubkey_hash()).script_hash())
-            }
-            ScriptKind::P2wpkh => ScriptBuf::new_p2wpkh(&pk.wpubkey_hash()),
-            ScriptKind::P2wsh => ScriptBuf::new_p2wsh(&self.witness_script().wscript_hash()),
-            ScriptKind::P2tr => {
+        script_pubkey_of(&self.public.serialize(), kind, || match kind {
+            ScriptKind::P2trEnvelope(len) => self.envelope(len).1.output_key().serialize(),
+            _ => {
                 let internal: UntweakedPublicKey = self.public.x_only_public_key().0;
-                ScriptBuf::new_p2tr(&SECP, internal, None)
+                internal.tap_tweak(&SECP, None).0.serialize()
             }
-            ScriptKind::P2trEnvelope(len) => {
-                ScriptBuf::new_p2tr_tweaked(self.envelope(len).1.output_key())
-            }
-        }
+        })
     }
 
     /// The envelope leaf carrying `len` bytes for this key and the taproot
-    /// tree of that one leaf (one point multiplication). The data is
-    /// SHA-256 in counter mode over the public key: incompressible like
-    /// real inscriptions, and derived from the key so spending needs no
-    /// extra state.
+    /// tree of that one leaf (one point multiplication).
     pub fn envelope(&self, len: u16) -> (ScriptBuf, TaprootSpendInfo) {
         let internal = self.public.x_only_public_key().0;
-        let pubkey = self.public.serialize();
-        let mut data = Vec::with_capacity(usize::from(len) + 32);
-        let mut counter = 0u32;
-        while data.len() < usize::from(len) {
-            let mut block = pubkey.to_vec();
-            block.extend_from_slice(&counter.to_le_bytes());
-            data.extend_from_slice(sha256::Hash::hash(&block).as_byte_array());
-            counter += 1;
-        }
-        data.truncate(usize::from(len));
-        let mut builder = Builder::new()
-            .push_x_only_key(&internal)
-            .push_opcode(OP_CHECKSIG)
-            .push_opcode(OP_PUSHBYTES_0)
-            .push_opcode(OP_IF);
-        for chunk in data.chunks(MAX_PUSH) {
-            builder = builder.push_slice(push_bytes(chunk.to_vec()));
-        }
-        let leaf = builder.push_opcode(OP_ENDIF).into_script();
+        let leaf = envelope_leaf(&self.public.serialize(), len);
         let info = TaprootBuilder::new()
             .add_leaf(0, leaf.clone())
             .expect("a single leaf at depth 0")
             .finalize(&SECP, internal)
             .expect("a one-leaf tree is complete");
         (leaf, info)
+    }
+
+    /// What spending this key's envelope of `len` bytes reveals: the leaf
+    /// and its serialized control block.
+    fn envelope_reveal(&self, len: u16) -> (ScriptBuf, Vec<u8>) {
+        let (leaf, info) = self.envelope(len);
+        let control = info
+            .control_block(&(leaf.clone(), LeafVersion::TapScript))
+            .expect("the leaf is in its own tree")
+            .serialize();
+        (leaf, control)
     }
 
     /// The key pair that signs for this key's [`ScriptKind::P2tr`] output
@@ -324,12 +371,18 @@ impl Key {
     }
 }
 
-fn secret_from_seed(seed: u64, index: u64) -> SecretKey {
-    let mut data = Vec::with_capacity(48);
-    data.extend_from_slice(b"osprey-chaingen key");
+/// SHA-256 of `tag`, `seed` and `index`: the root of every key the
+/// generator derives from a seed.
+fn seed_hash(tag: &[u8], seed: u64, index: u64) -> sha256::Hash {
+    let mut data = Vec::with_capacity(tag.len() + 16);
+    data.extend_from_slice(tag);
     data.extend_from_slice(&seed.to_le_bytes());
     data.extend_from_slice(&index.to_le_bytes());
-    let mut hash = sha256::Hash::hash(&data);
+    sha256::Hash::hash(&data)
+}
+
+fn secret_from_seed(seed: u64, index: u64) -> SecretKey {
+    let mut hash = seed_hash(b"osprey-chaingen key", seed, index);
     loop {
         if let Ok(secret) = SecretKey::from_slice(hash.as_byte_array()) {
             return secret;
@@ -338,12 +391,101 @@ fn secret_from_seed(seed: u64, index: u64) -> SecretKey {
     }
 }
 
-/// What it takes to sign one input: the output it spends and the key and
-/// kind that locked it.
+/// The stand-in for a key in a chain with placeholder signatures: 33 bytes
+/// shaped like a compressed public key (0x02 or 0x03, then 32 bytes of a
+/// hash of the seed and index), made without the point multiplication a
+/// real key costs. About half are not points of the curve, and its taproot
+/// output keys are hashes too: nothing notices, because its coins are only
+/// ever spent with placeholder signatures, whose scripts a node runs
+/// nowhere but in blocks it must check, and such blocks hold none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlaceholderKey(PublicKeyBytes);
+
+impl PlaceholderKey {
+    /// Placeholder key number `index` of the key family `seed` (a family
+    /// of its own: no placeholder key is the public key of [`Key::from_seed`]).
+    pub fn from_seed(seed: u64, index: u64) -> PlaceholderKey {
+        let hash = seed_hash(b"osprey-chaingen placeholder key", seed, index).to_byte_array();
+        let mut bytes = [0u8; 33];
+        bytes[0] = 0x02 | (hash[0] & 1);
+        bytes[1..].copy_from_slice(&hash);
+        PlaceholderKey(bytes)
+    }
+
+    /// The made-up taproot output key of `kind` (and its parity, for an
+    /// envelope's control block).
+    fn taproot_output_key(&self, kind: ScriptKind) -> ([u8; 32], u8) {
+        let len = match kind {
+            ScriptKind::P2trEnvelope(len) => u32::from(len),
+            // Above every envelope length.
+            _ => u32::MAX,
+        };
+        let mut data = self.0.to_vec();
+        data.extend_from_slice(&len.to_le_bytes());
+        let hash = sha256::Hash::hash(&data).to_byte_array();
+        (hash, hash[0] & 1)
+    }
+
+    pub fn script_pubkey(&self, kind: ScriptKind) -> ScriptBuf {
+        script_pubkey_of(&self.0, kind, || self.taproot_output_key(kind).0)
+    }
+
+    /// The leaf and a control block of a real one's shape: leaf version
+    /// and output key parity, then the internal key.
+    fn envelope_reveal(&self, len: u16) -> (ScriptBuf, Vec<u8>) {
+        let parity = self.taproot_output_key(ScriptKind::P2trEnvelope(len)).1;
+        let mut control = Vec::with_capacity(33);
+        control.push(LeafVersion::TapScript.to_consensus() | parity);
+        control.extend_from_slice(&self.0[1..]);
+        (envelope_leaf(&self.0, len), control)
+    }
+}
+
+/// Who can spend a coin: a key pair, or, in chains with placeholder
+/// signatures, a [`PlaceholderKey`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    Key(Key),
+    Placeholder(PlaceholderKey),
+}
+
+impl From<Key> for Holder {
+    fn from(key: Key) -> Holder {
+        Holder::Key(key)
+    }
+}
+
+impl Holder {
+    /// The public key as scripts and witnesses carry it.
+    fn public_key_bytes(&self) -> PublicKeyBytes {
+        match self {
+            Holder::Key(key) => key.public.serialize(),
+            Holder::Placeholder(placeholder) => placeholder.0,
+        }
+    }
+
+    /// The scriptPubKey locking a coin of `kind` to this holder.
+    pub fn script_pubkey(&self, kind: ScriptKind) -> ScriptBuf {
+        match self {
+            Holder::Key(key) => key.script_pubkey(kind),
+            Holder::Placeholder(placeholder) => placeholder.script_pubkey(kind),
+        }
+    }
+
+    fn envelope_reveal(&self, len: u16) -> (ScriptBuf, Vec<u8>) {
+        match self {
+            Holder::Key(key) => key.envelope_reveal(len),
+            Holder::Placeholder(placeholder) => placeholder.envelope_reveal(len),
+        }
+    }
+}
+
+/// What it takes to sign one input: the output it spends and the holder
+/// and kind that locked it.
 #[derive(Clone, Debug)]
 pub struct Spend {
     pub txout: TxOut,
-    pub key: Key,
+    pub holder: Holder,
     pub kind: ScriptKind,
 }
 
@@ -363,6 +505,53 @@ pub enum SignError {
     ScriptMismatch { index: usize, kind: ScriptKind },
     #[error("input {index}: sighash: {message}")]
     Sighash { index: usize, message: String },
+    #[error("input {index}: a placeholder key cannot sign")]
+    Placeholder { index: usize },
+}
+
+/// The scriptSig and witness of an input of `kind` spent by `pubkey` with
+/// `sig` (DER and the sighash byte for ECDSA, 64 bytes for Schnorr);
+/// `envelope` is the leaf and control block an envelope spend reveals
+/// (`None` for the other kinds).
+fn unlock_of(
+    kind: ScriptKind,
+    pubkey: &PublicKeyBytes,
+    sig: Vec<u8>,
+    envelope: Option<(ScriptBuf, Vec<u8>)>,
+) -> (ScriptBuf, Witness) {
+    let mut witness = Witness::new();
+    let script_sig = match kind {
+        ScriptKind::P2pkh => Builder::new()
+            .push_slice(push_bytes(sig))
+            .push_slice(pubkey)
+            .into_script(),
+        ScriptKind::P2shP2wpkh | ScriptKind::P2wpkh => {
+            witness.push(sig);
+            witness.push(pubkey);
+            if kind == ScriptKind::P2shP2wpkh {
+                let redeem = ScriptBuf::new_p2wpkh(&WPubkeyHash::hash(pubkey));
+                Builder::new()
+                    .push_slice(push_bytes(redeem.into_bytes()))
+                    .into_script()
+            } else {
+                ScriptBuf::new()
+            }
+        }
+        ScriptKind::P2wsh => {
+            witness.push(sig);
+            witness.push(witness_script(pubkey).as_bytes());
+            ScriptBuf::new()
+        }
+        ScriptKind::P2tr | ScriptKind::P2trEnvelope(_) => {
+            witness.push(sig);
+            if let Some((leaf, control)) = envelope {
+                witness.push(leaf.as_bytes());
+                witness.push(control);
+            }
+            ScriptBuf::new()
+        }
+    };
+    (script_sig, witness)
 }
 
 /// Signs every input of `tx` with SIGHASH_ALL (ECDSA) or SIGHASH_DEFAULT
@@ -370,17 +559,13 @@ pub enum SignError {
 /// output input `i` spends.
 ///
 /// # Errors
-/// When `spends` does not line up with the inputs.
+/// When `spends` does not line up with the inputs, or a placeholder key
+/// holds one.
 pub fn sign_transaction<S: AsRef<Spend>>(
     tx: &mut Transaction,
     spends: &[S],
 ) -> Result<(), SignError> {
-    if tx.input.len() != spends.len() {
-        return Err(SignError::InputCount {
-            inputs: tx.input.len(),
-            spends: spends.len(),
-        });
-    }
+    check_input_count(tx, spends)?;
     let unlocks = {
         let txouts: Vec<&TxOut> = spends.iter().map(|s| &s.as_ref().txout).collect();
         let prevouts = Prevouts::All(&txouts);
@@ -391,9 +576,11 @@ pub fn sign_transaction<S: AsRef<Spend>>(
                 index,
                 message: e.to_string(),
             };
-            let key = &spend.key;
+            let Holder::Key(key) = &spend.holder else {
+                return Err(SignError::Placeholder { index });
+            };
             let pubkey = key.public.serialize();
-            let unlock = match spend.kind {
+            let (sig, envelope) = match spend.kind {
                 ScriptKind::P2pkh => {
                     let hash = cache
                         .legacy_signature_hash(
@@ -402,15 +589,13 @@ pub fn sign_transaction<S: AsRef<Spend>>(
                             EcdsaSighashType::All.to_u32(),
                         )
                         .map_err(|e| sighash_err(&e))?;
-                    let sig = ecdsa_sig(Message::from_digest(hash.to_byte_array()), key);
-                    let script_sig = Builder::new()
-                        .push_slice(push_bytes(sig))
-                        .push_slice(pubkey)
-                        .into_script();
-                    (script_sig, Witness::new())
+                    (
+                        ecdsa_sig(Message::from_digest(hash.to_byte_array()), key),
+                        None,
+                    )
                 }
                 ScriptKind::P2shP2wpkh | ScriptKind::P2wpkh => {
-                    let wpkh = ScriptBuf::new_p2wpkh(&key.compressed_public_key().wpubkey_hash());
+                    let wpkh = ScriptBuf::new_p2wpkh(&WPubkeyHash::hash(&pubkey));
                     let hash = cache
                         .p2wpkh_signature_hash(
                             index,
@@ -419,34 +604,24 @@ pub fn sign_transaction<S: AsRef<Spend>>(
                             EcdsaSighashType::All,
                         )
                         .map_err(|e| sighash_err(&e))?;
-                    let sig = ecdsa_sig(Message::from_digest(hash.to_byte_array()), key);
-                    let script_sig = if spend.kind == ScriptKind::P2shP2wpkh {
-                        Builder::new()
-                            .push_slice(push_bytes(wpkh.into_bytes()))
-                            .into_script()
-                    } else {
-                        ScriptBuf::new()
-                    };
-                    let mut witness = Witness::new();
-                    witness.push(sig);
-                    witness.push(pubkey);
-                    (script_sig, witness)
+                    (
+                        ecdsa_sig(Message::from_digest(hash.to_byte_array()), key),
+                        None,
+                    )
                 }
                 ScriptKind::P2wsh => {
-                    let witness_script = key.witness_script();
                     let hash = cache
                         .p2wsh_signature_hash(
                             index,
-                            &witness_script,
+                            &witness_script(&pubkey),
                             spend.txout.value,
                             EcdsaSighashType::All,
                         )
                         .map_err(|e| sighash_err(&e))?;
-                    let sig = ecdsa_sig(Message::from_digest(hash.to_byte_array()), key);
-                    let mut witness = Witness::new();
-                    witness.push(sig);
-                    witness.push(witness_script.as_bytes());
-                    (ScriptBuf::new(), witness)
+                    (
+                        ecdsa_sig(Message::from_digest(hash.to_byte_array()), key),
+                        None,
+                    )
                 }
                 ScriptKind::P2tr => {
                     let hash = cache
@@ -457,12 +632,10 @@ pub fn sign_transaction<S: AsRef<Spend>>(
                     // No auxiliary randomness: the same seed must give the
                     // same bytes, and the nonce stays secret-derived.
                     let sig = SECP.sign_schnorr_no_aux_rand(&msg, &keypair);
-                    let mut witness = Witness::new();
-                    witness.push(sig.as_ref());
-                    (ScriptBuf::new(), witness)
+                    (sig.as_ref().to_vec(), None)
                 }
                 ScriptKind::P2trEnvelope(len) => {
-                    let (leaf, info) = key.envelope(len);
+                    let (leaf, control) = key.envelope_reveal(len);
                     let leaf_hash = TapLeafHash::from_script(&leaf, LeafVersion::TapScript);
                     let hash = cache
                         .taproot_script_spend_signature_hash(
@@ -472,21 +645,14 @@ pub fn sign_transaction<S: AsRef<Spend>>(
                             TapSighashType::Default,
                         )
                         .map_err(|e| sighash_err(&e))?;
-                    let control = info
-                        .control_block(&(leaf.clone(), LeafVersion::TapScript))
-                        .expect("the leaf is in its own tree");
                     // The leaf checks the untweaked internal key.
                     let keypair = Keypair::from_secret_key(&SECP, &key.secret);
                     let msg = Message::from_digest(hash.to_byte_array());
                     let sig = SECP.sign_schnorr_no_aux_rand(&msg, &keypair);
-                    let mut witness = Witness::new();
-                    witness.push(sig.as_ref());
-                    witness.push(leaf.as_bytes());
-                    witness.push(control.serialize());
-                    (ScriptBuf::new(), witness)
+                    (sig.as_ref().to_vec(), Some((leaf, control)))
                 }
             };
-            unlocks.push(unlock);
+            unlocks.push(unlock_of(spend.kind, &pubkey, sig, envelope));
         }
         unlocks
     };
@@ -497,9 +663,91 @@ pub fn sign_transaction<S: AsRef<Spend>>(
     Ok(())
 }
 
+fn check_input_count<S>(tx: &Transaction, spends: &[S]) -> Result<(), SignError> {
+    if tx.input.len() != spends.len() {
+        return Err(SignError::InputCount {
+            inputs: tx.input.len(),
+            spends: spends.len(),
+        });
+    }
+    Ok(())
+}
+
+/// Fills every input's scriptSig and witness like [`sign_transaction`],
+/// but with placeholder signatures: of a real signature's form and size
+/// (DER with a random r and a low s, and the sighash byte; 64 bytes for
+/// Schnorr), made from a hash of the spent outpoint instead of a key, so
+/// that no point multiplication is spent on them. A node accepts them only
+/// where it skips script checks (Bitcoin Core's `-assumevalid`). Any
+/// holder works, as only the public key goes into the transaction.
+///
+/// # Errors
+/// When `spends` does not line up with the inputs.
+pub fn sign_placeholders<S: AsRef<Spend>>(
+    tx: &mut Transaction,
+    spends: &[S],
+) -> Result<(), SignError> {
+    check_input_count(tx, spends)?;
+    for (input, spend) in tx.input.iter_mut().zip(spends.iter().map(AsRef::as_ref)) {
+        let outpoint = input.previous_output;
+        let (sig, envelope) = match spend.kind {
+            ScriptKind::P2trEnvelope(len) => (
+                placeholder_bytes(&outpoint, 0).to_vec(),
+                Some(spend.holder.envelope_reveal(len)),
+            ),
+            ScriptKind::P2tr => (placeholder_bytes(&outpoint, 0).to_vec(), None),
+            _ => (placeholder_ecdsa(&outpoint), None),
+        };
+        (input.script_sig, input.witness) =
+            unlock_of(spend.kind, &spend.holder.public_key_bytes(), sig, envelope);
+    }
+    Ok(())
+}
+
+/// 64 pseudo-random bytes for the placeholder signature of the input
+/// spending `outpoint` (each outpoint is spent once, so no two inputs of a
+/// chain share them); `attempt` draws others.
+fn placeholder_bytes(outpoint: &OutPoint, attempt: u32) -> [u8; 64] {
+    let half = |part: u8| {
+        let mut engine = sha256::Hash::engine();
+        engine.input(b"osprey-chaingen placeholder signature");
+        engine.input(outpoint.txid.as_byte_array());
+        engine.input(&outpoint.vout.to_le_bytes());
+        engine.input(&attempt.to_le_bytes());
+        engine.input(&[part]);
+        sha256::Hash::from_engine(engine).to_byte_array()
+    };
+    let mut bytes = [0u8; 64];
+    bytes[..32].copy_from_slice(&half(0));
+    bytes[32..].copy_from_slice(&half(1));
+    bytes
+}
+
+/// A placeholder ECDSA signature: r and s from [`placeholder_bytes`], s
+/// made low like every signature Core relays, DER-encoded with
+/// SIGHASH_ALL. A uniform r takes 33 DER bytes half the time, like the r
+/// of a real signature, so the lengths (mostly 71 or 72 bytes) follow the
+/// real distribution.
+fn placeholder_ecdsa(outpoint: &OutPoint) -> Vec<u8> {
+    let mut attempt = 0;
+    loop {
+        // Fails only for an r or s of at least the group order: ~2^-127.
+        if let Ok(mut sig) =
+            secp256k1::ecdsa::Signature::from_compact(&placeholder_bytes(outpoint, attempt))
+        {
+            sig.normalize_s();
+            let mut bytes = sig.serialize_der().to_vec();
+            bytes.push(EcdsaSighashType::All as u8);
+            return bytes;
+        }
+        attempt += 1;
+    }
+}
+
 /// Like [`sign_transaction`], but first checks that each spent output's
-/// script really is `key.script_pubkey(kind)` (costs a point multiplication
-/// per P2TR input; meant for tests and tools, not the generator's hot loop).
+/// script really is `holder.script_pubkey(kind)` (costs a point
+/// multiplication per P2TR input; meant for tests and tools, not the
+/// generator's hot loop).
 ///
 /// # Errors
 /// When `spends` does not line up with the inputs or a script does not match.
@@ -508,7 +756,7 @@ pub fn sign_transaction_checked<S: AsRef<Spend>>(
     spends: &[S],
 ) -> Result<(), SignError> {
     for (index, spend) in spends.iter().map(AsRef::as_ref).enumerate() {
-        if spend.key.script_pubkey(spend.kind) != spend.txout.script_pubkey {
+        if spend.holder.script_pubkey(spend.kind) != spend.txout.script_pubkey {
             return Err(SignError::ScriptMismatch {
                 index,
                 kind: spend.kind,
@@ -539,6 +787,13 @@ mod tests {
     use bitcoin::transaction::Version;
     use bitcoin::{Amount, OutPoint, Sequence, TxIn, Txid};
 
+    fn key_of(spend: &Spend) -> Key {
+        match spend.holder {
+            Holder::Key(key) => key,
+            Holder::Placeholder(_) => panic!("test spends have real keys"),
+        }
+    }
+
     fn spend_tx(kinds: &[ScriptKind]) -> (Transaction, Vec<Spend>) {
         let spends: Vec<Spend> = kinds
             .iter()
@@ -550,7 +805,7 @@ mod tests {
                         value: Amount::from_sat(10_000),
                         script_pubkey: key.script_pubkey(kind),
                     },
-                    key,
+                    holder: key.into(),
                     kind,
                 }
             })
@@ -643,7 +898,7 @@ mod tests {
                 SECP.verify_ecdsa(
                     &Message::from_digest(hash.to_byte_array()),
                     &sig,
-                    spend.key.public_key(),
+                    key_of(spend).public_key(),
                 )
                 .unwrap();
             }
@@ -693,7 +948,7 @@ mod tests {
             let (mut tx, spends) = spend_tx(&[ScriptKind::P2wpkh, kind]);
             sign_transaction_checked(&mut tx, &spends).unwrap();
             let spend = &spends[1];
-            let (leaf, info) = spend.key.envelope(len);
+            let (leaf, info) = key_of(spend).envelope(len);
             assert_eq!(leaf.len(), envelope_leaf_len(usize::from(len)), "{len}");
             let witness = &tx.input[1].witness;
             assert_eq!(witness.len(), 3);
@@ -711,7 +966,7 @@ mod tests {
                 )
                 .unwrap();
             let sig = secp256k1::schnorr::Signature::from_slice(&witness[0]).unwrap();
-            let internal = spend.key.public_key().x_only_public_key().0;
+            let internal = key_of(spend).public_key().x_only_public_key().0;
             SECP.verify_schnorr(&sig, &Message::from_digest(hash.to_byte_array()), &internal)
                 .unwrap();
             let witness_len = bitcoin::consensus::serialize(witness).len();
@@ -735,5 +990,146 @@ mod tests {
             sign_transaction_checked(&mut tx, &spends),
             Err(SignError::ScriptMismatch { index: 1, .. })
         ));
+    }
+
+    /// Every witness item and script push of an input, in order.
+    fn unlock_items(input: &TxIn) -> Vec<Vec<u8>> {
+        let pushes = input
+            .script_sig
+            .instructions()
+            .map(|i| i.unwrap().push_bytes().unwrap().as_bytes().to_vec());
+        pushes
+            .chain(input.witness.iter().map(<[u8]>::to_vec))
+            .collect()
+    }
+
+    /// A low-S DER ECDSA signature with SIGHASH_ALL, as Core's standardness
+    /// rules want it.
+    fn is_strict_ecdsa(item: &[u8]) -> bool {
+        let Some((&hash_type, der)) = item.split_last() else {
+            return false;
+        };
+        let Ok(sig) = secp256k1::ecdsa::Signature::from_der(der) else {
+            return false;
+        };
+        let mut normalized = sig;
+        normalized.normalize_s();
+        hash_type == 1 && normalized == sig
+    }
+
+    #[test]
+    fn placeholder_spends_have_the_form_and_size_of_signed_ones() {
+        let mut kinds = ScriptKind::ALL.to_vec();
+        kinds.extend([75, 521, 3_001].map(ScriptKind::P2trEnvelope));
+        let (mut signed, spends) = spend_tx(&kinds);
+        let mut placeholder = signed.clone();
+        sign_transaction(&mut signed, &spends).unwrap();
+        sign_placeholders(&mut placeholder, &spends).unwrap();
+        let bound = vsize_max(&kinds, signed.output.iter().map(|o| o.script_pubkey.len()));
+        assert!(placeholder.vsize() as u64 <= bound);
+        for (i, kind) in kinds.iter().enumerate() {
+            let (real, fake) = (
+                unlock_items(&signed.input[i]),
+                unlock_items(&placeholder.input[i]),
+            );
+            assert_eq!(real.len(), fake.len(), "{kind}");
+            // Only the signature differs; the public key, scripts and
+            // control block are the same bytes.
+            let differing: Vec<usize> = (0..real.len()).filter(|&j| real[j] != fake[j]).collect();
+            let [sig] = differing[..] else {
+                panic!("{kind}: items {differing:?} differ")
+            };
+            let (real, fake) = (&real[sig], &fake[sig]);
+            if kind.is_taproot() {
+                assert_eq!(fake.len(), 64, "{kind}");
+            } else {
+                assert!(is_strict_ecdsa(real), "{kind}");
+                assert!(is_strict_ecdsa(fake), "{kind}: {}", hex::encode(fake));
+                assert!(real.len().abs_diff(fake.len()) <= 2, "{kind}");
+            }
+        }
+    }
+
+    #[test]
+    fn placeholder_ecdsa_lengths_follow_real_ones() {
+        let key = Key::from_seed(9, 9);
+        let n = 1_000u32;
+        let share_of_72 = |lengths: Vec<usize>| {
+            assert!(lengths.iter().all(|l| (69..=72).contains(l)), "{lengths:?}");
+            lengths.iter().filter(|l| **l == 72).count() as f64 / f64::from(n)
+        };
+        let real = share_of_72(
+            (0..n)
+                .map(|i| ecdsa_sig(Message::from_digest([i as u8; 32]), &key).len())
+                .collect(),
+        );
+        let fake = share_of_72(
+            (0..n)
+                .map(|vout| {
+                    let outpoint = OutPoint {
+                        txid: Txid::all_zeros(),
+                        vout,
+                    };
+                    placeholder_ecdsa(&outpoint).len()
+                })
+                .collect(),
+        );
+        // A 33-byte r (its top bit set) half the time in both.
+        assert!((0.4..0.6).contains(&fake), "{fake}");
+        assert!((real - fake).abs() < 0.1, "real {real}, placeholder {fake}");
+    }
+
+    #[test]
+    fn placeholder_keys_lock_every_kind_like_real_keys() {
+        let mut kinds = ScriptKind::ALL.to_vec();
+        kinds.push(ScriptKind::P2trEnvelope(100));
+        let (a, b) = (
+            PlaceholderKey::from_seed(1, 1),
+            PlaceholderKey::from_seed(1, 2),
+        );
+        assert_eq!(a, PlaceholderKey::from_seed(1, 1));
+        let real = Key::from_seed(1, 1);
+        for kind in kinds {
+            let script = a.script_pubkey(kind);
+            assert_eq!(script.len(), real.script_pubkey(kind).len(), "{kind}");
+            assert_eq!(
+                crate::stats::OutputClass::of(&script),
+                crate::stats::OutputClass::of(&real.script_pubkey(kind)),
+                "{kind}"
+            );
+            assert_ne!(script, b.script_pubkey(kind), "{kind}");
+        }
+        assert_ne!(
+            a.script_pubkey(ScriptKind::P2tr),
+            a.script_pubkey(ScriptKind::P2trEnvelope(100)),
+            "an envelope is another output key"
+        );
+    }
+
+    #[test]
+    fn placeholder_keys_cannot_sign_but_spend_with_placeholders() {
+        let kinds = [ScriptKind::P2pkh, ScriptKind::P2trEnvelope(300)];
+        let (mut tx, mut spends) = spend_tx(&kinds);
+        for (i, spend) in spends.iter_mut().enumerate() {
+            let key = PlaceholderKey::from_seed(5, i as u64);
+            spend.holder = Holder::Placeholder(key);
+            spend.txout.script_pubkey = key.script_pubkey(spend.kind);
+        }
+        assert!(matches!(
+            sign_transaction(&mut tx, &spends),
+            Err(SignError::Placeholder { index: 0 })
+        ));
+        sign_placeholders(&mut tx, &spends).unwrap();
+        let Holder::Placeholder(PlaceholderKey(pubkey)) = spends[1].holder else {
+            unreachable!("set above")
+        };
+        let witness = &tx.input[1].witness;
+        assert_eq!(witness.len(), 3);
+        assert_eq!(&witness[1], envelope_leaf(&pubkey, 300).as_bytes());
+        assert_eq!(witness[2].len(), 33);
+        assert_eq!(witness[2][0] & 0xfe, 0xc0, "tapscript leaf version");
+        assert_eq!(&witness[2][1..], &pubkey[1..], "internal key");
+        let bound = vsize_max(&kinds, tx.output.iter().map(|o| o.script_pubkey.len()));
+        assert!(tx.vsize() as u64 <= bound);
     }
 }

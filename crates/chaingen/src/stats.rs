@@ -127,6 +127,15 @@ pub struct ChainStats {
     pub inputs_histogram: [u64; 8],
     /// Transactions by output count, in [`COUNT_BUCKETS`].
     pub outputs_histogram: [u64; 8],
+    /// Blocks at the end of the chain holding nothing but their coinbase:
+    /// the tail a chain with placeholder signatures ends with (left out of
+    /// the files of chains without one, which stay as they were).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub coinbase_only_tail: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ChainStats {
@@ -151,6 +160,17 @@ impl ChainStats {
         self.outputs_histogram[bucket(tx.output.len() as u64)] += 1;
     }
 
+    /// Counts the end of a block of `txs` transactions, whose transactions
+    /// were recorded.
+    pub fn record_block_end(&mut self, txs: usize) {
+        self.blocks += 1;
+        if txs == 1 {
+            self.coinbase_only_tail += 1;
+        } else {
+            self.coinbase_only_tail = 0;
+        }
+    }
+
     /// Measures the `blk*.dat` files of `blocks_dir` (genesis first).
     /// Reuse is found with a set of 64-bit script hashes: about 10 bytes
     /// of memory per distinct script, so ~1.4 GB for a 100M-transaction
@@ -164,7 +184,6 @@ impl ChainStats {
         let mut seen: HashSet<u64> = HashSet::new();
         for block in crate::read_blocks(blocks_dir)? {
             let block = block?;
-            stats.blocks += 1;
             for tx in &block.txdata {
                 let reused = tx
                     .output
@@ -178,6 +197,7 @@ impl ChainStats {
                     .count();
                 stats.record_tx(tx, reused as u64);
             }
+            stats.record_block_end(block.txdata.len());
         }
         Ok(stats)
     }
@@ -192,6 +212,15 @@ impl ChainStats {
 
     pub fn txs_per_block(&self) -> f64 {
         ratio(self.txs, self.blocks)
+    }
+
+    /// Transactions per block before the [`ChainStats::coinbase_only_tail`]:
+    /// the figure of the shape a chain was generated to.
+    pub fn txs_per_block_before_tail(&self) -> f64 {
+        ratio(
+            self.txs - self.coinbase_only_tail,
+            self.blocks - self.coinbase_only_tail,
+        )
     }
 
     pub fn mean_tx_size(&self) -> f64 {
@@ -270,7 +299,16 @@ impl fmt::Display for ChainStats {
                 .join(", ")
         };
         writeln!(f, "txs by inputs: {}", histogram(&self.inputs_histogram))?;
-        write!(f, "txs by outputs: {}", histogram(&self.outputs_histogram))
+        write!(f, "txs by outputs: {}", histogram(&self.outputs_histogram))?;
+        if self.coinbase_only_tail > 0 {
+            write!(
+                f,
+                "\nthe last {} blocks hold only their coinbase ({:.1} txs per block before them)",
+                self.coinbase_only_tail,
+                self.txs_per_block_before_tail()
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -1,6 +1,7 @@
 //! Feeds a generated chain to a running node with `submitblock`, in
-//! JSON-RPC batches, skipping the blocks the node already has. Talks to the
-//! node only through `osprey_chain::rpc`.
+//! JSON-RPC batches, skipping the blocks the node already has; for a chain
+//! with placeholder signatures, the headers first (`submitheader`). Talks
+//! to the node only through `osprey_chain::rpc`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -169,12 +170,90 @@ pub fn submit_chain(
     Ok(state)
 }
 
+/// Headers per `submitheader` batch (160 hex characters each).
+const HEADERS_PER_BATCH: usize = 2_000;
+
+/// Sends the header of every block of `blocks_dir` above the node's block
+/// count with `submitheader` (Bitcoin Core only), so that the node knows
+/// the whole chain's headers before it connects a block. Bitcoin Core's
+/// `-assumevalid` skips the script checks of a block only when the best
+/// header is two weeks of work above it, which a chain with placeholder
+/// signatures needs of every block that holds them. Returns the number
+/// of headers sent.
+///
+/// # Errors
+/// When the files cannot be read, the node cannot be reached, or it
+/// refuses a header (with the node's reason).
+pub fn submit_headers(blocks_dir: &Path, rpc: &RpcClient) -> Result<u32, SubmitError> {
+    let node_height: u32 = rpc
+        .call("getblockcount", &[])
+        .map_err(rpc_err("getblockcount"))?;
+    let mut sent = 0;
+    let mut batch: Vec<(u32, bitcoin::block::Header)> = Vec::with_capacity(HEADERS_PER_BATCH);
+    for (height, raw) in read_raw_blocks(blocks_dir)?.enumerate() {
+        let raw = raw?;
+        let height = height as u32;
+        if height <= node_height {
+            continue;
+        }
+        batch.push((height, header(&raw)));
+        if batch.len() == HEADERS_PER_BATCH {
+            submit_header_batch(rpc, &batch)?;
+            sent += batch.len() as u32;
+            batch.clear();
+        }
+    }
+    if !batch.is_empty() {
+        submit_header_batch(rpc, &batch)?;
+        sent += batch.len() as u32;
+    }
+    Ok(sent)
+}
+
+fn submit_header_batch(
+    rpc: &RpcClient,
+    batch: &[(u32, bitcoin::block::Header)],
+) -> Result<(), SubmitError> {
+    let params: Vec<Vec<Value>> = batch
+        .iter()
+        .map(|(_, header)| {
+            vec![Value::String(hex::encode(bitcoin::consensus::serialize(
+                header,
+            )))]
+        })
+        .collect();
+    let replies = rpc
+        .call_batch("submitheader", &params)
+        .map_err(rpc_err("submitheader"))?;
+    for ((height, header), reply) in batch.iter().zip(replies) {
+        match reply {
+            Ok(Value::Null) => {}
+            Ok(other) => {
+                return Err(SubmitError::Rejected {
+                    height: *height,
+                    hash: header.block_hash(),
+                    reason: format!("header: {other}"),
+                })
+            }
+            Err(e) => {
+                return Err(SubmitError::Rejected {
+                    height: *height,
+                    hash: header.block_hash(),
+                    reason: format!("header: {e}"),
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+fn header(raw: &RawBlock) -> bitcoin::block::Header {
+    // The reader checked that a record holds at least the 80-byte header.
+    bitcoin::consensus::deserialize(&raw.bytes[..80]).expect("80 bytes always decode as a header")
+}
+
 fn block_hash(raw: &RawBlock) -> BlockHash {
-    // The hash covers the 80-byte header only; the reader checked that a
-    // record holds at least that much.
-    let header: bitcoin::block::Header = bitcoin::consensus::deserialize(&raw.bytes[..80])
-        .expect("80 bytes always decode as a header");
-    header.block_hash()
+    header(raw).block_hash()
 }
 
 /// Checks that the node's blocks at these heights are ours.

@@ -12,7 +12,11 @@ use bitcoin::{Block, OutPoint, ScriptBuf, TxOut, Txid};
 use osprey_chaingen::blkfile::BlkWriter;
 use osprey_chaingen::manifest::Manifest;
 use osprey_chaingen::params::{self, COINBASE_MATURITY, SEGWIT_HEIGHT};
-use osprey_chaingen::{generate, read_blocks, Config, Generator, Preset, Shape};
+use osprey_chaingen::stats::OutputClass;
+use osprey_chaingen::{
+    generate, read_blocks, ChainStats, Config, Generator, Preset, Shape, Signatures,
+    CHECKED_TAIL_BLOCKS,
+};
 
 fn seed() -> u64 {
     // Replay a failure with OSPREY_TEST_SEED=<seed>.
@@ -27,6 +31,7 @@ fn tiny(seed: u64) -> Config {
         preset: "tiny".into(),
         seed,
         shape: Preset::Tiny.shape(),
+        signatures: Signatures::Real,
     }
 }
 
@@ -390,6 +395,7 @@ fn same_seed_same_bytes_other_seed_other_chain() {
             txs_per_block: 3,
             ..Preset::Tiny.shape()
         },
+        signatures: Signatures::Real,
     };
     let ma = generate_into(a.path(), small(7));
     // One signing thread instead of all cores: same bytes.
@@ -421,6 +427,7 @@ fn a_branch_shares_the_blocks_below_its_fork_and_is_valid_above_it() {
             txs_per_block: 3,
             ..Preset::Tiny.shape()
         },
+        signatures: Signatures::Real,
     };
     let fork = 300;
     // Writes the chain, switching to `branch_seed` after block `fork`.
@@ -449,12 +456,11 @@ fn a_branch_shares_the_blocks_below_its_fork_and_is_valid_above_it() {
     check_chain(branch_dir.path(), &manifest);
 }
 
-#[test]
-fn mainnet_profile_chains_are_valid() {
-    // Steered output types, bare multisig, batches, reuse of spent
-    // coins' scripts and taproot envelope spends, at a small size.
-    let dir = tempfile::tempdir().unwrap();
-    let config = Config {
+/// The mainnet profile at a small size: steered output types, bare
+/// multisig, batches, reuse of spent coins' scripts and taproot envelope
+/// spends.
+fn small_mainnet(signatures: Signatures) -> Config {
+    Config {
         preset: "custom".into(),
         seed: seed() ^ 0x6d61,
         shape: Shape {
@@ -463,8 +469,14 @@ fn mainnet_profile_chains_are_valid() {
             wallet_addresses: 80,
             ..Preset::Mainnet.shape()
         },
-    };
-    let manifest = generate_into(dir.path(), config);
+        signatures,
+    }
+}
+
+#[test]
+fn mainnet_profile_chains_are_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = generate_into(dir.path(), small_mainnet(Signatures::Real));
     check_chain(dir.path(), &manifest);
 }
 
@@ -482,7 +494,191 @@ fn larger_blocks_stay_valid_with_other_seeds() {
             wallet_addresses: 80,
             ..Preset::Small.shape()
         },
+        signatures: Signatures::Real,
     };
     let manifest = generate_into(dir.path(), config);
     check_chain(dir.path(), &manifest);
+}
+
+/// SHA-256 of everything a run writes: the blk files in order, then
+/// `manifest.json` and `stats.json`.
+fn output_digest(dir: &Path) -> String {
+    use bitcoin::hashes::{sha256, Hash, HashEngine};
+    let mut engine = sha256::Hash::engine();
+    engine.input(&blk_bytes(dir));
+    for file in ["manifest.json", "stats.json"] {
+        engine.input(&std::fs::read(dir.join(file)).unwrap());
+    }
+    sha256::Hash::from_engine(engine).to_string()
+}
+
+/// The output of a seed does not change by accident: the chains earlier
+/// runs were measured on can be made again byte for byte. The pins are of
+/// the generator before placeholder signatures existed (`4d3ac90`);
+/// change them only with a deliberate change of the output, and say so.
+#[test]
+fn default_output_is_pinned() {
+    let cases = [
+        (
+            tiny(1),
+            "302ad84be24bbfa0941e444756753f8da6ae9b180583122f2e28bd6363aba9f8",
+            "42c0e7561f3fe2d5db7a4c920474ebefa382edcc0a6fa6b16b21c31eb88c671a",
+        ),
+        (
+            Config {
+                preset: "custom".into(),
+                seed: 1,
+                shape: Shape {
+                    blocks: 500,
+                    txs_per_block: 30,
+                    ..Preset::Mainnet.shape()
+                },
+                signatures: Signatures::Real,
+            },
+            "58621cb88f0058e0a5d4f3a74febdac9608b7a59ab3ade491e63a773cb6e993f",
+            "39aeb1aac08a8c12d61ae3184f510e2b86114ab51f49d9ba2f0e13893af264cc",
+        ),
+    ];
+    for (config, tip, digest) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let shape = config.shape.clone();
+        let manifest = generate_into(dir.path(), config);
+        assert_eq!(
+            (
+                manifest.tip_hash.as_str(),
+                output_digest(dir.path()).as_str()
+            ),
+            (tip, digest),
+            "{shape:?}"
+        );
+    }
+}
+
+/// Bytes of the signatures of `tx`: the first witness item of each input,
+/// or the first push of its scriptSig when it has no witness (P2PKH).
+fn signature_bytes(tx: &bitcoin::Transaction) -> usize {
+    tx.input
+        .iter()
+        .map(|input| match input.witness.nth(0) {
+            Some(sig) => sig.len(),
+            None => input
+                .script_sig
+                .instructions()
+                .next()
+                .and_then(|push| push.ok()?.push_bytes().map(|b| b.len()))
+                .unwrap_or(0),
+        })
+        .sum()
+}
+
+/// With placeholder signatures a seed draws the blocks it draws signed
+/// (the same transactions, amounts, output types and wallet history), with
+/// other keys, signatures of the same sizes, and then the coinbase-only
+/// tail. The chain is valid in everything but its scripts, and the
+/// manifest and stats say where the placeholders are.
+#[test]
+fn placeholder_chains_are_the_signed_chains_in_all_but_signatures() {
+    let (signed_dir, placeholder_dir) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let signed = generate_into(signed_dir.path(), small_mainnet(Signatures::Real));
+    let placeholder = generate_into(
+        placeholder_dir.path(),
+        small_mainnet(Signatures::Placeholder),
+    );
+    check_chain(placeholder_dir.path(), &placeholder);
+
+    assert!(signed.placeholder_signatures.is_none());
+    let info = placeholder.placeholder_signatures.as_ref().unwrap();
+    assert_eq!(info.last_height, signed.tip_height);
+    assert_eq!(
+        info.assumevalid,
+        placeholder.block_hashes[info.last_height as usize]
+    );
+    assert_eq!(
+        placeholder.tip_height,
+        signed.tip_height + CHECKED_TAIL_BLOCKS
+    );
+    assert_eq!(
+        placeholder.tx_count,
+        signed.tx_count + u64::from(CHECKED_TAIL_BLOCKS)
+    );
+    for (s, p) in signed
+        .wallet
+        .addresses
+        .iter()
+        .zip(&placeholder.wallet.addresses)
+    {
+        assert_eq!(
+            (&s.address, s.balance, s.utxo_count),
+            (&p.address, p.balance, p.utxo_count)
+        );
+        let heights = |a: &osprey_chaingen::manifest::WalletAddress| {
+            a.history.iter().map(|(_, h)| *h).collect::<Vec<_>>()
+        };
+        assert_eq!(heights(s), heights(p), "{}", s.address);
+    }
+    assert_eq!(
+        signed.wallet.addresses.len(),
+        placeholder.wallet.addresses.len()
+    );
+
+    let blocks = |dir: &Path| {
+        read_blocks(&dir.join("blocks"))
+            .unwrap()
+            .collect::<Result<Vec<Block>, _>>()
+            .unwrap()
+    };
+    let (signed_blocks, placeholder_blocks) =
+        (blocks(signed_dir.path()), blocks(placeholder_dir.path()));
+    let (mut signed_bytes, mut placeholder_bytes) = (0, 0);
+    for (s, p) in signed_blocks.iter().zip(&placeholder_blocks) {
+        assert_eq!(s.txdata.len(), p.txdata.len());
+        for (st, pt) in s.txdata.iter().zip(&p.txdata).skip(1) {
+            assert_eq!(st.input.len(), pt.input.len());
+            assert_eq!(st.lock_time, pt.lock_time);
+            let outputs = |tx: &bitcoin::Transaction| {
+                tx.output
+                    .iter()
+                    .map(|o| {
+                        (
+                            o.value,
+                            OutputClass::of(&o.script_pubkey),
+                            o.script_pubkey.len(),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(outputs(st), outputs(pt));
+            // Only signature lengths differ (DER takes 71 or 72 bytes with
+            // the sighash byte, rarely fewer).
+            assert_eq!(
+                st.total_size() - signature_bytes(st),
+                pt.total_size() - signature_bytes(pt)
+            );
+            signed_bytes += st.total_size();
+            placeholder_bytes += pt.total_size();
+        }
+    }
+    let drift = signed_bytes.abs_diff(placeholder_bytes) as f64 / signed_bytes as f64;
+    assert!(
+        drift < 0.001,
+        "{signed_bytes} vs {placeholder_bytes} bytes of transfers"
+    );
+    assert!(placeholder_blocks[signed_blocks.len()..]
+        .iter()
+        .all(|b| b.txdata.len() == 1));
+
+    let stats = ChainStats::from_blocks(&placeholder_dir.path().join("blocks")).unwrap();
+    assert_eq!(stats.coinbase_only_tail, u64::from(CHECKED_TAIL_BLOCKS));
+    let saved: ChainStats = serde_json::from_str(
+        &std::fs::read_to_string(placeholder_dir.path().join("stats.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(saved, stats, "the generator's stats are the blocks'");
+    let signed_stats = ChainStats::from_blocks(&signed_dir.path().join("blocks")).unwrap();
+    assert_eq!(signed_stats.coinbase_only_tail, 0);
+    assert_eq!(
+        stats.txs_per_block_before_tail(),
+        signed_stats.txs_per_block()
+    );
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use osprey_chaingen::mainnet::{self, Deviation};
 use osprey_chaingen::stats::STATS_FILE;
-use osprey_chaingen::{generate, ChainStats, Config, Preset, Shape};
+use osprey_chaingen::{generate, ChainStats, Config, Preset, Shape, Signatures};
 
 fn seed() -> u64 {
     // Replay a failure with OSPREY_TEST_SEED=<seed>.
@@ -24,6 +24,7 @@ fn generate_and_measure(dir: &Path, preset: Preset, shape: Shape) -> ChainStats 
         preset: preset.name().into(),
         seed: seed(),
         shape,
+        signatures: Signatures::Real,
     };
     let (_, progress) = generate(config, dir, &mut |_| {}).expect("generation succeeds");
     let measured = ChainStats::from_blocks(&dir.join("blocks")).unwrap();

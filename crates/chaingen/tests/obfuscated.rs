@@ -8,7 +8,7 @@ use std::path::Path;
 use bitcoin::consensus::serialize;
 use bitcoin::{BlockHash, VarInt};
 use osprey_chain::{BlkFiles, BlockFeed, ChainSource, TxLocation};
-use osprey_chaingen::{generate, Config, Preset};
+use osprey_chaingen::{generate, Config, Preset, Signatures};
 use osprey_core::{Height, Network};
 
 /// Copies the blk files of `from` into `to`, obfuscated with `key`, each
@@ -37,6 +37,7 @@ fn demo_source_reads_obfuscated_blk_files_like_plain_ones() {
         preset: "tiny".into(),
         seed: 7,
         shape: Preset::Tiny.shape(),
+        signatures: Signatures::Real,
     };
     generate(config, dir.path(), &mut |_| {}).unwrap();
     let plain_dir = dir.path().join("blocks");

@@ -12,7 +12,7 @@
 
 use bitcoin::hashes::{sha256d, Hash, HashEngine};
 use osprey_chain::{BlkFiles, ChainSource};
-use osprey_chaingen::generate::{generate, Config};
+use osprey_chaingen::generate::{generate, Config, Signatures};
 use osprey_chaingen::shape::Preset;
 use osprey_core::{Height, Network, ScriptHash, StatusHash};
 use osprey_indexer::{Indexer, IndexerConfig};
@@ -35,6 +35,7 @@ fn indexed_chain_matches_the_manifest() {
         preset: "tiny".into(),
         seed,
         shape: Preset::Tiny.shape(),
+        signatures: Signatures::Real,
     };
     let (manifest, _) = generate(config, &dir.path().join("chain"), &mut |_| {}).unwrap();
 
@@ -144,6 +145,7 @@ fn history_limit_is_an_error_not_a_truncation() {
         preset: "tiny".into(),
         seed: seed(),
         shape: Preset::Tiny.shape(),
+        signatures: Signatures::Real,
     };
     let (manifest, _) = generate(config, &dir.path().join("chain"), &mut |_| {}).unwrap();
     let source: Arc<dyn ChainSource> =

@@ -11,7 +11,7 @@
 
 use bitcoin::{Block, BlockHash, TxOut, Txid};
 use osprey_chain::{BlockFeed, BlockWithPrevouts, Error};
-use osprey_chaingen::{Config, Generator, Profile, Shape};
+use osprey_chaingen::{Config, Generator, Profile, Shape, Signatures};
 use osprey_core::Height;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -189,6 +189,7 @@ impl State {
                 reuse_percent: 15,
                 profile: Profile::Synthetic,
             },
+            signatures: Signatures::Real,
         })
         .expect("the feed's shape is valid");
         self.best.clear();

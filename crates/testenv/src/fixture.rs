@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use osprey_chaingen::submit::{submit_chain, SubmitLimits};
-use osprey_chaingen::{generate, Config, Manifest, Preset, Shape};
+use osprey_chaingen::{generate, Config, Manifest, Preset, Shape, Signatures};
 
 use crate::node::Node;
 
@@ -38,6 +38,7 @@ impl ChainFixture {
             preset: "tiny".into(),
             seed,
             shape: Preset::Tiny.shape(),
+            signatures: Signatures::Real,
         })
     }
 
@@ -50,6 +51,7 @@ impl ChainFixture {
             preset: "custom".into(),
             seed,
             shape,
+            signatures: Signatures::Real,
         })
     }
 

@@ -433,6 +433,10 @@ pub struct BitcoindOptions {
     pub rest: bool,
     /// `-prune=550`: a pruned node (550 MiB, the least Core takes).
     pub prune: bool,
+    /// `-assumevalid=<hash>`: no script checks below that block (when
+    /// buried two weeks deep under the best header), as a chain with
+    /// placeholder signatures needs.
+    pub assumevalid: Option<BlockHash>,
 }
 
 impl Default for BitcoindOptions {
@@ -440,6 +444,7 @@ impl Default for BitcoindOptions {
         BitcoindOptions {
             rest: true,
             prune: false,
+            assumevalid: None,
         }
     }
 }
@@ -565,6 +570,11 @@ fn bitcoind_command(
         .arg(format!("-rpcauth={}", rpcauth(RPC_USER, RPC_PASS)))
         .arg(format!("-rest={}", u8::from(options.rest)))
         .arg(format!("-prune={}", if options.prune { 550 } else { 0 }))
+        .args(
+            options
+                .assumevalid
+                .map(|hash| format!("-assumevalid={hash}")),
+        )
         .args([
             "-server",
             "-listen",

@@ -382,7 +382,7 @@ fn apply(
             };
             let spend = Spend {
                 txout: txout.clone(),
-                key: *key,
+                holder: (*key).into(),
                 kind: *kind,
             };
             coins.insert(

@@ -1,13 +1,16 @@
 //! CI requirement: the generator's blocks are accepted by a real btcd in
 //! regtest. Generates the `tiny` chain, submits it, and checks the node
-//! against the manifest.
+//! against the manifest. A chain with placeholder signatures goes to
+//! Bitcoin Core, the one node that can take it.
 
 use std::str::FromStr;
 
-use bitcoin::Txid;
-use osprey_chaingen::submit::{submit_chain, SubmitLimits};
-use osprey_chaingen::{Preset, Shape};
-use osprey_testenv::{BtcdNode, ChainFixture, Node};
+use bitcoin::{BlockHash, Txid};
+use osprey_chaingen::submit::{submit_chain, submit_headers, SubmitError, SubmitLimits};
+use osprey_chaingen::{
+    generate, read_blocks, Config, Preset, Shape, Signatures, CHECKED_TAIL_BLOCKS,
+};
+use osprey_testenv::{BitcoindNode, BitcoindOptions, BtcdNode, ChainFixture, Node};
 use serde_json::Value;
 
 /// 1. Generate `tiny` (past btcd's segwit activation at 432, so witness
@@ -103,4 +106,72 @@ fn a_loaded_chain_can_be_extended_by_mining() {
     chain.load_into(&node).unwrap();
     let mined = node.generate(2).unwrap();
     assert_eq!(node.tip().unwrap(), (122, mined[1]));
+}
+
+/// A chain with placeholder signatures (`tiny`: a few hundred transfers,
+/// then the coinbase-only tail) against Bitcoin Core:
+/// 1. without `-assumevalid`, Core rejects the first block with a transfer
+///    for its scripts: the placeholders are not signatures;
+/// 2. run with `-assumevalid=<the hash chaingen prints>` and sent the
+///    headers first, it connects the whole chain to the manifest's tip.
+#[test]
+fn bitcoind_takes_placeholder_signatures_only_under_assumevalid() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        preset: "tiny".into(),
+        seed: 1,
+        shape: Preset::Tiny.shape(),
+        signatures: Signatures::Placeholder,
+    };
+    let (manifest, _) = generate(config, dir.path(), &mut |_| {}).unwrap();
+    let placeholders = manifest
+        .placeholder_signatures
+        .clone()
+        .expect("the manifest says where the placeholders are");
+    assert_eq!(
+        manifest.tip_height,
+        placeholders.last_height + CHECKED_TAIL_BLOCKS
+    );
+    let blocks_dir = dir.path().join("blocks");
+    let first_transfer = read_blocks(&blocks_dir)
+        .unwrap()
+        .position(|block| block.unwrap().txdata.len() > 1)
+        .expect("tiny has transfers") as u32;
+
+    let Some(strict) = BitcoindNode::start_or_skip(&BitcoindOptions::default()) else {
+        return;
+    };
+    submit_headers(&blocks_dir, strict.rpc()).unwrap();
+    match submit_chain(
+        &blocks_dir,
+        strict.rpc(),
+        &SubmitLimits::default(),
+        &mut |_| {},
+    ) {
+        Err(SubmitError::Rejected { height, reason, .. }) => {
+            assert_eq!(height, first_transfer, "{reason}");
+            assert!(reason.contains("script-verify-flag-failed"), "{reason}");
+        }
+        other => panic!("Core without -assumevalid took placeholders: {other:?}"),
+    }
+    drop(strict);
+
+    let node = BitcoindNode::start_with(&BitcoindOptions {
+        assumevalid: Some(BlockHash::from_str(&placeholders.assumevalid).unwrap()),
+        ..BitcoindOptions::default()
+    })
+    .unwrap();
+    let sent = submit_headers(&blocks_dir, node.rpc()).unwrap();
+    assert_eq!(sent, manifest.tip_height, "every header but genesis");
+    let done = submit_chain(
+        &blocks_dir,
+        node.rpc(),
+        &SubmitLimits::default(),
+        &mut |_| {},
+    )
+    .unwrap_or_else(|e| panic!("Core with -assumevalid: {e}"));
+    assert_eq!(done.submitted, manifest.tip_height);
+    let (height, hash) = node.tip().unwrap();
+    assert_eq!(height, manifest.tip_height);
+    assert_eq!(hash.to_string(), manifest.tip_hash);
 }

@@ -129,6 +129,7 @@ pub fn chain() -> Chain {
             change_descriptor: "wpkh(fake/1/*)".into(),
             addresses,
         },
+        placeholder_signatures: None,
     };
     Chain {
         manifest,
