@@ -5,11 +5,15 @@
 //!   byte splitting the rest into key and value. Properties: decoding
 //!   never panics; a row that decodes encodes back to the very same key
 //!   and value (one encoding per row, so damage is never read as another
-//!   row); a `txid` key that decodes is rebuilt from its tx_num.
+//!   row); a `txid` key that decodes is rebuilt from its tx_num; read as a
+//!   stored history value, one that decodes merges back to itself and,
+//!   cut before any of its rows, to the rows before it.
 //! - Odd: `arbitrary` rows. Properties: encode then decode gives the row
 //!   back; the key starts with the script's prefix; a script sharing the
 //!   bucket but not the whole id gets `None`; of two rows of a script,
-//!   the one of the earlier transaction has the smaller key (chain order).
+//!   the one of the earlier transaction has the smaller key (chain order);
+//!   the two written as merge operands, in either of two batches or in one,
+//!   give the same stored values, which decode to the two rows.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -18,8 +22,9 @@ use bitcoin::Txid;
 use libfuzzer_sys::fuzz_target;
 use osprey_core::{ScriptHash, TxNum};
 use osprey_store::codec::{
-    decode_txid_key, history_prefix, txid_key, HistoryRow, RowKind, SCRIPT_BUCKET_LEN,
-    SCRIPT_ID_LEN, SPENT_TXID_PREFIX_LEN, TXID_PREFIX_LEN,
+    decode_history_value, decode_txid_key, history_operands, history_prefix, merge_history,
+    truncate_history_value, txid_key, HistoryRow, RowKind, SCRIPT_BUCKET_LEN, SCRIPT_ID_LEN,
+    SPENT_TXID_PREFIX_LEN, TXID_PREFIX_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -47,6 +52,16 @@ fn decode_any(data: &[u8]) {
         let (encoded_key, encoded_value) = row.encode(&scripthash);
         assert_eq!(encoded_key, key);
         assert_eq!(encoded_value, value);
+    }
+    if let Ok(rows) = decode_history_value(key, value) {
+        let merged = merge_history(key, None, [value].into_iter());
+        assert_eq!(merged.as_deref(), Some(value));
+        for (i, row) in rows.iter().enumerate() {
+            let kept = rows.iter().take_while(|r| r.tx_num < row.tx_num).count();
+            let cut = truncate_history_value(key, value, row.tx_num).expect("decoded above");
+            let cut_rows = cut.map_or(Vec::new(), |v| decode_history_value(key, &v).unwrap());
+            assert_eq!(cut_rows, rows[..kept], "cut before row {i}");
+        }
     }
     if let Ok(tx_num) = decode_txid_key(key) {
         let mut txid = [0u8; 32];
@@ -117,4 +132,36 @@ fn round_trip((ScriptHashIn(hash), a, b): (ScriptHashIn, Row, Row)) {
         decode_txid_key(&txid_key(&txid, a.tx_num)).ok(),
         Some(a.tx_num)
     );
+    stored_values(&scripthash, a, b);
+}
+
+/// Rows `a` and `b` written as merge operands, together or one batch each
+/// (in chain order), give the same stored values, which decode to them.
+fn stored_values(scripthash: &ScriptHash, a: HistoryRow, b: HistoryRow) {
+    let mut entries = [a.encode(scripthash), b.encode(scripthash)];
+    entries.sort();
+    if entries[0] == entries[1] {
+        return;
+    }
+    let operands = |batch: &[(Vec<u8>, Vec<u8>)]| {
+        history_operands(batch.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))).unwrap()
+    };
+    let together = operands(&entries);
+    let mut apart = operands(&entries[..1]);
+    for (key, operand) in operands(&entries[1..]) {
+        match apart.iter_mut().find(|(k, _)| *k == key) {
+            Some((k, value)) => {
+                *value = merge_history(k, Some(value), [operand.as_slice()].into_iter()).unwrap()
+            }
+            None => apart.push((key, operand)),
+        }
+    }
+    assert_eq!(together, apart);
+    let decoded: Vec<HistoryRow> = together
+        .iter()
+        .flat_map(|(k, v)| decode_history_value(k, v).unwrap())
+        .collect();
+    let mut expected = vec![a, b];
+    expected.sort_by_key(|r| r.encode(scripthash).0);
+    assert_eq!(decoded, expected);
 }

@@ -19,7 +19,7 @@ pub(crate) const FLAT_FILES: [(&str, u64); 4] = [
     ("headers.dat", 80),
     ("txcounts.dat", 8),
     ("txids.dat", 32),
-    ("txends.dat", 4),
+    ("txends.dat", crate::TX_END_LEN as u64),
 ];
 
 /// Deletes the index in `dir`: its RocksDB directory and its flat files,

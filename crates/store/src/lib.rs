@@ -5,8 +5,8 @@
 //! - `headers.dat`: 80-byte headers by height;
 //! - `txcounts.dat`: cumulative transaction count after each height;
 //! - `txids.dat`: 32-byte txids by tx_num;
-//! - `txends.dat`: where each transaction ends within its block (u32), so
-//!   its bytes can be read from the node's copy of the block;
+//! - `txends.dat`: where each transaction ends within its block (3 bytes),
+//!   so its bytes can be read from the node's copy of the block;
 //! - column family `history`: rows of [`codec::HistoryRow`];
 //! - column family `txid`: txid prefix + tx_num;
 //! - column family `undo`: the script buckets each recent block wrote rows
@@ -58,6 +58,12 @@ fn schema_tag() -> Vec<u8> {
     ]);
     tag
 }
+
+/// Bytes of a transaction's end in `txends.dat`: a block's serialized
+/// size is below its 4,000,000 weight units (every byte weighs at least
+/// one), well inside the 16 MiB three bytes hold; the fourth byte of
+/// format 3 cost 1 byte per transaction.
+pub(crate) const TX_END_LEN: usize = 3;
 
 const CF_META: &str = "meta";
 const CF_HISTORY: &str = "history";

@@ -231,7 +231,7 @@ fn open_files(dir: &Path, blocks: u64) -> Result<(Files, Vec<Header>, Vec<u64>)>
         headers: open_flat("headers.dat", 80)?,
         txcounts: open_flat("txcounts.dat", 8)?,
         txids: open_flat("txids.dat", 32)?,
-        txends: open_flat("txends.dat", 4)?,
+        txends: open_flat("txends.dat", crate::TX_END_LEN)?,
     };
     if files.headers.len() < blocks || files.txcounts.len() < blocks {
         return Err(Error::Corrupt(format!(

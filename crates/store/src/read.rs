@@ -95,7 +95,7 @@ impl Store {
             let files = self.files.read().expect("files lock poisoned");
             files
                 .txends
-                .read(n, &mut buf)
+                .read(n, &mut buf[..crate::TX_END_LEN])
                 .map_err(|source| Error::File {
                     path: self.path.join("txends.dat"),
                     source,

@@ -453,8 +453,8 @@ fn sizes_and_bytes_written_are_reported() {
     assert_eq!(store.rocksdb_live_sst_bytes(), 0, "nothing flushed yet");
     let chain = blocks(0, 10, None, 0, 0);
     store.apply(&chain, true, Height(9)).unwrap();
-    // 10 headers (80 bytes) and tx counts (8), 20 txids (32) and ends (4).
-    assert_eq!(store.flat_files_bytes(), 10 * (80 + 8) + 20 * (32 + 4));
+    // 10 headers (80 bytes) and tx counts (8), 20 txids (32) and ends (3).
+    assert_eq!(store.flat_files_bytes(), 10 * (80 + 8) + 20 * (32 + 3));
     let logged = store.rocksdb_written_bytes();
     assert!(logged > 0, "a synced batch goes through the WAL");
     store.flush().unwrap();
@@ -488,4 +488,25 @@ fn sizes_and_bytes_written_are_reported() {
         "every block is within the undo window"
     );
     assert!(part("history").records > 0);
+}
+
+#[test]
+fn a_transaction_ending_past_three_bytes_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    store
+        .apply(&blocks(0, 2, None, 0, 0), true, Height(1))
+        .unwrap();
+    let before = store.digest().unwrap();
+    let mut next = blocks(2, 1, store.tip().map(|t| t.1), 0, 4);
+    next[0].tx_ends[1] = 1 << 24;
+    let err = store.apply(&next, true, Height(2)).unwrap_err();
+    assert!(err.to_string().contains("16777216"), "{err}");
+    assert_eq!(store.tip().unwrap().0, Height(1));
+    assert_eq!(store.digest().unwrap(), before);
+    // The last end three bytes hold is kept exactly.
+    next[0].tx_ends[1] = (1 << 24) - 1;
+    store.apply(&next, true, Height(2)).unwrap();
+    let (_, start, len) = store.tx_span(TxNum(5)).unwrap().unwrap();
+    assert_eq!(start + len, (1 << 24) - 1);
 }

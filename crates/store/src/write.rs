@@ -61,6 +61,16 @@ impl Store {
         let mut history_rows: Vec<&(Vec<u8>, Vec<u8>)> = Vec::new();
         let mut txid_keys: Vec<Vec<u8>> = Vec::new();
         for block in blocks {
+            if let Some(end) = block
+                .tx_ends
+                .iter()
+                .find(|&&end| end >> (8 * crate::TX_END_LEN) != 0)
+            {
+                return Err(Error::Corrupt(format!(
+                    "block {} has a transaction ending at byte {end}, past what a valid block can hold",
+                    block.height
+                )));
+            }
             history_rows.extend(&block.rows);
             // The undo record: the distinct script buckets the block wrote
             // rows under (rollback finds the rows from them).
@@ -172,7 +182,7 @@ impl Store {
                 files.txids.append(txid);
             }
             for end in &tx_ends {
-                files.txends.append(&end.to_le_bytes());
+                files.txends.append(&end.to_le_bytes()[..crate::TX_END_LEN]);
             }
             // The flat files must be durable before the tip that covers them.
             let res = files
