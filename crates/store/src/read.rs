@@ -189,8 +189,19 @@ impl Store {
     ) -> Result<Option<Vec<HistoryRow>>> {
         let cf = self.db.cf_handle(CF_HISTORY).expect("history cf");
         let prefix = codec::history_prefix(scripthash);
+        // The bound lets RocksDB stop at the end of the script's block
+        // without reading the next one, which may be one busy script's
+        // whole value (MBs): without it a wallet's lookups read and
+        // checksummed such blocks, 3x the time of format 3 (10M
+        // mainnet-profile chain, 3,000 addresses).
+        let mut read = rocksdb::ReadOptions::default();
+        read.set_prefix_same_as_start(true);
+        if let Some(bound) = next_prefix(prefix) {
+            read.set_iterate_upper_bound(bound);
+        }
         let mut rows = Vec::new();
-        for item in self.db.prefix_iterator_cf(cf, prefix) {
+        let from = rocksdb::IteratorMode::From(prefix, rocksdb::Direction::Forward);
+        for item in self.db.iterator_cf_opt(cf, read, from) {
             let (key, value) = item?;
             if !key.starts_with(prefix) {
                 break;
@@ -202,5 +213,33 @@ impl Store {
             rows.extend(stored);
         }
         Ok(Some(rows))
+    }
+}
+
+/// The smallest key above every key that starts with `prefix`; `None` when
+/// there is none (the prefix is all 0xff).
+fn next_prefix(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut next = prefix.to_vec();
+    while let Some(last) = next.pop() {
+        if last < u8::MAX {
+            next.push(last + 1);
+            return Some(next);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_prefix;
+
+    #[test]
+    fn the_next_prefix_bounds_every_key_with_the_prefix() {
+        assert_eq!(next_prefix(&[1, 2, 3]), Some(vec![1, 2, 4]));
+        assert_eq!(next_prefix(&[1, 0xff, 0xff]), Some(vec![2]));
+        assert_eq!(next_prefix(&[0xff, 0xff]), None);
+        let bound = next_prefix(&[7, 0xff]).unwrap();
+        assert!([7u8, 0xff, 0xff, 0xff].as_slice() < bound.as_slice());
+        assert!([8u8].as_slice() >= bound.as_slice());
     }
 }
