@@ -190,10 +190,9 @@ impl Store {
         let cf = self.db.cf_handle(CF_HISTORY).expect("history cf");
         let prefix = codec::history_prefix(scripthash);
         // The bound lets RocksDB stop at the end of the script's block
-        // without reading the next one, which may be one busy script's
-        // whole value (MBs): without it a wallet's lookups read and
-        // checksummed such blocks, 3x the time of format 3 (10M
-        // mainnet-profile chain, 3,000 addresses).
+        // (the index tells it the next block is past the bound) without
+        // reading the next one, which may be one busy script's whole
+        // value, MBs in one block.
         let mut read = rocksdb::ReadOptions::default();
         read.set_prefix_same_as_start(true);
         if let Some(bound) = next_prefix(prefix) {
