@@ -205,11 +205,12 @@ impl Store {
             if !key.starts_with(prefix) {
                 break;
             }
-            let stored = codec::decode_history_value(&key, &value)?;
-            if rows.len() + stored.len() > limit {
-                return Ok(None);
+            for row in codec::history_value_rows(&key, &value) {
+                if rows.len() == limit {
+                    return Ok(None);
+                }
+                rows.push(row?);
             }
-            rows.extend(stored);
         }
         Ok(Some(rows))
     }
