@@ -91,6 +91,7 @@ fn apply_then_read_back() {
         None,
         "limit must be enforced"
     );
+    assert_eq!(store.history(&script(1), 6).unwrap(), Some(rows));
     assert_eq!(store.history(&script(7), 5).unwrap(), Some(vec![]));
 }
 
