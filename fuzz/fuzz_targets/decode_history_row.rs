@@ -162,6 +162,7 @@ fn stored_values(scripthash: &ScriptHash, a: HistoryRow, b: HistoryRow) {
         .flat_map(|(k, v)| decode_history_value(k, v).unwrap())
         .collect();
     let mut expected = vec![a, b];
-    expected.sort_by_key(|r| r.encode(scripthash).0);
+    // In the order of the entries: by key, then by payload.
+    expected.sort_by_key(|r| r.encode(scripthash));
     assert_eq!(decoded, expected);
 }
