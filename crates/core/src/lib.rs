@@ -5,10 +5,12 @@
 mod budget;
 mod network;
 mod types;
+mod varint;
 
 pub use budget::{ByteBudget, Charge};
 pub use network::Network;
 pub use types::{Height, ScriptHash, StatusHash, TxNum};
+pub use varint::{read_varint, write_varint};
 
 /// Lower-case hex of `bytes`. The `hex` crate's `encode` collects a char
 /// iterator one character at a time, which showed in profiles of serving

@@ -204,14 +204,10 @@ impl<'a> Iterator for BlockRecords<'a> {
     }
 }
 
-/// LEB128, as the store's rows: positions and output counts take one byte
-/// up to 127.
-fn write_varint(out: &mut Vec<u8>, mut n: u32) {
-    while n >= 0x80 {
-        out.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    out.push(n as u8);
+/// LEB128, as the store's rows (`osprey_core::write_varint`): positions
+/// and output counts take one byte up to 127.
+fn write_varint(out: &mut Vec<u8>, n: u32) {
+    osprey_core::write_varint(out, u64::from(n));
 }
 
 /// Reads what `write_varint` writes and nothing else (a number has one
@@ -219,23 +215,7 @@ fn write_varint(out: &mut Vec<u8>, mut n: u32) {
 /// `None` for a truncated number, a redundant last group of zeros, or one
 /// past 32 bits.
 fn read_varint(input: &mut &[u8]) -> Option<u32> {
-    let mut n = 0u32;
-    for (i, &byte) in input.iter().enumerate().take(5) {
-        let group = u32::from(byte & 0x7f);
-        // The fifth group holds bits 28..32 only.
-        if i == 4 && group > 0x0f {
-            return None;
-        }
-        n |= group << (7 * i);
-        if byte & 0x80 == 0 {
-            if i > 0 && group == 0 {
-                return None;
-            }
-            *input = &input[i + 1..];
-            return Some(n);
-        }
-    }
-    None
+    osprey_core::read_varint(input).and_then(|n| u32::try_from(n).ok())
 }
 
 #[cfg(test)]
