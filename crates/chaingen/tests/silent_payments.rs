@@ -285,6 +285,5 @@ fn placeholder_chains_pay_from_real_keys_only() {
     let manifest = generate_into(dir.path(), config(Signatures::Placeholder));
     assert!(manifest.placeholder_signatures.is_some());
     let paid = check_payments(dir.path(), &manifest);
-    eprintln!("{paid:?}");
     assert!(paid.transactions > 50, "{paid:?}");
 }
