@@ -5,11 +5,13 @@
 use bitcoin::hashes::{sha256d, Hash};
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_answers::{
-    Backend, Balance, Error, HistoryEntry, OutpointAnswer, RecentTx, TxMerkle, Utxo,
+    height_at_time, Backend, Balance, Error, HistoryEntry, OutpointAnswer, RecentTx, SpChunk,
+    SpCursor, SpMatch, TxMerkle, Utxo,
 };
 use osprey_chain::{MempoolAcceptance, MempoolFees};
 use osprey_core::{Height, ScriptHash, StatusHash};
-use std::collections::HashMap;
+use osprey_sp::{ScanKeys, TweakData};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// Everything the fake answers from; tests edit it through `FakeBackend::update`.
@@ -60,6 +62,30 @@ pub struct FakeState {
     pub status_gate: Option<(ScriptHash, Arc<Gate>)>,
     /// The same for `history`.
     pub history_gate: Option<(ScriptHash, Arc<Gate>)>,
+    /// Whether the fake keeps silent-payment records (`sp_enabled`).
+    pub sp_enabled: bool,
+    /// The eligible transactions of each block, in block order; a block
+    /// not listed has none. The fake counts each as one byte of records.
+    pub sp_blocks: BTreeMap<u32, Vec<FakeSpTx>>,
+    /// The eligible transactions in the mempool.
+    pub sp_mempool: Vec<FakeSpTx>,
+    /// Counts `sp_scan` calls.
+    pub sp_scan_calls: usize,
+}
+
+/// An eligible transaction, as the fake's silent-payment scans see it.
+#[derive(Debug, Clone)]
+pub struct FakeSpTx {
+    pub txid: Txid,
+    pub tweak: TweakData,
+    /// The x-only keys of its taproot outputs.
+    pub output_keys: Vec<[u8; 32]>,
+}
+
+impl FakeSpTx {
+    fn matches(&self, keys: &ScanKeys, height: u32) -> Option<SpMatch> {
+        SpMatch::if_paid(keys, &self.tweak, &self.output_keys, height, self.txid)
+    }
 }
 
 /// A gate threads wait at until a test opens it.
@@ -135,6 +161,16 @@ impl FakeBackend {
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
         // A test that panicked while holding the lock already failed.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn sp_enabled_or_refused(&self) -> Result<(), Error> {
+        if self.lock().sp_enabled {
+            Ok(())
+        } else {
+            Err(Error::NotSupported(
+                "this server keeps no silent payments index".into(),
+            ))
+        }
     }
 
     /// `Err` with the configured node failure, if any.
@@ -367,5 +403,81 @@ impl Backend for FakeBackend {
             minrelaytxfee: relay,
             incrementalrelayfee: relay,
         })
+    }
+
+    fn sp_enabled(&self) -> bool {
+        self.lock().sp_enabled
+    }
+
+    fn sp_height_at(&self, unix: u64) -> Height {
+        let state = self.lock();
+        let times = state
+            .headers
+            .iter()
+            .map(|header| u32::from_le_bytes([header[68], header[69], header[70], header[71]]));
+        height_at_time(times, unix)
+    }
+
+    fn sp_scan(
+        &self,
+        keys: &ScanKeys,
+        from: SpCursor,
+        to: Height,
+        records_max: usize,
+    ) -> Result<SpChunk, Error> {
+        self.sp_enabled_or_refused()?;
+        let to = to.min(self.tip().0);
+        let mut state = self.lock();
+        state.sp_scan_calls += 1;
+        let block_len = |height: u32| state.sp_blocks.get(&height).map_or(0, Vec::len);
+        let mut chunk = SpChunk {
+            next: from,
+            ..SpChunk::default()
+        };
+        // At least one record, so that every call makes progress.
+        while chunk.next.height <= to && chunk.records < records_max.max(1) {
+            let height = chunk.next.height.0;
+            let done = chunk.next.records_done as usize;
+            let take = block_len(height)
+                .saturating_sub(done)
+                .min(records_max.max(1) - chunk.records);
+            for tx in state
+                .sp_blocks
+                .get(&height)
+                .into_iter()
+                .flatten()
+                .skip(done)
+                .take(take)
+            {
+                chunk.matches.extend(tx.matches(keys, height));
+            }
+            chunk.records += take;
+            chunk.next.records_done += take as u32;
+            if chunk.next.records_done as usize >= block_len(height) {
+                chunk.next = SpCursor::at_height(Height(height + 1));
+            }
+        }
+        chunk.done = chunk.next.height > to;
+        chunk.bytes_scanned = chunk.records as u64;
+        chunk.bytes_left = (chunk.next.height.0..=to.0)
+            .map(|height| block_len(height) as u64)
+            .sum::<u64>()
+            .saturating_sub(u64::from(chunk.next.records_done));
+        Ok(chunk)
+    }
+
+    fn sp_scan_mempool(
+        &self,
+        keys: &ScanKeys,
+        only: Option<&[Txid]>,
+    ) -> Result<Vec<SpMatch>, Error> {
+        self.sp_enabled_or_refused()?;
+        Ok(self
+            .lock()
+            .sp_mempool
+            .iter()
+            .filter(|tx| only.is_none_or(|only| only.contains(&tx.txid)))
+            .filter_map(|tx| tx.matches(keys, 0))
+            .collect())
     }
 }

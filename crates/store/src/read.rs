@@ -36,6 +36,13 @@ impl Store {
             .collect()
     }
 
+    /// Calls `f` with the block times from genesis to the tip, under the
+    /// chain's read lock (no copy of the headers).
+    pub fn with_header_times<R>(&self, f: impl FnOnce(&mut dyn Iterator<Item = u32>) -> R) -> R {
+        let chain = self.chain();
+        f(&mut chain.headers.iter().map(|header| header.time))
+    }
+
     pub fn block_hash(&self, height: Height) -> Option<BlockHash> {
         self.chain().hashes.get(height.as_usize()).copied()
     }
