@@ -236,6 +236,9 @@ pub struct SpRecords {
     pub end: u64,
     /// The first height not read.
     pub next_height: Height,
+    /// Whether the read reached the end of block `to`, or of the tip when
+    /// `to` is above it.
+    pub done: bool,
     /// Where the records of the last block asked for end: `range_end - end`
     /// bytes are left to read.
     pub range_end: u64,
@@ -285,6 +288,7 @@ impl Store {
         let (Some(start), Some(range_end)) = (start_of(from.as_usize()), end_of(last)) else {
             return Ok(SpRecords {
                 next_height: from,
+                done: true,
                 ..SpRecords::default()
             });
         };
@@ -293,6 +297,7 @@ impl Store {
                 start,
                 end: start,
                 next_height: from,
+                done: true,
                 range_end: start,
                 ..SpRecords::default()
             });
@@ -332,6 +337,7 @@ impl Store {
             start,
             end,
             next_height: Height(last_read as u32 + 1),
+            done: last_read == last,
             range_end,
         })
     }

@@ -570,6 +570,7 @@ fn silent_payment_records_read_back_by_block_and_by_budget() {
     assert_eq!(all.bytes, expected.concat());
     assert_eq!((all.start, all.end, all.range_end), (0, 18, 18));
     assert_eq!(all.next_height, Height(10));
+    assert!(all.done);
     assert_eq!(
         all.blocks.iter().map(|b| b.height.0).collect::<Vec<_>>(),
         [1, 2, 4, 5, 7, 8]
@@ -586,19 +587,22 @@ fn silent_payment_records_read_back_by_block_and_by_budget() {
     assert_eq!(part.blocks.len(), 2);
     assert_eq!((part.start, part.end, part.range_end), (2, 10, 18));
     assert_eq!(part.next_height, Height(5));
+    assert!(!part.done);
     // Empty ranges and ranges past the tip read nothing.
     let none = store.sp_records(Height(3), Height(3), 100).unwrap();
     assert!(none.blocks.is_empty() && none.bytes.is_empty());
     assert_eq!(none.next_height, Height(4));
+    assert!(none.done);
     let past = store.sp_records(Height(10), Height(20), 100).unwrap();
     assert_eq!(
-        (past.start, past.range_end, past.next_height),
-        (18, 18, Height(10))
+        (past.start, past.range_end, past.next_height, past.done),
+        (18, 18, Height(10), true)
     );
     assert_eq!(
         store.sp_records(Height(12), Height(20), 100).unwrap(),
         SpRecords {
             next_height: Height(12),
+            done: true,
             ..SpRecords::default()
         }
     );
