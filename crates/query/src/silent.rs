@@ -311,7 +311,7 @@ mod tests {
                 .spend
                 .txout
                 .clone();
-            let tweak = osprey_sp::tweak_data(&draft, &[spent.clone()])
+            let tweak = osprey_sp::tweak_data(&draft, std::slice::from_ref(&spent))
                 .expect("tweak data")
                 .expect("a P2PKH spend paying taproot is eligible");
             let candidates = keys.first_output_candidates(&tweak).expect("candidates");
@@ -373,7 +373,7 @@ mod tests {
         found: &SpMatch,
     ) {
         assert_eq!(found.txid, tx.compute_txid());
-        let tweak = osprey_sp::tweak_data(tx, &[spent.clone()])
+        let tweak = osprey_sp::tweak_data(tx, std::slice::from_ref(spent))
             .unwrap()
             .unwrap();
         let tweak_point = PublicKey::from_slice(&found.tweak_key).expect("a point");

@@ -279,11 +279,7 @@ impl Store {
         let chain = self.chain();
         let offsets = &chain.sp_offsets;
         let end_of = |height: usize| offsets.get(height).copied();
-        let start_of = |height: usize| {
-            height
-                .checked_sub(1)
-                .map_or(Some(0), |previous| end_of(previous))
-        };
+        let start_of = |height: usize| height.checked_sub(1).map_or(Some(0), &end_of);
         let last = to.as_usize().min(offsets.len().saturating_sub(1));
         let (Some(start), Some(range_end)) = (start_of(from.as_usize()), end_of(last)) else {
             return Ok(SpRecords {
@@ -310,8 +306,9 @@ impl Store {
         let last_read = over.min(last);
         let end = offsets[last_read];
         let mut blocks = Vec::new();
-        for height in from.as_usize()..=last_read {
-            let (block_start, block_end) = (start_of(height).unwrap_or(start), offsets[height]);
+        let mut block_start = start;
+        let read = offsets.iter().enumerate().take(last_read + 1);
+        for (height, &block_end) in read.skip(from.as_usize()) {
             if block_end > block_start {
                 blocks.push(SpBlock {
                     height: Height(height as u32),
@@ -320,6 +317,7 @@ impl Store {
                     records: (block_start - start) as usize..(block_end - start) as usize,
                 });
             }
+            block_start = block_end;
         }
         let mut bytes = vec![0u8; (end - start) as usize];
         let files = self.files.read().expect("files lock poisoned");

@@ -524,7 +524,7 @@ fn sp_config() -> StoreConfig {
 /// Made-up record bytes of block `h` on `fork` (the store never parses
 /// them): every third block has none, the others 1 to 5 bytes.
 fn sp_bytes(h: u32, fork: u8) -> Vec<u8> {
-    if h % 3 == 0 {
+    if h.is_multiple_of(3) {
         Vec::new()
     } else {
         vec![(h as u8) ^ fork.wrapping_mul(0x40); 1 + (h % 5) as usize]
