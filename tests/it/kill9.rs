@@ -317,9 +317,23 @@ enum SoakMoment {
 /// kills.
 #[test]
 fn kill9_soak_every_restart_equals_a_fresh_index() {
+    kill9_soak("kill9_soak", &[]);
+}
+
+/// The soak with silent payments on: the restarted index's records
+/// (appended before each tip, cut back on open and on reorgs) are a fresh
+/// index's too.
+#[test]
+fn kill9_soak_with_silent_payments_every_restart_equals_a_fresh_index() {
+    kill9_soak("kill9_soak_sp", &["--silent-payments"]);
+}
+
+/// The soak with the flags `extra`, for `osprey serve` and `osprey index`.
+fn kill9_soak(seed_name: &str, extra: &[&str]) {
     use osprey_testenv::submit_block_on;
     use osprey_testenv::Node as _;
-    let seed = seed("kill9_soak");
+    let config = OspreyConfig::with_args(extra);
+    let seed = seed(seed_name);
     let mut rng = Rng::new(seed);
     let kills: u64 = std::env::var("OSPREY_SOAK_KILLS")
         .ok()
@@ -350,7 +364,7 @@ fn kill9_soak_every_restart_equals_a_fresh_index() {
             }
             _ => {}
         }
-        let mut osprey = Osprey::spawn(&node, &db, OspreyConfig::default());
+        let mut osprey = Osprey::spawn(&node, &db, config.clone());
         match moment {
             SoakMoment::InitialSync | SoakMoment::CatchUp(_) => {}
             SoakMoment::NewBlocks(n) => {
@@ -382,11 +396,11 @@ fn kill9_soak_every_restart_equals_a_fresh_index() {
             panic!("osprey exited with {status}; log:\n{}", osprey.log_tail(80));
         }
         osprey.kill9();
-        let (height, hash, digest) = index_digest(&node, dir.path(), &db, &[]);
+        let (height, hash, digest) = index_digest(&node, dir.path(), &db, extra);
         let fresh = fresh_digests.entry(hash.clone()).or_insert_with(|| {
             let fresh_db = dir.path().join(format!("db-fresh-{kill}"));
             let (fresh_height, fresh_hash, digest) =
-                index_digest(&node, dir.path(), &fresh_db, &[]);
+                index_digest(&node, dir.path(), &fresh_db, extra);
             assert_eq!(
                 (fresh_height, &fresh_hash),
                 (height, &hash),
@@ -404,6 +418,12 @@ fn kill9_soak_every_restart_equals_a_fresh_index() {
              {height} {hash} differs from a fresh one; earlier kills: {moments:?}"
         );
         moments.push((moment, delay));
+    }
+    if extra.contains(&"--silent-payments") {
+        assert!(
+            sp_record_bytes(&db) > 0,
+            "the chain has eligible transactions"
+        );
     }
     eprintln!("{kills} kills, 0 mismatches");
 }
