@@ -173,6 +173,23 @@ mod tests {
         }
     }
 
+    /// A block of `txdata` whose merkle root is right.
+    fn block_of(txdata: Vec<Transaction>) -> Block {
+        let mut block = Block {
+            header: Header {
+                version: Version::TWO,
+                prev_blockhash: BlockHash::all_zeros(),
+                merkle_root: TxMerkleNode::all_zeros(),
+                time: 0,
+                bits: CompactTarget::from_consensus(0x207fffff),
+                nonce: 0,
+            },
+            txdata,
+        };
+        block.header.merkle_root = block.compute_merkle_root().unwrap();
+        block
+    }
+
     #[test]
     fn rows_cover_every_output_and_input_except_op_return() {
         let alice = ScriptBuf::from_bytes(vec![0x51]);
@@ -187,18 +204,7 @@ mod tests {
             vec![funding],
             vec![(bob.clone(), 30), (op_return, 0), (alice.clone(), 19)],
         );
-        let mut block = Block {
-            header: Header {
-                version: Version::TWO,
-                prev_blockhash: BlockHash::all_zeros(),
-                merkle_root: TxMerkleNode::all_zeros(),
-                time: 0,
-                bits: CompactTarget::from_consensus(0x207fffff),
-                nonce: 0,
-            },
-            txdata: vec![coinbase, spend],
-        };
-        block.header.merkle_root = block.compute_merkle_root().unwrap();
+        let block = block_of(vec![coinbase, spend]);
         let input = BlockWithPrevouts {
             height: Height(7),
             block,
@@ -305,18 +311,7 @@ mod tests {
             }
             txs.push(spend);
         }
-        let mut block = Block {
-            header: Header {
-                version: Version::TWO,
-                prev_blockhash: BlockHash::all_zeros(),
-                merkle_root: TxMerkleNode::all_zeros(),
-                time: 0,
-                bits: CompactTarget::from_consensus(0x207fffff),
-                nonce: 0,
-            },
-            txdata: txs,
-        };
-        block.header.merkle_root = block.compute_merkle_root().unwrap();
+        let block = block_of(txs);
         let input = BlockWithPrevouts {
             height: Height(9),
             block,

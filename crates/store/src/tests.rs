@@ -355,6 +355,14 @@ fn bulk_load_defers_compaction_then_hands_over() {
     assert_eq!(store.digest().unwrap(), plain.digest().unwrap());
 }
 
+/// `store` exported as a snapshot (`scratch` is the export's scratch
+/// directory): the archive and its manifest.
+fn exported(store: &Store, scratch: &Path) -> (Vec<u8>, snapshot::Manifest) {
+    let mut archive = Vec::new();
+    let manifest = store.export_snapshot(scratch, &mut archive).unwrap();
+    (archive, manifest)
+}
+
 /// A snapshot of an index whose last batches are still only in memtables
 /// (written without the WAL) unpacks into the same index: same tip, same
 /// digest. The exported store goes on working.
@@ -365,10 +373,7 @@ fn snapshot_round_trip_equals_the_original() {
     let chain = blocks(0, 12, None, 0, 0);
     store.apply(&chain[..6], true, Height(0)).unwrap();
     store.apply(&chain[6..], false, Height(0)).unwrap();
-    let mut archive = Vec::new();
-    let manifest = store
-        .export_snapshot(&dir.path().join("scratch"), &mut archive)
-        .unwrap();
+    let (archive, manifest) = exported(&store, &dir.path().join("scratch"));
     assert_eq!(manifest.tip_height, 11);
     assert_eq!(manifest.network, "regtest");
     let reader = snapshot::SnapshotReader::open(archive.as_slice(), "regtest", false).unwrap();
@@ -397,10 +402,7 @@ fn snapshot_paths_outside_the_index_are_refused() {
     store
         .apply(&blocks(0, 3, None, 0, 0), true, Height(0))
         .unwrap();
-    let mut archive = Vec::new();
-    let manifest = store
-        .export_snapshot(&dir.path().join("scratch"), &mut archive)
-        .unwrap();
+    let (_, manifest) = exported(&store, &dir.path().join("scratch"));
     let rebuild = |manifest: &snapshot::Manifest, extra: Option<&str>| {
         let mut builder = tar::Builder::new(Vec::new());
         let json = serde_json::to_vec(manifest).unwrap();
@@ -761,10 +763,7 @@ fn snapshot_round_trip_keeps_the_records() {
     store
         .apply(&sp_blocks(0, 9, None, 0, 0), true, Height(0))
         .unwrap();
-    let mut archive = Vec::new();
-    let manifest = store
-        .export_snapshot(&dir.path().join("scratch"), &mut archive)
-        .unwrap();
+    let (archive, manifest) = exported(&store, &dir.path().join("scratch"));
     let listed: Vec<_> = manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert!(listed.contains(&"spoffsets.dat") && listed.contains(&"sptweaks.dat"));
     // A configuration without silent payments refuses it before writing.
