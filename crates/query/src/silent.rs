@@ -225,7 +225,7 @@ mod tests {
     use bitcoin::secp256k1::{PublicKey, Scalar, Secp256k1, SecretKey};
     use bitcoin::{Amount, OutPoint, ScriptBuf, Transaction};
     use osprey_store::StoreConfig;
-    use osprey_testenv::{BtcdNode, Node, TestWallet};
+    use osprey_testenv::{BitcoindNode, BtcdNode, Node, ScriptKind, TestWallet};
 
     fn secret(byte: u8) -> SecretKey {
         SecretKey::from_slice(&[byte; 32]).expect("a valid key")
@@ -243,12 +243,12 @@ mod tests {
         ScriptBuf::from_bytes(script)
     }
 
-    /// The real chain the tests scan: btcd, 110 blocks, a wallet holding
+    /// The real chain the tests scan: a node, 110 blocks, a wallet holding
     /// their coinbases (P2PKH, whose keys BIP-352 counts), a second wallet
     /// with the same keys to draft transactions with, and an index with
     /// silent payments following it.
     struct Chain {
-        node: BtcdNode,
+        node: Box<dyn Node>,
         wallet: TestWallet,
         drafts: TestWallet,
         query: Arc<Query>,
@@ -259,13 +259,12 @@ mod tests {
     }
 
     impl Chain {
-        fn new() -> Chain {
-            let node = BtcdNode::start().expect("btcd");
+        fn new(node: Box<dyn Node>) -> Chain {
             node.generate(110).expect("mining");
             let mut wallet = TestWallet::new();
-            wallet.sync(&node).expect("wallet sync");
+            wallet.sync(node.as_ref()).expect("wallet sync");
             let mut drafts = TestWallet::new();
-            drafts.sync(&node).expect("wallet sync");
+            drafts.sync(node.as_ref()).expect("wallet sync");
             let coins = wallet
                 .coins()
                 .filter(|c| c.coinbase && c.height.is_some_and(|h| h <= 8))
@@ -275,7 +274,7 @@ mod tests {
                 silent_payments: true,
                 ..StoreConfig::default()
             };
-            let (dir, query, tracker) = tracking_with(&node, config);
+            let (dir, query, tracker) = tracking_with(node.as_ref(), config);
             Chain {
                 node,
                 wallet,
@@ -289,36 +288,41 @@ mod tests {
 
         /// A transaction spending a coinbase to the taproot output key
         /// `output_key(first-output candidates of keys)`, broadcast, and the
-        /// output it spends. The candidates depend on the inputs only, so
-        /// they are taken from a draft with the same input and a placeholder
-        /// output.
-        fn pay(
+        /// output it spends.
+        fn pay(&mut self, keys: &ScanKeys, output_key: impl Fn(&[[u8; 32]]) -> [u8; 32]) -> Paid {
+            let coin = self.coins.pop().expect("a mature coinbase left");
+            self.pay_from(&[coin], keys, output_key)
+        }
+
+        /// `pay` from the wallet's coins `coins`. The candidates depend on
+        /// the inputs only, so they are taken from a draft with the same
+        /// inputs and a placeholder output.
+        fn pay_from(
             &mut self,
+            coins: &[OutPoint],
             keys: &ScanKeys,
             output_key: impl Fn(&[[u8; 32]]) -> [u8; 32],
-        ) -> (Transaction, bitcoin::TxOut) {
-            let coin = self.coins.pop().expect("a mature coinbase left");
+        ) -> Paid {
             let amount = Amount::from_sat(100_000);
             let draft = self
                 .drafts
-                .spend(&[coin], &[(taproot([7; 32]), amount)])
+                .spend(coins, &[(taproot([7; 32]), amount)])
                 .expect("draft");
-            let spent = self
-                .wallet
-                .coins()
-                .find(|c| c.outpoint == coin)
-                .expect("the coin")
-                .spend
-                .txout
-                .clone();
-            let tweak = osprey_sp::tweak_data(&draft, std::slice::from_ref(&spent))
+            let spent: Vec<bitcoin::TxOut> = coins
+                .iter()
+                .map(|coin| {
+                    let coin = self.wallet.coins().find(|c| c.outpoint == *coin);
+                    coin.expect("the coin").spend.txout.clone()
+                })
+                .collect();
+            let tweak = osprey_sp::tweak_data(&draft, &spent)
                 .expect("tweak data")
-                .expect("a P2PKH spend paying taproot is eligible");
+                .expect("an eligible spend");
             let candidates = keys.first_output_candidates(&tweak).expect("candidates");
             let key = output_key(candidates.keys());
             let tx = self
                 .wallet
-                .spend(&[coin], &[(taproot(key), amount)])
+                .spend(coins, &[(taproot(key), amount)])
                 .expect("payment");
             self.node.send_raw_transaction(&tx).expect("broadcast");
             (tx, spent)
@@ -363,19 +367,15 @@ mod tests {
         }
     }
 
+    /// A payment and the outputs it spends.
+    type Paid = (Transaction, Vec<bitcoin::TxOut>);
+
     /// The tweak a match reports is `input_hash·A`: multiplied by the scan
     /// key (`secret(scan)`) it is the shared secret the receiver derives
     /// from the transaction's inputs.
-    fn assert_tweak(
-        keys: &ScanKeys,
-        scan: u8,
-        (tx, spent): &(Transaction, bitcoin::TxOut),
-        found: &SpMatch,
-    ) {
+    fn assert_tweak(keys: &ScanKeys, scan: u8, (tx, spent): &Paid, found: &SpMatch) {
         assert_eq!(found.txid, tx.compute_txid());
-        let tweak = osprey_sp::tweak_data(tx, std::slice::from_ref(spent))
-            .unwrap()
-            .unwrap();
+        let tweak = osprey_sp::tweak_data(tx, spent).unwrap().unwrap();
         let tweak_point = PublicKey::from_slice(&found.tweak_key).expect("a point");
         let shared = tweak_point
             .mul_tweak(&Secp256k1::new(), &Scalar::from(secret(scan)))
@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn payments_are_found_in_the_mempool_then_in_blocks_and_decoys_are_not() {
-        let mut chain = Chain::new();
+        let mut chain = Chain::new(Box::new(BtcdNode::start().expect("btcd")));
         let alice = receiver(1, &[]);
         let alice_labelled = receiver(1, &[7]);
         let bob = receiver(2, &[]);
@@ -402,7 +402,7 @@ mod tests {
             near
         });
         chain.update();
-        let txid = |paid: &(Transaction, bitcoin::TxOut)| paid.0.compute_txid();
+        let txid = |paid: &Paid| paid.0.compute_txid();
         let sorted_txids = |matches: &[SpMatch]| {
             let mut txids: Vec<Txid> = matches.iter().map(|m| m.txid).collect();
             txids.sort();
@@ -462,9 +462,77 @@ mod tests {
         assert!(chain.scan_all(&receiver(3, &[]), 1000).is_empty());
     }
 
+    /// On Bitcoin Core (segwit and taproot active from genesis): payments
+    /// spending P2WPKH, P2SH-P2WPKH and taproot key-path coins, alone and
+    /// together (their keys summed), are found with their tweaks; a P2WSH
+    /// coin does not count, so a transaction spending only it is no payment.
+    #[test]
+    fn payments_from_segwit_and_taproot_inputs_are_found_on_bitcoin_core() {
+        let mut chain = Chain::new(Box::new(BitcoindNode::start().expect("bitcoind")));
+        let kinds = [
+            ScriptKind::P2wpkh,
+            ScriptKind::P2shP2wpkh,
+            ScriptKind::P2tr,
+            ScriptKind::P2wsh,
+        ];
+        // Both wallets know the first key of each kind: fund those.
+        let outputs: Vec<_> = kinds
+            .iter()
+            .flat_map(|&kind| {
+                let script = chain.wallet.script_pubkey(kind);
+                [
+                    (script.clone(), Amount::from_sat(2_000_000)),
+                    (script, Amount::from_sat(2_000_000)),
+                ]
+            })
+            .collect();
+        let funding = chain.wallet.send_many(&outputs).expect("funding");
+        chain
+            .node
+            .send_raw_transaction(&funding)
+            .expect("broadcast");
+        chain.mine();
+        chain.wallet.sync(chain.node.as_ref()).expect("wallet sync");
+        chain.drafts.sync(chain.node.as_ref()).expect("wallet sync");
+        let coin = |vout: usize| OutPoint {
+            txid: funding.compute_txid(),
+            vout: vout as u32,
+        };
+        let alice = receiver(1, &[]);
+        let paid = [
+            chain.pay_from(&[coin(0)], &alice, |c| c[0]),
+            chain.pay_from(&[coin(2)], &alice, |c| c[0]),
+            chain.pay_from(&[coin(4)], &alice, |c| c[0]),
+            chain.pay_from(&[coin(1), coin(5), coin(6)], &alice, |c| c[0]),
+        ];
+        let draft = chain
+            .drafts
+            .spend(&[coin(7)], &[(taproot([7; 32]), Amount::from_sat(100_000))])
+            .expect("draft");
+        let p2wsh = chain
+            .wallet
+            .coins()
+            .find(|c| c.outpoint == coin(7))
+            .unwrap();
+        let spent = [p2wsh.spend.txout.clone()];
+        assert_eq!(osprey_sp::tweak_data(&draft, &spent), Ok(None));
+        chain.update();
+        let pool = chain.query.sp_scan_mempool(&alice, None).unwrap();
+        assert_eq!(pool.len(), paid.len());
+        let height = chain.mine();
+        let found = chain.scan_all(&alice, 2);
+        assert_eq!(found.len(), paid.len());
+        for paid in &paid {
+            let found = found.iter().find(|m| m.txid == paid.0.compute_txid());
+            let found = found.expect("every payment found");
+            assert_eq!(found.height, height);
+            assert_tweak(&alice, 1, paid, found);
+        }
+    }
+
     #[test]
     fn chunks_of_any_size_find_the_same_payments() {
-        let mut chain = Chain::new();
+        let mut chain = Chain::new(Box::new(BtcdNode::start().expect("btcd")));
         let alice = receiver(1, &[]);
         let bob = receiver(2, &[]);
         let mut paid = Vec::new();

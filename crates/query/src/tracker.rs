@@ -303,9 +303,9 @@ pub(crate) mod tests {
         tracking_with(node, StoreConfig::default())
     }
 
-    /// `tracking` with an index of `config`.
+    /// `tracking` with an index of `config`, of any node.
     pub(crate) fn tracking_with(
-        node: &BtcdNode,
+        node: &dyn Node,
         config: StoreConfig,
     ) -> (tempfile::TempDir, Arc<Query>, Tracker) {
         let dir = tempfile::tempdir().expect("tempdir");
