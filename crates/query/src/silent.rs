@@ -530,6 +530,47 @@ mod tests {
         }
     }
 
+    /// A reorg that undoes the block of a payment: the index's records go
+    /// with it, the payment is found in the mempool again (its record
+    /// computed anew), then at its new block once mined again.
+    #[test]
+    fn a_payment_undone_by_a_reorg_goes_back_to_the_mempool_then_to_its_new_block() {
+        let mut chain = Chain::new(Box::new(BitcoindNode::start().expect("bitcoind")));
+        let alice = receiver(1, &[]);
+        let paid = chain.pay(&alice, |c| c[0]);
+        let height = chain.mine();
+        let found = chain.scan_all(&alice, 1000);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].height, height);
+        let block = chain.node.block_hash(height).expect("its block");
+        chain
+            .node
+            .invalidate_block(&block)
+            .expect("invalidateblock");
+        chain.update();
+        assert_eq!(chain.query.tip().0, Height(height - 1));
+        assert!(chain.scan_all(&alice, 1000).is_empty());
+        let pool = chain.query.sp_scan_mempool(&alice, None).unwrap();
+        assert_eq!(pool.len(), 1, "back in the mempool");
+        assert_tweak(&alice, 1, &paid, &pool[0]);
+        // A block of the test's own (generating would rebuild the invalid
+        // one), holding the payment, then one more: the longer branch.
+        let parent = chain.node.block_hash(height - 1).expect("the fork");
+        osprey_testenv::submit_block_on(chain.node.as_ref(), parent, vec![paid.0.clone()], 1);
+        chain.node.generate(1).expect("mining the new branch");
+        chain.update();
+        let found = chain.scan_all(&alice, 1000);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].height, height, "mined again at the same height");
+        assert_tweak(&alice, 1, &paid, &found[0]);
+        assert_ne!(chain.node.block_hash(height).unwrap(), block);
+        assert!(chain
+            .query
+            .sp_scan_mempool(&alice, None)
+            .unwrap()
+            .is_empty());
+    }
+
     #[test]
     fn chunks_of_any_size_find_the_same_payments() {
         let mut chain = Chain::new(Box::new(BtcdNode::start().expect("btcd")));
