@@ -11,8 +11,10 @@ mod answer;
 mod backend;
 mod change;
 mod error;
+mod sp;
 
 pub use answer::{Balance, HistoryEntry, OutpointAnswer, OutpointStatus, RecentTx, TxMerkle, Utxo};
 pub use backend::Backend;
 pub use change::Change;
 pub use error::Error;
+pub use sp::{height_at_time, SpChunk, SpCursor, SpMatch};

@@ -5,11 +5,13 @@
 use bitcoin::hashes::{sha256d, Hash};
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_answers::{
-    Backend, Balance, Error, HistoryEntry, OutpointAnswer, RecentTx, TxMerkle, Utxo,
+    height_at_time, Backend, Balance, Error, HistoryEntry, OutpointAnswer, RecentTx, SpChunk,
+    SpCursor, SpMatch, TxMerkle, Utxo,
 };
 use osprey_chain::{MempoolAcceptance, MempoolFees};
 use osprey_core::{Height, ScriptHash, StatusHash};
-use std::collections::HashMap;
+use osprey_sp::{ScanKeys, TweakData};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// Everything the fake answers from; tests edit it through `FakeBackend::update`.
@@ -60,6 +62,30 @@ pub struct FakeState {
     pub status_gate: Option<(ScriptHash, Arc<Gate>)>,
     /// The same for `history`.
     pub history_gate: Option<(ScriptHash, Arc<Gate>)>,
+    /// Whether the fake keeps silent-payment records (`sp_enabled`).
+    pub sp_enabled: bool,
+    /// The eligible transactions of each block, in block order; a block
+    /// not listed has none. The fake counts each as one byte of records.
+    pub sp_blocks: BTreeMap<u32, Vec<FakeSpTx>>,
+    /// The eligible transactions in the mempool.
+    pub sp_mempool: Vec<FakeSpTx>,
+    /// Counts `sp_scan` calls.
+    pub sp_scan_calls: usize,
+}
+
+/// An eligible transaction, as the fake's silent-payment scans see it.
+#[derive(Debug, Clone)]
+pub struct FakeSpTx {
+    pub txid: Txid,
+    pub tweak: TweakData,
+    /// The x-only keys of its taproot outputs.
+    pub output_keys: Vec<[u8; 32]>,
+}
+
+impl FakeSpTx {
+    fn matches(&self, keys: &ScanKeys, height: u32) -> Option<SpMatch> {
+        SpMatch::if_paid(keys, &self.tweak, &self.output_keys, height, self.txid)
+    }
 }
 
 /// A gate threads wait at until a test opens it.
@@ -135,6 +161,16 @@ impl FakeBackend {
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
         // A test that panicked while holding the lock already failed.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn sp_enabled_or_refused(&self) -> Result<(), Error> {
+        if self.lock().sp_enabled {
+            Ok(())
+        } else {
+            Err(Error::NotSupported(
+                "this server keeps no silent payments index".into(),
+            ))
+        }
     }
 
     /// `Err` with the configured node failure, if any.
@@ -367,5 +403,209 @@ impl Backend for FakeBackend {
             minrelaytxfee: relay,
             incrementalrelayfee: relay,
         })
+    }
+
+    fn sp_enabled(&self) -> bool {
+        self.lock().sp_enabled
+    }
+
+    fn sp_height_at(&self, unix: u64) -> Height {
+        let state = self.lock();
+        let times = state
+            .headers
+            .iter()
+            .map(|header| u32::from_le_bytes([header[68], header[69], header[70], header[71]]));
+        height_at_time(times, unix)
+    }
+
+    fn sp_scan(
+        &self,
+        keys: &ScanKeys,
+        from: SpCursor,
+        to: Height,
+        records_max: usize,
+    ) -> Result<SpChunk, Error> {
+        self.sp_enabled_or_refused()?;
+        let to = to.min(self.tip().0);
+        let mut state = self.lock();
+        state.sp_scan_calls += 1;
+        let block_len = |height: u32| state.sp_blocks.get(&height).map_or(0, Vec::len);
+        let mut chunk = SpChunk {
+            next: from,
+            ..SpChunk::default()
+        };
+        // At least one record, so that every call makes progress.
+        while chunk.next.height <= to && chunk.records < records_max.max(1) {
+            let height = chunk.next.height.0;
+            let done = chunk.next.records_done as usize;
+            let take = block_len(height)
+                .saturating_sub(done)
+                .min(records_max.max(1) - chunk.records);
+            for tx in state
+                .sp_blocks
+                .get(&height)
+                .into_iter()
+                .flatten()
+                .skip(done)
+                .take(take)
+            {
+                chunk.matches.extend(tx.matches(keys, height));
+            }
+            chunk.records += take;
+            chunk.next.records_done += take as u32;
+            if chunk.next.records_done as usize >= block_len(height) {
+                chunk.next = SpCursor::at_height(Height(height + 1));
+            }
+        }
+        chunk.done = chunk.next.height > to;
+        chunk.bytes_scanned = chunk.records as u64;
+        chunk.bytes_left = (chunk.next.height.0..=to.0)
+            .map(|height| block_len(height) as u64)
+            .sum::<u64>()
+            .saturating_sub(u64::from(chunk.next.records_done));
+        Ok(chunk)
+    }
+
+    fn sp_scan_mempool(
+        &self,
+        keys: &ScanKeys,
+        only: Option<&[Txid]>,
+    ) -> Result<Vec<SpMatch>, Error> {
+        self.sp_enabled_or_refused()?;
+        Ok(self
+            .lock()
+            .sp_mempool
+            .iter()
+            .filter(|tx| only.is_none_or(|only| only.contains(&tx.txid)))
+            .filter_map(|tx| tx.matches(keys, 0))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bitcoin::secp256k1::{PublicKey, Secp256k1, SecretKey};
+    use bitcoin::{
+        absolute, transaction, Amount, CompressedPublicKey, ScriptBuf, Sequence, Transaction, TxIn,
+        TxOut, Witness,
+    };
+
+    fn public(i: u8) -> PublicKey {
+        SecretKey::from_slice(&[i; 32])
+            .expect("a valid key")
+            .public_key(&Secp256k1::new())
+    }
+
+    fn taproot(x_only: [u8; 32]) -> ScriptBuf {
+        let mut script = vec![0x51, 0x20];
+        script.extend_from_slice(&x_only);
+        ScriptBuf::from_bytes(script)
+    }
+
+    /// An eligible transaction spending a P2WPKH output of key `i` to the
+    /// taproot key that `output_key` picks from `keys`' candidates.
+    fn payment(i: u8, keys: &ScanKeys, output_key: impl Fn(&[[u8; 32]]) -> [u8; 32]) -> FakeSpTx {
+        let key = CompressedPublicKey(public(i));
+        let spent = TxOut {
+            value: Amount::from_sat(1_000),
+            script_pubkey: ScriptBuf::new_p2wpkh(&key.wpubkey_hash()),
+        };
+        let mut tx = Transaction {
+            version: transaction::Version::TWO,
+            lock_time: absolute::LockTime::ZERO,
+            input: vec![TxIn {
+                previous_output: OutPoint {
+                    txid: Txid::from_byte_array([i; 32]),
+                    vout: 0,
+                },
+                script_sig: ScriptBuf::new(),
+                sequence: Sequence::MAX,
+                witness: Witness::from_slice(&[&[0x30; 71][..], &key.to_bytes()]),
+            }],
+            output: vec![TxOut {
+                value: Amount::from_sat(900),
+                script_pubkey: taproot([9; 32]),
+            }],
+        };
+        let tweak = osprey_sp::tweak_data(&tx, &[spent]).unwrap().unwrap();
+        let candidates = keys.first_output_candidates(&tweak).unwrap();
+        let output = output_key(candidates.keys());
+        tx.output[0].script_pubkey = taproot(output);
+        FakeSpTx {
+            txid: tx.compute_txid(),
+            tweak,
+            output_keys: vec![output],
+        }
+    }
+
+    #[test]
+    fn the_fake_scans_its_records_in_chunks_and_its_mempool() {
+        let keys =
+            ScanKeys::new(SecretKey::from_slice(&[1; 32]).unwrap(), public(101), []).unwrap();
+        let paid = |i| payment(i, &keys, |c| c[0]);
+        let decoy = |i| payment(i, &keys, |_| [7; 32]);
+        let (a, b, c, d) = (paid(10), paid(11), paid(12), decoy(13));
+        let fake = FakeBackend::with_tip(4);
+        fake.update(|state| {
+            state.sp_blocks.insert(1, vec![a.clone(), decoy(14)]);
+            state
+                .sp_blocks
+                .insert(3, vec![decoy(15), b.clone(), decoy(16)]);
+            state.sp_mempool = vec![c.clone(), d.clone()];
+        });
+        let from = SpCursor::at_height(Height(0));
+        let refused = fake.sp_scan(&keys, from, Height(4), 10);
+        assert!(
+            matches!(refused, Err(Error::NotSupported(_))),
+            "{refused:?}"
+        );
+        fake.update(|state| state.sp_enabled = true);
+
+        let whole = fake.sp_scan(&keys, from, Height(9), 100).unwrap();
+        assert!(whole.done);
+        assert_eq!(
+            (whole.records, whole.bytes_scanned, whole.bytes_left),
+            (5, 5, 0)
+        );
+        assert_eq!(whole.next, SpCursor::at_height(Height(5)));
+        let found: Vec<(u32, Txid)> = whole.matches.iter().map(|m| (m.height, m.txid)).collect();
+        assert_eq!(found, [(1, a.txid), (3, b.txid)]);
+        assert_eq!(whole.matches[0].tweak_key, a.tweak.tweak_key().unwrap());
+
+        let mut cursor = from;
+        let mut chunked: Vec<SpChunk> = Vec::new();
+        loop {
+            let chunk = fake.sp_scan(&keys, cursor, Height(4), 2).unwrap();
+            assert!(chunk.records <= 2);
+            let before: usize = chunked.iter().map(|c| c.records).sum();
+            assert_eq!(chunk.bytes_scanned + chunk.bytes_left, 5 - before as u64);
+            chunked.push(chunk.clone());
+            if chunk.done {
+                break;
+            }
+            cursor = chunk.next;
+        }
+        let matches: Vec<SpMatch> = chunked.iter().flat_map(|c| c.matches.clone()).collect();
+        assert_eq!(matches, whole.matches);
+        // The first chunk ends with block 1; the second skips empty block 2.
+        assert_eq!(chunked[0].next, SpCursor::at_height(Height(2)));
+        assert_eq!(
+            chunked[1].next,
+            SpCursor {
+                height: Height(3),
+                records_done: 2
+            }
+        );
+
+        let pool = fake.sp_scan_mempool(&keys, None).unwrap();
+        assert_eq!(
+            pool.iter().map(|m| (m.height, m.txid)).collect::<Vec<_>>(),
+            [(0, c.txid)]
+        );
+        assert!(fake
+            .sp_scan_mempool(&keys, Some(&[d.txid]))
+            .unwrap()
+            .is_empty());
     }
 }

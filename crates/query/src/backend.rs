@@ -4,10 +4,12 @@
 use crate::Query;
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_answers::{
-    Backend, Balance, Error, HistoryEntry, OutpointAnswer, RecentTx, TxMerkle, Utxo,
+    Backend, Balance, Error, HistoryEntry, OutpointAnswer, RecentTx, SpChunk, SpCursor, SpMatch,
+    TxMerkle, Utxo,
 };
 use osprey_chain::{MempoolAcceptance, MempoolFees};
 use osprey_core::{Height, ScriptHash, StatusHash};
+use osprey_sp::ScanKeys;
 
 impl Backend for Query {
     fn tip(&self) -> (Height, BlockHash) {
@@ -112,5 +114,31 @@ impl Backend for Query {
 
     fn mempool_fees(&self) -> Result<MempoolFees, Error> {
         Query::mempool_fees(self)
+    }
+
+    fn sp_enabled(&self) -> bool {
+        Query::sp_enabled(self)
+    }
+
+    fn sp_height_at(&self, unix: u64) -> Height {
+        Query::sp_height_at(self, unix)
+    }
+
+    fn sp_scan(
+        &self,
+        keys: &ScanKeys,
+        from: SpCursor,
+        to: Height,
+        records_max: usize,
+    ) -> Result<SpChunk, Error> {
+        Query::sp_scan(self, keys, from, to, records_max)
+    }
+
+    fn sp_scan_mempool(
+        &self,
+        keys: &ScanKeys,
+        only: Option<&[Txid]>,
+    ) -> Result<Vec<SpMatch>, Error> {
+        Query::sp_scan_mempool(self, keys, only)
     }
 }

@@ -12,6 +12,7 @@ mod outpoint;
 mod query;
 #[cfg(test)]
 mod race;
+mod silent;
 mod status_cache;
 mod tracker;
 
