@@ -52,6 +52,10 @@ cargo test --release --workspace --lib --bins --tests
 phase "cargo test --features short-prefixes (oracle and functional suites with 1-byte prefixes)"
 cargo test --release --features osprey-store/short-prefixes -p osprey-query --test oracle
 cargo test --release --features short-prefixes --test it
+# That build left target/release/osprey a test build, whose index format
+# differs (1-byte prefixes): link the release binaries back as users get
+# them. Both variants are cached, so this only copies.
+cargo build --release -p osprey -p osprey-tools
 phase "fuzz: every cargo-fuzz target for 10 s from its seeds (scripts/fuzz.sh; longer runs by hand)"
 FUZZ_SANITIZER=none scripts/fuzz.sh 10
 phase "done"
