@@ -51,7 +51,9 @@ use fair::Scheduler;
 use notifier::Notifier;
 use osprey_answers::{Backend, Change};
 use osprey_core::ByteBudget;
-use osprey_electrum::{DispatchConfig, Dispatcher, RpcError, ServerInfo, SubscriptionBudget};
+use osprey_electrum::{
+    DispatchConfig, Dispatcher, RpcError, ServerInfo, SilentPaymentsConfig, SubscriptionBudget,
+};
 use osprey_metrics::Metrics;
 use peers::PeerList;
 use per_ip::PerIp;
@@ -224,6 +226,11 @@ impl Server {
                         budget: Arc::clone(&client_memory),
                         keep_free: limits.line_bytes_max + limits.reply_bytes_max,
                     }),
+                    silent_payments: SilentPaymentsConfig {
+                        network: config.network.bitcoin(),
+                        labels_max: limits.sp_labels_max,
+                        subscriptions_per_session_max: limits.sp_subscriptions_per_session_max,
+                    },
                 },
             )
             .with_peers(Arc::new(peer_list.clone()))

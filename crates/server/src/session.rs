@@ -380,6 +380,11 @@ async fn deliver(
                 session: id,
                 outpoint,
             },
+            // No backend serves silent payments yet (`Query::sp_enabled` is
+            // false): the scans that follow a subscription come next.
+            Effect::SilentPaymentsSubscribed(_) | Effect::SilentPaymentsUnsubscribed { .. } => {
+                continue
+            }
         };
         if !subscriptions.is_empty() {
             let subscriptions = std::mem::take(&mut subscriptions);
