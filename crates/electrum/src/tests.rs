@@ -2034,6 +2034,24 @@ mod silent_payments {
         json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string()
     }
 
+    /// `server.features` has `"silent_payments": [0]` exactly when the
+    /// backend keeps the index, at every version.
+    #[test]
+    fn features_announce_silent_payments_only_with_the_index() {
+        for version in ["1.4", "1.6", "1.7"] {
+            let mut h = Harness::at(version);
+            assert_eq!(
+                h.ok("server.features", json!([])).get("silent_payments"),
+                None
+            );
+            let mut h = enabled(Harness::at(version));
+            assert_eq!(
+                h.ok("server.features", json!([]))["silent_payments"],
+                json!([0])
+            );
+        }
+    }
+
     #[test]
     fn without_the_index_both_methods_are_unknown() {
         let mut h = Harness::new();

@@ -187,7 +187,11 @@ impl Dispatcher {
             Request::ServerDonationAddress => {
                 Ok(Value::String(config.info.donation_address.clone()))
             }
-            Request::ServerFeatures => Ok(server::features(&config.info, protocol)),
+            Request::ServerFeatures => Ok(server::features(
+                &config.info,
+                protocol,
+                backend.sp_enabled(),
+            )),
             Request::ServerPeersSubscribe => Ok(server::peers(
                 &self.peers.as_ref().map(|p| p.known()).unwrap_or_default(),
             )),
