@@ -654,21 +654,12 @@ impl Hub {
         keys: Arc<ScanKeys>,
         only: Option<Vec<Txid>>,
     ) -> Result<Vec<SpMatch>, Error> {
-        let slot = self.ctx.scheduler.acquire_scan(self.scan_cost.now()).await;
-        let started = std::time::Instant::now();
-        let backend = Arc::clone(&self.ctx.backend);
-        let scanned =
-            tokio::task::spawn_blocking(move || backend.sp_scan_mempool(&keys, only.as_deref()))
-                .await;
-        drop(slot);
-        let held = started.elapsed();
+        let (scanned, held) = on_scan_slot(&self.ctx, self.scan_cost.now(), move |backend| {
+            backend.sp_scan_mempool(&keys, only.as_deref())
+        })
+        .await;
         self.scan_cost.charge(held, 0);
-        self.ctx
-            .metrics
-            .silent_payments
-            .scan_seconds
-            .inc_by(held.as_secs_f64());
-        scanned.map_err(|e| Error::Internal(format!("mempool scan task: {e}")))?
+        scanned
     }
 
     /// When the next heartbeat is due, if a historical scan runs.
@@ -719,8 +710,29 @@ enum Mempool<'a> {
     All,
 }
 
-/// Runs one chunk of `keys`' scan from `from` to the end of block `to` on
-/// a blocking thread, holding a scan slot; returns how long it held it.
+/// Runs `work` on a blocking thread holding a scan slot; returns how long
+/// it held the slot.
+async fn on_scan_slot<T: Send + 'static>(
+    ctx: &HubContext,
+    scan_cost: u64,
+    work: impl FnOnce(&dyn Backend) -> Result<T, Error> + Send + 'static,
+) -> (Result<T, Error>, Duration) {
+    let slot = ctx.scheduler.acquire_scan(scan_cost).await;
+    let started = std::time::Instant::now();
+    let backend = Arc::clone(&ctx.backend);
+    let done = tokio::task::spawn_blocking(move || work(&*backend)).await;
+    drop(slot);
+    let held = started.elapsed();
+    ctx.metrics
+        .silent_payments
+        .scan_seconds
+        .inc_by(held.as_secs_f64());
+    let result = done.unwrap_or_else(|e| Err(Error::Internal(format!("scan task: {e}"))));
+    (result, held)
+}
+
+/// Runs one chunk of `keys`' scan from `from` to the end of block `to`
+/// (see [`on_scan_slot`]).
 async fn scan_chunk(
     ctx: Arc<HubContext>,
     scan_cost: u64,
@@ -728,23 +740,16 @@ async fn scan_chunk(
     from: SpCursor,
     to: Height,
 ) -> (Result<SpChunk, Error>, Duration) {
-    let slot = ctx.scheduler.acquire_scan(scan_cost).await;
-    let started = std::time::Instant::now();
-    let backend = Arc::clone(&ctx.backend);
-    let scanned =
-        tokio::task::spawn_blocking(move || backend.sp_scan(&keys, from, to, CHUNK_RECORDS)).await;
-    drop(slot);
-    let held = started.elapsed();
-    let metrics = &ctx.metrics.silent_payments;
-    metrics.scan_seconds.inc_by(held.as_secs_f64());
-    let result = match scanned {
-        Ok(Ok(chunk)) => {
-            metrics.records_scanned.inc_by(chunk.records as u64);
-            Ok(chunk)
-        }
-        Ok(Err(e)) => Err(e),
-        Err(e) => Err(Error::Internal(format!("scan task: {e}"))),
-    };
+    let (result, held) = on_scan_slot(&ctx, scan_cost, move |backend| {
+        backend.sp_scan(&keys, from, to, CHUNK_RECORDS)
+    })
+    .await;
+    if let Ok(chunk) = &result {
+        ctx.metrics
+            .silent_payments
+            .records_scanned
+            .inc_by(chunk.records as u64);
+    }
     (result, held)
 }
 
