@@ -69,6 +69,8 @@ pub struct Config {
     /// RocksDB's block cache.
     pub db_cache_bytes: usize,
     pub reindex_on_format_change: bool,
+    /// The index keeps silent-payment records (part of its format).
+    pub silent_payments: bool,
     pub electrum_tls_addr: Option<SocketAddr>,
     pub electrum_ws_addr: Option<SocketAddr>,
     pub electrum_wss_addr: Option<SocketAddr>,

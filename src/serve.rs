@@ -28,6 +28,7 @@ fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
     let store_config = StoreConfig {
         reorg_depth_max: config.reorg_depth_max,
         cache_bytes: config.db_cache_bytes,
+        silent_payments: config.silent_payments,
         ..StoreConfig::default()
     };
     let open = || Store::open(&config.db_path, config.network.name(), store_config.clone());

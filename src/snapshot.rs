@@ -66,13 +66,16 @@ fn export(config: &Config, out: &Path) -> anyhow::Result<()> {
     }
     // RocksDB's lock refuses a second opener: a running server's index
     // cannot be exported, as its flat files would move under the copy.
-    let store =
-        Store::open(db_path, config.network.name(), StoreConfig::default()).with_context(|| {
-            format!(
-                "opening index at {} (a snapshot is taken from a stopped index: stop osprey first)",
-                db_path.display()
-            )
-        })?;
+    let store_config = StoreConfig {
+        silent_payments: config.silent_payments,
+        ..StoreConfig::default()
+    };
+    let store = Store::open(db_path, config.network.name(), store_config).with_context(|| {
+        format!(
+            "opening index at {} (a snapshot is taken from a stopped index: stop osprey first)",
+            db_path.display()
+        )
+    })?;
     let (height, _) = store
         .tip()
         .context("the index is empty: nothing to export")?;
@@ -139,8 +142,12 @@ fn import(config: &Config, from: &Path) -> anyhow::Result<()> {
         );
     }
     let file = File::open(from).with_context(|| format!("opening {}", from.display()))?;
-    let reader = SnapshotReader::open(BufReader::new(file), config.network.name())
-        .with_context(|| format!("reading {}", from.display()))?;
+    let reader = SnapshotReader::open(
+        BufReader::new(file),
+        config.network.name(),
+        config.silent_payments,
+    )
+    .with_context(|| format!("reading {}", from.display()))?;
     check_tip_in_best_chain(config, reader.manifest())?;
     let db_dir = db_dir(config);
     std::fs::create_dir_all(db_dir).with_context(|| format!("creating {}", db_dir.display()))?;

@@ -124,6 +124,16 @@ pub struct ConfigArgs {
     /// [default: true]
     #[arg(long, env = "OSPREY_REINDEX_ON_FORMAT_CHANGE")]
     pub reindex_on_format_change: Option<bool>,
+    /// Keep BIP-352 silent-payment records, which wallets such as Sparrow
+    /// scan (about 100 bytes per eligible transaction); changing it
+    /// rebuilds the index [default: false]
+    #[arg(
+        long,
+        env = "OSPREY_SILENT_PAYMENTS",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub silent_payments: Option<bool>,
     /// Where Electrum clients connect over TLS, e.g. 0.0.0.0:50002 (off unless set)
     #[arg(long, env = "OSPREY_ELECTRUM_TLS_ADDR")]
     pub electrum_tls_addr: Option<String>,

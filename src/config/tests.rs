@@ -116,6 +116,7 @@ fn resolved_default(config: &Config, key: &str) -> Option<String> {
             .join(","),
         "db_cache_mb" => (config.db_cache_bytes >> 20).to_string(),
         "reindex_on_format_change" => config.reindex_on_format_change.to_string(),
+        "silent_payments" => config.silent_payments.to_string(),
         "block_source" => match &config.chain {
             ChainConfig::Node {
                 block_source: osprey_chain::BlockSourceChoice::Auto,
@@ -799,4 +800,29 @@ fn readme_lists_every_electrs_setting() {
         listed, known,
         "README's Replacing electrs rows vs electrs::SETTINGS"
     );
+}
+
+/// `--silent-payments` alone turns the records on; a value, or the file,
+/// can say either way, and the flag wins over the file.
+#[test]
+fn silent_payments_is_a_switch_that_takes_a_value() {
+    use clap::Parser as _;
+    let resolve = |flags: &[&str], file: &str| {
+        let cli = crate::Cli::try_parse_from([&["osprey", "serve"], flags].concat())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let crate::Command::Serve(args) = cli.command else {
+            panic!("not serve");
+        };
+        let file: ConfigArgs = toml::from_str(file).unwrap();
+        args.over(file).unwrap().silent_payments
+    };
+    assert!(!resolve(&[], ""));
+    assert!(resolve(&["--silent-payments"], ""));
+    assert!(resolve(&["--silent-payments", "true"], ""));
+    assert!(resolve(&[], "silent_payments = true"));
+    assert!(!resolve(
+        &["--silent-payments", "false"],
+        "silent_payments = true"
+    ));
+    assert!(!resolve(&["--silent-payments=false"], ""));
 }

@@ -110,6 +110,7 @@ pub(super) fn validate(settings: ConfigArgs) -> anyhow::Result<Config> {
         .checked_mul(1 << 20)
         .context("db_cache_mb is too large")?,
         reindex_on_format_change: settings.reindex_on_format_change.unwrap_or(true),
+        silent_payments: settings.silent_payments.unwrap_or(store.silent_payments),
         electrum_tls_addr,
         electrum_ws_addr: optional_addr("electrum_ws_addr", settings.electrum_ws_addr)?,
         electrum_wss_addr,

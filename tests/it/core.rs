@@ -129,7 +129,7 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
         jitter(&mut rng, 400),
         KillAt::Commit,
     ] {
-        start_and_kill(&node, &db, when);
+        start_and_kill(&node, &db, &OspreyConfig::default(), when);
     }
     let mut files = Osprey::spawn(&node, &db, OspreyConfig::default());
     files.wait_ready(&node);

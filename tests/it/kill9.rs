@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::common::answers::{
     assert_answers_match_node, assert_chain_matches_node, assert_same_answers, collect_chain,
 };
-use crate::common::command::{generate_chain, submit_chain};
+use crate::common::command::{generate_chain, index_digest, sp_record_bytes, submit_chain};
 use crate::common::osprey::Osprey;
 use crate::common::{
     collect_answers, scripthash, seed, start_btcd, wallet_and_sampled_scripts, NodeView,
@@ -91,9 +91,15 @@ fn headers_file_len(db: &Path) -> u64 {
     std::fs::metadata(db.join("regtest").join("headers.dat")).map_or(0, |m| m.len())
 }
 
-/// Starts osprey on `db`, SIGKILLs it at `when`, and prints how far it got.
-pub(crate) fn start_and_kill(node: &dyn osprey_testenv::Node, db: &Path, when: KillAt) {
-    let mut osprey = Osprey::spawn(node, db, OspreyConfig::default());
+/// Starts osprey on `db` with `config`, SIGKILLs it at `when`, and prints
+/// how far it got.
+pub(crate) fn start_and_kill(
+    node: &dyn osprey_testenv::Node,
+    db: &Path,
+    config: &OspreyConfig,
+    when: KillAt,
+) {
+    let mut osprey = Osprey::spawn(node, db, config.clone());
     let marker = osprey.log().len();
     match when {
         KillAt::After(delay) => {
@@ -164,7 +170,23 @@ pub(crate) fn start_and_kill(node: &dyn osprey_testenv::Node, db: &Path, when: K
 ///    answers equal the node's and F's exactly; the headers too.
 #[test]
 fn sigkill_during_initial_sync_leaves_a_consistent_index() {
-    let seed = seed("kill9");
+    sigkill_during_initial_sync("kill9", &[]);
+}
+
+/// The same with silent payments on (`--silent-payments`): the chain has
+/// eligible transactions (chaingen's signed P2WPKH, P2PKH and taproot
+/// spends paying taproot outputs), and after the kills K's index, records
+/// included, has the digest of F's.
+#[test]
+fn sigkill_during_initial_sync_with_silent_payments_leaves_a_consistent_index() {
+    sigkill_during_initial_sync("kill9_sp", &["--silent-payments"]);
+}
+
+/// The kill test of `osprey serve` with the flags `extra`; with silent
+/// payments on, the killed and the fresh index end with the same digest.
+fn sigkill_during_initial_sync(seed_name: &str, extra: &[&str]) {
+    let config = OspreyConfig::with_args(extra);
+    let seed = seed(seed_name);
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().expect("tempdir");
     // 1.
@@ -172,7 +194,8 @@ fn sigkill_during_initial_sync_leaves_a_consistent_index() {
     let (tip, _) = osprey_testenv::Node::tip(&node).expect("tip");
     assert_eq!(tip, manifest.tip_height, "the node has the whole chain");
     // 2.
-    let mut reference = Osprey::spawn(&node, &dir.path().join("db-fresh"), OspreyConfig::default());
+    let fresh_db = dir.path().join("db-fresh");
+    let mut reference = Osprey::spawn(&node, &fresh_db, config.clone());
     // 3.
     let db = dir.path().join("db-killed");
     let jitter =
@@ -186,10 +209,10 @@ fn sigkill_during_initial_sync_leaves_a_consistent_index() {
         jitter(&mut rng, KILL_AFTER_MS[3]),
     ];
     for when in plan {
-        start_and_kill(&node, &db, when);
+        start_and_kill(&node, &db, &config, when);
     }
     // 4.
-    let mut killed = Osprey::spawn(&node, &db, OspreyConfig::default());
+    let mut killed = Osprey::spawn(&node, &db, config.clone());
     let marker = killed.log().len();
     killed.wait_ready(&node);
     eprintln!("last start: {:?}", progress_since(&killed, marker));
@@ -252,6 +275,19 @@ fn sigkill_during_initial_sync_leaves_a_consistent_index() {
         collect_chain(reference.addr),
         "headers of the killed and the fresh index"
     );
+    if extra.contains(&"--silent-payments") {
+        assert!(
+            sp_record_bytes(&db) > 0,
+            "the chain has eligible transactions"
+        );
+        killed.terminate();
+        reference.terminate();
+        let digests = [&db, &fresh_db].map(|db| index_digest(&node, dir.path(), db, extra));
+        assert_eq!(
+            digests[0], digests[1],
+            "killed and fresh index, silent-payment records included"
+        );
+    }
 }
 
 /// Kills of the soak run by default; `OSPREY_SOAK_KILLS=100` for the long
@@ -271,41 +307,6 @@ enum SoakMoment {
     Reorg(u32),
 }
 
-/// `osprey index --digest` on `db`: catches up to the node's tip and
-/// returns `(height, tip hash, digest)`.
-fn index_digest(node: &osprey_testenv::BtcdNode, dir: &Path, db: &Path) -> (u64, String, String) {
-    let (user, pass) = osprey_testenv::Node::auth(node);
-    let rpc = osprey_testenv::Node::rpc_addr(node).to_string();
-    let auth = format!("{user}:{pass}");
-    let db = db.display().to_string();
-    let out = crate::common::command::run_osprey(
-        dir,
-        &[
-            "index",
-            "--network",
-            "regtest",
-            "--daemon-rpc-addr",
-            &rpc,
-            "--auth",
-            &auth,
-            "--db-dir",
-            &db,
-            "--log-filter",
-            "warn",
-            "--digest",
-        ],
-        SYNC_TIMEOUT,
-        true,
-    );
-    let line: Value = serde_json::from_str(out.stdout.trim())
-        .unwrap_or_else(|e| panic!("osprey index --digest printed {:?}: {e}", out.stdout));
-    (
-        line["height"].as_u64().expect("height"),
-        line["hash"].as_str().expect("hash").to_string(),
-        line["digest"].as_str().expect("digest").to_string(),
-    )
-}
-
 /// The kill -9 soak: SIGKILL `osprey serve` again and again on one index,
 /// at seeded moments of an initial sync, of catching up on blocks mined
 /// while it was down, of following new blocks, and of following reorgs (1
@@ -316,9 +317,23 @@ fn index_digest(node: &osprey_testenv::BtcdNode, dir: &Path, db: &Path) -> (u64,
 /// kills.
 #[test]
 fn kill9_soak_every_restart_equals_a_fresh_index() {
+    kill9_soak("kill9_soak", &[]);
+}
+
+/// The soak with silent payments on: the restarted index's records
+/// (appended before each tip, cut back on open and on reorgs) are a fresh
+/// index's too.
+#[test]
+fn kill9_soak_with_silent_payments_every_restart_equals_a_fresh_index() {
+    kill9_soak("kill9_soak_sp", &["--silent-payments"]);
+}
+
+/// The soak with the flags `extra`, for `osprey serve` and `osprey index`.
+fn kill9_soak(seed_name: &str, extra: &[&str]) {
     use osprey_testenv::submit_block_on;
     use osprey_testenv::Node as _;
-    let seed = seed("kill9_soak");
+    let config = OspreyConfig::with_args(extra);
+    let seed = seed(seed_name);
     let mut rng = Rng::new(seed);
     let kills: u64 = std::env::var("OSPREY_SOAK_KILLS")
         .ok()
@@ -349,7 +364,7 @@ fn kill9_soak_every_restart_equals_a_fresh_index() {
             }
             _ => {}
         }
-        let mut osprey = Osprey::spawn(&node, &db, OspreyConfig::default());
+        let mut osprey = Osprey::spawn(&node, &db, config.clone());
         match moment {
             SoakMoment::InitialSync | SoakMoment::CatchUp(_) => {}
             SoakMoment::NewBlocks(n) => {
@@ -381,10 +396,11 @@ fn kill9_soak_every_restart_equals_a_fresh_index() {
             panic!("osprey exited with {status}; log:\n{}", osprey.log_tail(80));
         }
         osprey.kill9();
-        let (height, hash, digest) = index_digest(&node, dir.path(), &db);
+        let (height, hash, digest) = index_digest(&node, dir.path(), &db, extra);
         let fresh = fresh_digests.entry(hash.clone()).or_insert_with(|| {
             let fresh_db = dir.path().join(format!("db-fresh-{kill}"));
-            let (fresh_height, fresh_hash, digest) = index_digest(&node, dir.path(), &fresh_db);
+            let (fresh_height, fresh_hash, digest) =
+                index_digest(&node, dir.path(), &fresh_db, extra);
             assert_eq!(
                 (fresh_height, &fresh_hash),
                 (height, &hash),
@@ -402,6 +418,12 @@ fn kill9_soak_every_restart_equals_a_fresh_index() {
              {height} {hash} differs from a fresh one; earlier kills: {moments:?}"
         );
         moments.push((moment, delay));
+    }
+    if extra.contains(&"--silent-payments") {
+        assert!(
+            sp_record_bytes(&db) > 0,
+            "the chain has eligible transactions"
+        );
     }
     eprintln!("{kills} kills, 0 mismatches");
 }

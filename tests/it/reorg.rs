@@ -14,6 +14,7 @@ use serde_json::json;
 use crate::common::answers::{
     assert_chain_matches_node, assert_same_answers, collect_chain, wait_answers_match_node,
 };
+use crate::common::command::{index_digest, sp_record_bytes};
 use crate::common::merkle::{root, to_display_hex};
 use crate::common::oracle::confirmed_height_by_rpc;
 use crate::common::{
@@ -57,6 +58,33 @@ fn scripts_of(view: &NodeView, extra: &[ScriptBuf]) -> Vec<ScriptBuf> {
 ///     node's view and a fresh osprey C.
 #[test]
 fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
+    reorg_case(false);
+}
+
+/// The same with silent payments on: tx1, tx2 and the double spend also pay
+/// a taproot output from their P2PKH inputs (eligible transactions, so the
+/// undone and the new blocks have records), and at the end A's index,
+/// records included, has the digest of fresh C's.
+#[test]
+fn reorg_with_silent_payments_equals_a_fresh_index() {
+    reorg_case(true);
+}
+
+fn reorg_case(silent_payments: bool) {
+    let config = if silent_payments {
+        OspreyConfig::with_args(&["--silent-payments"])
+    } else {
+        OspreyConfig::default()
+    };
+    // With silent payments, each transaction also pays a taproot output.
+    let taproot_change = |wallet: &mut TestWallet| {
+        silent_payments.then(|| {
+            (
+                wallet.new_script(ScriptKind::P2tr),
+                Amount::from_sat(20_000),
+            )
+        })
+    };
     // 1.
     let node = start_btcd();
     node.generate(110).expect("mining");
@@ -64,20 +92,25 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
     wallet.sync(&node).expect("wallet sync");
     // 2.
     let dir = tempfile::tempdir().expect("tempdir");
-    let osprey_a = Osprey::start(&node, &dir.path().join("db-a"), OspreyConfig::default());
+    let db_a = dir.path().join("db-a");
+    let osprey_a = Osprey::start(&node, &db_a, config.clone());
     // 3.
     let s1 = wallet.new_script(ScriptKind::P2wpkh);
     let s2 = wallet.new_script(ScriptKind::P2pkh);
-    let tx1 = wallet
-        .send(s1.clone(), Amount::from_sat(1_500_000))
-        .expect("tx1");
+    let outputs: Vec<_> = [(s1.clone(), Amount::from_sat(1_500_000))]
+        .into_iter()
+        .chain(taproot_change(&mut wallet))
+        .collect();
+    let tx1 = wallet.send_many(&outputs).expect("tx1");
     node.send_raw_transaction(&tx1).expect("broadcast tx1");
     let block_n = node.generate(1).expect("mining block N")[0];
     let (height_n, _) = node.tip().expect("tip");
     wallet.sync(&node).expect("wallet sync");
-    let tx2 = wallet
-        .send(s2.clone(), Amount::from_sat(700_000))
-        .expect("tx2");
+    let outputs: Vec<_> = [(s2.clone(), Amount::from_sat(700_000))]
+        .into_iter()
+        .chain(taproot_change(&mut wallet))
+        .collect();
+    let tx2 = wallet.send_many(&outputs).expect("tx2");
     node.send_raw_transaction(&tx2).expect("broadcast tx2");
     node.generate(2).expect("mining N+1, N+2");
     let txid1 = tx1.compute_txid();
@@ -124,8 +157,12 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
     let mut other = TestWallet::new();
     other.sync(&node).expect("wallet sync");
     let spent = tx1.input[0].previous_output;
+    let outputs: Vec<_> = [(burn_script(7), Amount::from_sat(1_000_000))]
+        .into_iter()
+        .chain(taproot_change(&mut other))
+        .collect();
     let double_spend = other
-        .spend(&[spent], &[(burn_script(7), Amount::from_sat(1_000_000))])
+        .spend(&[spent], &outputs)
         .expect("a double spend of tx1");
     let new_block_n = submit_block_on(&node, parent, vec![double_spend.clone()], 1).block_hash();
     node.generate(3).expect("mining the new branch");
@@ -200,7 +237,7 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
     }
 
     // 9.
-    let mut osprey_b = Osprey::start(&node, &dir.path().join("db-b"), OspreyConfig::default());
+    let mut osprey_b = Osprey::start(&node, &dir.path().join("db-b"), config.clone());
     let answers_b = collect_answers(osprey_b.addr, &scripthashes);
     assert_same_answers("reorged osprey A vs fresh osprey B", &answers_a, &answers_b);
     assert_eq!(
@@ -248,7 +285,8 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
         SYNC_TIMEOUT,
     );
     assert_same_answers("A vs B back on the old branch", &answers_a, &answers_b);
-    let osprey_c = Osprey::start(&node, &dir.path().join("db-c"), OspreyConfig::default());
+    let db_c = dir.path().join("db-c");
+    let mut osprey_c = Osprey::start(&node, &db_c, config.clone());
     let answers_c = collect_answers(osprey_c.addr, &scripthashes);
     assert_same_answers(
         "A vs fresh osprey C on the old branch",
@@ -258,6 +296,20 @@ fn reorg_answers_equal_the_nodes_and_a_fresh_index() {
     let chain = collect_chain(osprey_a.addr);
     assert_chain_matches_node("osprey A back on the old branch", &chain, &back);
     assert_eq!(chain, collect_chain(osprey_c.addr), "headers of A and C");
+    if silent_payments {
+        assert!(
+            sp_record_bytes(&db_a) > 0,
+            "the chain has eligible transactions"
+        );
+        osprey_a.terminate();
+        osprey_c.terminate();
+        let digests =
+            [&db_a, &db_c].map(|db| index_digest(&node, dir.path(), db, &["--silent-payments"]));
+        assert_eq!(
+            digests[0], digests[1],
+            "reorged A and fresh C, silent-payment records included"
+        );
+    }
 }
 
 /// 1. Start btcd and mine 110 blocks.

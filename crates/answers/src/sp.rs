@@ -87,9 +87,10 @@ const MAX_FUTURE_BLOCK_TIME: u64 = 2 * 60 * 60;
 /// The height a scan from Unix time `unix` starts at (1.2.1): the last
 /// height whose running maximum of header times (`times`, from genesis) is
 /// at most `unix − 7200`, or 0 if there is none. Block times need not
-/// increase, but no block after that height can have a time at or before
-/// `unix − 7200`, so no transaction sent at `unix` or later was confirmed
-/// before it.
+/// increase (a block's only has to exceed the median of the eleven before
+/// it, and may run two hours ahead of the clock); their running maximum
+/// does, so the answer never decreases as `unix` grows, and the scan starts
+/// below the first block stamped later than two hours before `unix`.
 pub fn height_at_time(times: impl IntoIterator<Item = u32>, unix: u64) -> Height {
     let bound = unix.saturating_sub(MAX_FUTURE_BLOCK_TIME);
     // The running maximum first exceeds the bound where a time does, so

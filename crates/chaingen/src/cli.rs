@@ -78,6 +78,14 @@ pub struct GenerateArgs {
     /// hold no placeholder.
     #[arg(long)]
     pub placeholder_signatures: bool,
+    /// Share (0 to 1) of the transfers able to pay a silent payment
+    /// (BIP-352) that pay one or two outputs to the chain's 8 receivers,
+    /// listed with their payments in manifest.json. With placeholder
+    /// signatures only transfers whose counted inputs all have real keys
+    /// (the big wallet's, exchanges', miners') can pay, as the sender needs
+    /// their secrets.
+    #[arg(long, default_value_t = 0.0)]
+    pub sp_share: f64,
 }
 
 /// Flags of `osprey chaingen submit`.
@@ -158,6 +166,10 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
     if shape.reuse_percent > 100 {
         bail!("--reuse-percent must be at most 100");
     }
+    if !(0.0..=1.0).contains(&args.sp_share) {
+        bail!("--sp-share must be from 0 to 1");
+    }
+    shape.silent_payments_ppm = (args.sp_share * 1e6).round() as u32;
     let preset = if custom {
         "custom".to_string()
     } else {
@@ -238,6 +250,12 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
         )
     );
     eprintln!("{}", stats.chain);
+    if let Some(receivers) = &manifest.silent_payments {
+        eprintln!(
+            "silent payments to {} receivers, listed with their keys in manifest.json",
+            receivers.len()
+        );
+    }
     if profile == Profile::Mainnet {
         for d in crate::mainnet::compare(&stats.chain) {
             eprintln!(
@@ -382,6 +400,13 @@ mod tests {
         assert!(cli.chaingen.command.is_none());
         assert_eq!(cli.chaingen.generate.preset, Preset::Small);
         assert_eq!(cli.chaingen.generate.seed, 9);
+        assert_eq!(
+            cli.chaingen.generate.sp_share, 0.0,
+            "no silent payments by default"
+        );
+        let cli =
+            Cli::try_parse_from(["chaingen", "--sp-share", "0.05", "--out", "/tmp/x"]).unwrap();
+        assert_eq!(cli.chaingen.generate.sp_share, 0.05);
 
         let cli = Cli::try_parse_from([
             "chaingen",

@@ -21,6 +21,7 @@ use bitcoin::absolute::LockTime;
 use bitcoin::block::Header;
 use bitcoin::blockdata::constants::genesis_block;
 use bitcoin::hashes::Hash;
+use bitcoin::key::TweakedPublicKey;
 use bitcoin::script::{Builder, PushBytesBuf};
 use bitcoin::transaction::Version;
 use bitcoin::{
@@ -34,7 +35,10 @@ use rayon::prelude::*;
 
 use crate::blkfile::{BlkError, BlkWriter};
 use crate::mainnet;
-use crate::manifest::{Manifest, PlaceholderSignatures, WalletAddress, WalletManifest};
+use crate::manifest::{
+    Manifest, PlaceholderSignatures, SilentPayment, SilentPaymentOutput, SilentPaymentReceiver,
+    WalletAddress, WalletManifest,
+};
 use crate::params::{
     self, COINBASE_MATURITY, MAX_BLOCK_SIGOPS_COST, MAX_BLOCK_WEIGHT, REGTEST_MAGIC,
 };
@@ -43,7 +47,8 @@ use crate::sign::{
     sign_placeholders, sign_transaction, size_max, vsize_max, Holder, Key, PlaceholderKey,
     ScriptKind, Spend,
 };
-use crate::stats::{ChainStats, OutputClass, STATS_FILE};
+use crate::silent::{self, Receiver, SenderInput};
+use crate::stats::{ChainStats, OutputClass, SilentPaymentStats, STATS_FILE};
 use crate::wallet::{BigWallet, CHANGE, RECEIVE};
 
 /// Smallest output the generator creates: above every dust limit (546 sats
@@ -130,6 +135,10 @@ enum Dest {
     Foreign(ScriptBuf),
     /// A data carrier output (zero value).
     OpReturn(Vec<u8>),
+    /// A silent payment to receiver number `receiver` of the chain,
+    /// through `label` (`None`: its unlabelled address). Its key depends
+    /// on every input's: made while building. Nobody spends it.
+    Silent { receiver: u8, label: Option<u32> },
 }
 
 impl Dest {
@@ -138,7 +147,7 @@ impl Dest {
         match self {
             Dest::Known { script, .. } | Dest::Foreign(script) => script.len(),
             // P2WSH and P2TR are the longest kinds.
-            Dest::Fresh { .. } => 34,
+            Dest::Fresh { .. } | Dest::Silent { .. } => 34,
             // OP_RETURN, then a push opcode of one or two bytes.
             Dest::OpReturn(data) => 3 + data.len(),
         }
@@ -172,6 +181,7 @@ impl Dest {
             Dest::Known { kind, .. } | Dest::Fresh { kind, .. } => kind_class(*kind),
             Dest::Foreign(script) => OutputClass::of(script),
             Dest::OpReturn(_) => OutputClass::OpReturn,
+            Dest::Silent { .. } => OutputClass::P2tr,
         }
     }
 
@@ -179,8 +189,28 @@ impl Dest {
     fn kind(&self) -> Option<ScriptKind> {
         match self {
             Dest::Known { kind, .. } | Dest::Fresh { kind, .. } => Some(*kind),
-            Dest::Foreign(_) | Dest::OpReturn(_) => None,
+            Dest::Foreign(_) | Dest::OpReturn(_) | Dest::Silent { .. } => None,
         }
+    }
+
+    /// True for the value outputs nobody will spend, which take little
+    /// value ([`FOREIGN_OUTPUT_MAX_SATS`]).
+    fn is_unspent(&self) -> bool {
+        matches!(self, Dest::Foreign(_) | Dest::Silent { .. })
+    }
+
+    /// True for a payment to the world (not to the big wallet or an
+    /// exchange), which a silent payment may take the place of.
+    fn is_world_payment(&self) -> bool {
+        matches!(
+            self,
+            Dest::Fresh { .. }
+                | Dest::Foreign(_)
+                | Dest::Known {
+                    owner: Owner::World,
+                    ..
+                }
+        )
     }
 }
 
@@ -237,10 +267,41 @@ struct BuiltTx {
     wtxid: Wtxid,
     /// For each output: the holder and kind when we can spend it later.
     new_coins: Vec<Option<(Holder, ScriptKind, Owner)>>,
+    /// In a chain with silent payments only.
+    silent: Option<BuiltSilent>,
+}
+
+/// What a transfer of a chain with silent payments is to them.
+struct BuiltSilent {
+    /// Eligible by `osprey-sp` (docs/silent-payments.md, 2.2).
+    eligible: bool,
+    /// Its silent payments, when it makes any.
+    payment: Option<MadePayment>,
+}
+
+struct MadePayment {
+    /// `ser_P(input_hash·A)`.
+    tweak_key: [u8; 33],
+    /// By `vout`.
+    outputs: Vec<PaidOutput>,
+}
+
+struct PaidOutput {
+    vout: u32,
+    receiver: u8,
+    label: Option<u32>,
+    k: u32,
 }
 
 /// Builds and signs one planned transaction. Pure: runs on any thread.
-fn build_tx(fresh_seed: u64, signatures: Signatures, plan: &TxPlan) -> BuiltTx {
+/// `receivers` are those of a chain with silent payments, `None` in the
+/// others.
+fn build_tx(
+    fresh_seed: u64,
+    signatures: Signatures,
+    receivers: Option<&[Receiver]>,
+    plan: &TxPlan,
+) -> BuiltTx {
     let mut output = Vec::with_capacity(plan.outputs.len());
     let mut new_coins = Vec::with_capacity(plan.outputs.len());
     for out in &plan.outputs {
@@ -270,6 +331,8 @@ fn build_tx(fresh_seed: u64, signatures: Signatures, plan: &TxPlan) -> BuiltTx {
                     .expect("op_return data is at most 80 bytes");
                 (ScriptBuf::new_op_return(data), None)
             }
+            // Its key is made once every input is in place, below.
+            Dest::Silent { .. } => (ScriptBuf::new(), None),
         };
         output.push(TxOut {
             value: Amount::from_sat(out.value),
@@ -295,11 +358,16 @@ fn build_tx(fresh_seed: u64, signatures: Signatures, plan: &TxPlan) -> BuiltTx {
         input,
         output,
     };
+    let payment = receivers.and_then(|receivers| pay_silently(&mut tx, plan, receivers));
     let signed = match signatures {
         Signatures::Real => sign_transaction(&mut tx, &plan.inputs),
         Signatures::Placeholder => sign_placeholders(&mut tx, &plan.inputs),
     };
     signed.expect("plans carry one spent output per input, and real keys when signing");
+    let silent = receivers.map(|_| BuiltSilent {
+        eligible: silent_payment_eligible(&tx, &plan.inputs),
+        payment,
+    });
     let txid = tx.compute_txid();
     // Without witness data the two hashes are one.
     let wtxid = if tx.input.iter().all(|i| i.witness.is_empty()) {
@@ -312,7 +380,83 @@ fn build_tx(fresh_seed: u64, signatures: Signatures, plan: &TxPlan) -> BuiltTx {
         txid,
         wtxid,
         new_coins,
+        silent,
     }
+}
+
+/// Gives the [`Dest::Silent`] outputs of `tx` their keys, made by the
+/// sender ([`silent::pay`]) from the inputs as they will be signed, and
+/// returns what was paid (`None` when the plan pays no silent payment).
+fn pay_silently(
+    tx: &mut Transaction,
+    plan: &TxPlan,
+    receivers: &[Receiver],
+) -> Option<MadePayment> {
+    let paid: Vec<(usize, u8, Option<u32>)> = plan
+        .outputs
+        .iter()
+        .enumerate()
+        .filter_map(|(vout, out)| match out.dest {
+            Dest::Silent { receiver, label } => Some((vout, receiver, label)),
+            _ => None,
+        })
+        .collect();
+    if paid.is_empty() {
+        return None;
+    }
+    // BIP-352 reads the keys and scripts an input shows, never its
+    // signature: placeholders show the same ones, at no cost, before the
+    // outputs the real signatures commit to are known.
+    let mut shaped = tx.clone();
+    sign_placeholders(&mut shaped, &plan.inputs).expect("plans carry one spent output per input");
+    let inputs: Vec<SenderInput<'_>> = shaped
+        .input
+        .iter()
+        .zip(&plan.inputs)
+        .map(|(input, coin)| SenderInput {
+            outpoint: input.previous_output,
+            spent_script: &coin.spend.txout.script_pubkey,
+            script_sig: &input.script_sig,
+            witness: &input.witness,
+            secret: silent::spending_secret(&coin.spend.holder, coin.spend.kind),
+        })
+        .collect();
+    let recipients: Vec<_> = paid
+        .iter()
+        .map(|&(_, receiver, label)| receivers[usize::from(receiver)].key_material(label))
+        .collect();
+    // Planning gives silent payments only to inputs whose keys are known,
+    // one of which counts; spdk fails otherwise only on keys summing to
+    // zero or a hash out of range, each of probability about 2^-128.
+    let sent = silent::pay(&inputs, &recipients)
+        .expect("silent payments are planned for inputs the sender has every key of");
+    let mut outputs = Vec::with_capacity(paid.len());
+    for (&(vout, receiver, label), &(key, k)) in paid.iter().zip(&sent.outputs) {
+        tx.output[vout].script_pubkey =
+            ScriptBuf::new_p2tr_tweaked(TweakedPublicKey::dangerous_assume_tweaked(key));
+        outputs.push(PaidOutput {
+            vout: vout as u32,
+            receiver,
+            label,
+            k,
+        });
+    }
+    Some(MadePayment {
+        tweak_key: sent.tweak_key,
+        outputs,
+    })
+}
+
+/// True when a silent-payment index keeps a record of `tx`, which spends
+/// `inputs` (osprey-sp's eligibility).
+fn silent_payment_eligible(tx: &Transaction, inputs: &[Coin]) -> bool {
+    // Without a taproot output nothing else matters: spares copying the
+    // spent outputs of most transactions.
+    if !tx.output.iter().any(|out| out.script_pubkey.is_p2tr()) {
+        return false;
+    }
+    let spent: Vec<TxOut> = inputs.iter().map(|coin| coin.spend.txout.clone()).collect();
+    matches!(osprey_sp::tweak_data(tx, &spent), Ok(Some(_)))
 }
 
 /// A schedule that spreads `total` events evenly over heights
@@ -721,6 +865,33 @@ pub struct Generator {
     steering: Option<Steering>,
     /// Scripts the mainnet profile reuses, by output type.
     reusable: [Vec<(Holder, ScriptKind, ScriptBuf)>; 9],
+    /// Silent payments; `None` unless the shape asks for them.
+    silent: Option<SilentState>,
+}
+
+/// The silent payments of a chain: who receives them and what was paid.
+struct SilentState {
+    /// Its own stream of draws, so that a chain without silent payments
+    /// draws exactly as before they existed.
+    rng: ChaCha8Rng,
+    receivers: Vec<Receiver>,
+    /// The payments to each receiver, in chain order.
+    payments: Vec<Vec<SilentPayment>>,
+}
+
+/// The ChaCha stream of [`SilentState::rng`] (the generator's main draws
+/// are stream 0 of the same seed).
+const SILENT_STREAM: u64 = 1;
+
+/// Share of the silent-payment transactions that pay two outputs (to one
+/// receiver, `k` = 0 and 1, or to two), when they have two payments the
+/// silent ones can take the place of.
+const TWO_SILENT_OUTPUTS: f64 = 0.25;
+
+fn silent_rng(seed: u64) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(SILENT_STREAM);
+    rng
 }
 
 impl Generator {
@@ -751,6 +922,20 @@ impl Generator {
                 "wallet_addresses must stay below 2^30".into(),
             ));
         }
+        if shape.silent_payments_ppm > 1_000_000 {
+            return Err(GenError::Shape(
+                "the silent-payment share is at most a million parts per million".into(),
+            ));
+        }
+        let silent = (shape.silent_payments_ppm > 0).then(|| SilentState {
+            rng: silent_rng(config.seed),
+            receivers: silent::receivers(config.seed),
+            payments: vec![Vec::new(); silent::RECEIVERS],
+        });
+        let stats = ChainStats {
+            silent_payments: silent.as_ref().map(|_| SilentPaymentStats::default()),
+            ..ChainStats::default()
+        };
         let miners = (0..MINERS as u64)
             .map(|i| {
                 let key = Key::from_seed(FIXED_KEYS_SEED, i);
@@ -795,11 +980,12 @@ impl Generator {
             output_count: 0,
             planning: Duration::ZERO,
             signing: Duration::ZERO,
-            stats: ChainStats::default(),
+            stats,
             exchange_used: vec![false; shape.exchanges as usize],
             miner_used: [false; MINERS],
             steering: (shape.profile == Profile::Mainnet).then(Steering::default),
             reusable: Default::default(),
+            silent,
             config,
         })
     }
@@ -818,6 +1004,9 @@ impl Generator {
     pub fn branch(&mut self, seed: u64) {
         self.config.seed = seed;
         self.rng = ChaCha8Rng::seed_from_u64(seed);
+        if let Some(silent) = &mut self.silent {
+            silent.rng = silent_rng(seed);
+        }
     }
 
     /// Returns the next block (genesis first), or `None` past the tip.
@@ -860,13 +1049,14 @@ impl Generator {
         self.planning += started.elapsed();
         let started = Instant::now();
         let (seed, signatures) = (self.config.seed, self.config.signatures);
+        let receivers = self.silent.as_ref().map(|s| &s.receivers[..]);
         // Per-transaction work is ~50-100 us signed (a few us with
         // placeholders); chunks of 4 keep rayon's overhead small without
         // starving the second core on small blocks.
         let built: Vec<BuiltTx> = plans
             .par_iter()
             .with_min_len(4)
-            .map(|plan| build_tx(seed, signatures, plan))
+            .map(|plan| build_tx(seed, signatures, receivers, plan))
             .collect();
         self.signing += started.elapsed();
         self.transfer_count += built.len() as u64;
@@ -931,6 +1121,9 @@ impl Generator {
             }
             for &(chain, index) in &touched {
                 self.wallet.record(chain, index, built.txid, height);
+            }
+            if let Some(silent) = &built.silent {
+                self.record_silent(silent, &built.tx, built.txid, height);
             }
             let reused = plan.outputs.iter().filter(|o| o.dest.is_reuse()).count();
             self.stats.record_tx(&built.tx, reused as u64);
@@ -1033,6 +1226,108 @@ impl Generator {
             self.pools.immature.push_back((height, coin));
         }
         block
+    }
+
+    /// Counts a built transfer of a chain with silent payments, and puts
+    /// its payments in the manifest.
+    fn record_silent(&mut self, built: &BuiltSilent, tx: &Transaction, txid: Txid, height: u32) {
+        let (Some(stats), Some(state)) = (&mut self.stats.silent_payments, &mut self.silent) else {
+            return;
+        };
+        stats.eligible_txs += u64::from(built.eligible);
+        let Some(payment) = &built.payment else {
+            return;
+        };
+        stats.paying_txs += 1;
+        stats.outputs += payment.outputs.len() as u64;
+        let tweak_key = hex::encode(payment.tweak_key);
+        for (receiver, payments) in state.payments.iter_mut().enumerate() {
+            let outputs: Vec<SilentPaymentOutput> = payment
+                .outputs
+                .iter()
+                .filter(|out| usize::from(out.receiver) == receiver)
+                .map(|out| SilentPaymentOutput {
+                    vout: out.vout,
+                    value: tx.output[out.vout as usize].value.to_sat(),
+                    k: out.k,
+                    label: out.label,
+                })
+                .collect();
+            if !outputs.is_empty() {
+                payments.push(SilentPayment {
+                    txid: txid.to_string(),
+                    height,
+                    tweak_key: tweak_key.clone(),
+                    outputs,
+                });
+            }
+        }
+    }
+
+    /// In a chain with silent payments, makes one or two of the world
+    /// payments among `dests` (the change, last when `has_change`, aside)
+    /// silent payments to the chain's receivers, with the shape's
+    /// probability, when `inputs` can pay one: one of them counts for
+    /// BIP-352 and the sender has the secret of every one that counts
+    /// (placeholder keys have none). Another output somebody spends must
+    /// stay, to take the value above what nobody spends
+    /// ([`FOREIGN_OUTPUT_MAX_SATS`]).
+    fn plan_silent_payments(&mut self, inputs: &[Coin], dests: &mut [Dest], has_change: bool) {
+        let ppm = self.config.shape.silent_payments_ppm;
+        let Some(state) = &mut self.silent else {
+            return;
+        };
+        let mut counted = inputs.iter().filter(|c| silent::counts(c.spend.kind));
+        let keys_known = counted
+            .clone()
+            .all(|c| matches!(c.spend.holder, Holder::Key(_)));
+        if counted.next().is_none() || !keys_known {
+            return;
+        }
+        if state.rng.gen_range(0..1_000_000) >= ppm {
+            return;
+        }
+        let payments = dests.len() - usize::from(has_change);
+        let mut chosen: Vec<usize> = (0..payments)
+            .filter(|&i| dests[i].is_world_payment())
+            .collect();
+        let wanted = if chosen.len() >= 2 && state.rng.gen_bool(TWO_SILENT_OUTPUTS) {
+            2
+        } else {
+            1
+        };
+        chosen.shuffle(&mut state.rng);
+        chosen.truncate(wanted);
+        let spent_remains = |chosen: &[usize]| {
+            dests
+                .iter()
+                .enumerate()
+                .any(|(i, dest)| !chosen.contains(&i) && dest.kind().is_some())
+        };
+        while !chosen.is_empty() && !spent_remains(&chosen) {
+            chosen.pop();
+        }
+        if chosen.is_empty() {
+            return;
+        }
+        let first = state.rng.gen_range(0..silent::RECEIVERS);
+        // Two outputs: to the same receiver (k = 0 and 1) or to another.
+        let second = if state.rng.gen_bool(0.5) {
+            first
+        } else {
+            (first + state.rng.gen_range(1..silent::RECEIVERS)) % silent::RECEIVERS
+        };
+        for (n, &i) in chosen.iter().enumerate() {
+            let receiver = if n == 0 { first } else { second };
+            let labels: Vec<Option<u32>> = state.receivers[receiver].paid_labels().collect();
+            let label = *labels
+                .choose(&mut state.rng)
+                .expect("every receiver has its unlabelled address");
+            dests[i] = Dest::Silent {
+                receiver: receiver as u8,
+                label,
+            };
+        }
     }
 
     /// Chooses every transaction of the block at `height`.
@@ -1778,6 +2073,7 @@ impl Generator {
             let kind = self.sample_kind(height);
             *dests.last_mut().expect("k >= 1") = self.fresh(kind);
         }
+        self.plan_silent_payments(&inputs, &mut dests, has_change);
 
         // Exact-ish fee from the real output sizes; still an upper bound.
         // `cost` priced every output at 34 bytes, but a foreign bare
@@ -1828,11 +2124,11 @@ impl Generator {
             .collect();
         let assigned: u64 = values.iter().sum();
         *values.last_mut().expect("k >= 1") += total - fee - assigned;
-        // Cold storage takes little; the excess moves to the last output
-        // that somebody will spend.
-        if let Some(sink) = dests.iter().rposition(|d| !matches!(d, Dest::Foreign(_))) {
+        // Cold storage and silent payments take little; the excess moves
+        // to the last output that somebody will spend.
+        if let Some(sink) = dests.iter().rposition(|d| !d.is_unspent()) {
             for i in 0..dests.len() {
-                if matches!(dests[i], Dest::Foreign(_)) && values[i] > FOREIGN_OUTPUT_MAX_SATS {
+                if dests[i].is_unspent() && values[i] > FOREIGN_OUTPUT_MAX_SATS {
                     let excess = values[i] - FOREIGN_OUTPUT_MAX_SATS;
                     values[i] -= excess;
                     values[sink] += excess;
@@ -1924,6 +2220,20 @@ impl Generator {
                     })
             }
         };
+        let silent_payments = self.silent.as_ref().map(|state| {
+            state
+                .receivers
+                .iter()
+                .zip(&state.payments)
+                .map(|(receiver, payments)| SilentPaymentReceiver {
+                    scan_private_key: hex::encode(receiver.scan_secret().secret_bytes()),
+                    spend_public_key: receiver.spend_public_key().to_string(),
+                    address: receiver.address(),
+                    labels: receiver.subscription_labels(),
+                    payments: payments.clone(),
+                })
+                .collect()
+        });
         Manifest {
             network: "regtest".to_string(),
             preset: self.config.preset.clone(),
@@ -1941,6 +2251,7 @@ impl Generator {
                 addresses,
             },
             placeholder_signatures,
+            silent_payments,
         }
     }
 
@@ -2131,7 +2442,7 @@ pub mod bench_support {
             self.plans
                 .par_iter()
                 .with_min_len(4)
-                .map(|p| build_tx(self.seed, Signatures::Real, p).tx)
+                .map(|p| build_tx(self.seed, Signatures::Real, None, p).tx)
                 .collect()
         }
 
@@ -2139,8 +2450,183 @@ pub mod bench_support {
         pub fn build_serial(&self) -> Vec<Transaction> {
             self.plans
                 .iter()
-                .map(|p| build_tx(self.seed, Signatures::Real, p).tx)
+                .map(|p| build_tx(self.seed, Signatures::Real, None, p).tx)
                 .collect()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sign::PlaceholderKey;
+
+    fn coin(n: u64, holder: Holder, kind: ScriptKind) -> Coin {
+        let txid = Txid::from_byte_array(
+            bitcoin::hashes::sha256d::Hash::hash(&n.to_le_bytes()).to_byte_array(),
+        );
+        Coin {
+            outpoint: OutPoint { txid, vout: 1 },
+            spend: Spend {
+                txout: TxOut {
+                    value: Amount::from_sat(1_000_000),
+                    script_pubkey: holder.script_pubkey(kind),
+                },
+                holder,
+                kind,
+            },
+            owner: Owner::World,
+        }
+    }
+
+    fn generator(silent_payments_ppm: u32) -> Generator {
+        Generator::new(Config {
+            preset: "test".into(),
+            seed: 3,
+            shape: Shape {
+                silent_payments_ppm,
+                ..crate::Preset::Tiny.shape()
+            },
+            signatures: Signatures::Real,
+        })
+        .unwrap()
+    }
+
+    /// A transfer spending every kind of coin (the envelope through its
+    /// script path, P2WSH not counted) pays three silent outputs: what
+    /// `osprey-sp`'s receivers find is what the build says it paid.
+    #[test]
+    fn built_silent_payments_are_found_by_their_receivers() {
+        let mut kinds = ScriptKind::ALL.to_vec();
+        kinds.push(ScriptKind::P2trEnvelope(300));
+        let inputs: Vec<Coin> = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, &kind)| coin(i as u64, Key::from_seed(9, i as u64).into(), kind))
+            .collect();
+        let out = |dest| OutPlan {
+            value: 10_000,
+            dest,
+        };
+        let plan = TxPlan {
+            inputs,
+            outputs: vec![
+                out(Dest::Silent {
+                    receiver: 0,
+                    label: Some(2),
+                }),
+                out(Dest::Fresh {
+                    index: 1,
+                    kind: ScriptKind::P2tr,
+                }),
+                out(Dest::Silent {
+                    receiver: 3,
+                    label: None,
+                }),
+                out(Dest::Silent {
+                    receiver: 0,
+                    label: None,
+                }),
+            ],
+            lock_time: 0,
+        };
+        let receivers = silent::receivers(3);
+        let built = build_tx(3, Signatures::Real, Some(&receivers), &plan);
+        let silent = built.silent.expect("a chain with silent payments");
+        assert!(silent.eligible);
+        let payment = silent.payment.expect("the plan pays");
+        let paid: Vec<(u32, u8, Option<u32>, u32)> = payment
+            .outputs
+            .iter()
+            .map(|o| (o.vout, o.receiver, o.label, o.k))
+            .collect();
+        assert_eq!(paid, [(0, 0, Some(2), 0), (2, 3, None, 0), (3, 0, None, 1)]);
+        let spent: Vec<TxOut> = plan.inputs.iter().map(|c| c.spend.txout.clone()).collect();
+        let tweak = osprey_sp::tweak_data(&built.tx, &spent).unwrap().unwrap();
+        assert_eq!(tweak.tweak_key().unwrap(), payment.tweak_key);
+        let output_keys: Vec<[u8; 32]> = built
+            .tx
+            .output
+            .iter()
+            .map(|o| o.script_pubkey.as_bytes()[2..].try_into().unwrap())
+            .collect();
+        for (r, receiver) in receivers.iter().enumerate() {
+            let keys = osprey_sp::ScanKeys::new(
+                *receiver.scan_secret(),
+                *receiver.spend_public_key(),
+                receiver.subscription_labels(),
+            )
+            .unwrap();
+            let mut found: Vec<(u32, Option<u32>, u32)> = keys
+                .scan_outputs(&tweak, &output_keys)
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    let vout = output_keys.iter().position(|k| *k == f.output_key).unwrap();
+                    (vout as u32, f.label, f.k)
+                })
+                .collect();
+            found.sort_unstable();
+            let expected: Vec<(u32, Option<u32>, u32)> = paid
+                .iter()
+                .filter(|p| usize::from(p.1) == r)
+                .map(|p| (p.0, p.2, p.3))
+                .collect();
+            assert_eq!(found, expected, "receiver {r}");
+        }
+    }
+
+    /// Silent payments are planned only from inputs one of which counts
+    /// and whose counted ones all have known keys, and leave an output
+    /// somebody spends.
+    #[test]
+    fn silent_payments_need_every_counted_key() {
+        let payments = || {
+            vec![
+                Dest::Fresh {
+                    index: 1,
+                    kind: ScriptKind::P2wpkh,
+                },
+                Dest::Fresh {
+                    index: 2,
+                    kind: ScriptKind::P2pkh,
+                },
+            ]
+        };
+        let real = |n: u64, kind| coin(n, Key::from_seed(4, n).into(), kind);
+        let placeholder = |n: u64, kind| {
+            coin(
+                n,
+                Holder::Placeholder(PlaceholderKey::from_seed(4, n)),
+                kind,
+            )
+        };
+        let silent_outputs = |g: &mut Generator, inputs: &[Coin]| {
+            let mut dests = payments();
+            g.plan_silent_payments(inputs, &mut dests, false);
+            dests
+                .iter()
+                .filter(|d| matches!(d, Dest::Silent { .. }))
+                .count()
+        };
+        let mut g = generator(1_000_000);
+        assert_eq!(silent_outputs(&mut g, &[real(1, ScriptKind::P2wpkh)]), 1);
+        // A placeholder key not counted does not matter; one counted does.
+        let mixed = [real(1, ScriptKind::P2tr), placeholder(2, ScriptKind::P2wsh)];
+        assert_eq!(silent_outputs(&mut g, &mixed), 1);
+        let unknown = [
+            real(1, ScriptKind::P2tr),
+            placeholder(2, ScriptKind::P2wpkh),
+        ];
+        assert_eq!(silent_outputs(&mut g, &unknown), 0);
+        assert_eq!(silent_outputs(&mut g, &[real(1, ScriptKind::P2wsh)]), 0);
+        // Never without the share.
+        let mut g = generator(0);
+        assert_eq!(silent_outputs(&mut g, &[real(1, ScriptKind::P2wpkh)]), 0);
+        // A single payment stays: nobody would take the value.
+        let mut g = generator(1_000_000);
+        let mut dests = payments()[..1].to_vec();
+        g.plan_silent_payments(&[real(1, ScriptKind::P2wpkh)], &mut dests, false);
+        assert!(matches!(dests[0], Dest::Fresh { .. }));
     }
 }

@@ -6,6 +6,8 @@
 //! - [`blkfile`] writes Bitcoin Core `blk*.dat` files and reads them back
 //!   (through `osprey_chain::BlocksDir`, the one reader of the format);
 //! - [`sign`] holds the keys and signing code, shared with `osprey-testenv`;
+//! - [`silent`] makes silent payments (BIP-352) to receivers derived from
+//!   the seed, with spdk's sender, when asked for (`--sp-share`);
 //! - [`submit`] feeds a generated chain to a running node;
 //! - [`cli`] is the `osprey chaingen` command.
 //!
@@ -56,6 +58,7 @@ pub mod manifest;
 pub mod params;
 pub mod shape;
 pub mod sign;
+pub mod silent;
 pub mod stats;
 pub mod submit;
 pub mod wallet;

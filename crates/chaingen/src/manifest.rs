@@ -31,6 +31,52 @@ pub struct Manifest {
     /// the files of every other chain, which stay as they were).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placeholder_signatures: Option<PlaceholderSignatures>,
+    /// The receivers of the chain's silent payments and every payment made
+    /// to them: present only for a chain generated with a silent-payment
+    /// share above 0 (absent from the files of every other chain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silent_payments: Option<Vec<SilentPaymentReceiver>>,
+}
+
+/// A receiver of silent payments (BIP-352) and what a server must report
+/// to a subscription of its keys from height 0.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SilentPaymentReceiver {
+    /// `b_scan`, 64 hex digits, as `blockchain.silentpayments.subscribe`
+    /// takes it.
+    pub scan_private_key: String,
+    /// `B_spend`, compressed, 66 hex digits.
+    pub spend_public_key: String,
+    /// The unlabelled address (regtest: `sprt1q...`).
+    pub address: String,
+    /// The labels a subscription must name to see every payment (the
+    /// change label 0, always scanned, is not listed).
+    pub labels: Vec<u32>,
+    /// In chain order.
+    pub payments: Vec<SilentPayment>,
+}
+
+/// One transaction paying a receiver.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SilentPayment {
+    /// Display hex.
+    pub txid: String,
+    pub height: u32,
+    /// `ser_P(input_hash·A)`, 66 hex digits, as a server reports it.
+    pub tweak_key: String,
+    /// The receiver's outputs in the transaction, by `vout`.
+    pub outputs: Vec<SilentPaymentOutput>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SilentPaymentOutput {
+    pub vout: u32,
+    /// Satoshis.
+    pub value: u64,
+    /// BIP-352's output number for the receiver's scan key.
+    pub k: u32,
+    /// The label paid, `None` for the unlabelled address.
+    pub label: Option<u32>,
 }
 
 /// Where a chain has placeholder signatures, and how a node accepts it:

@@ -23,6 +23,11 @@ pub struct Shape {
     pub reuse_percent: u32,
     /// How transactions are drawn.
     pub profile: Profile,
+    /// Parts per million of the transfers able to pay a silent payment
+    /// (BIP-352: an input of a kind that counts, every such input's secret
+    /// key known) that pay one ([`crate::silent`]); 0 in every preset, so
+    /// their chains have none.
+    pub silent_payments_ppm: u32,
 }
 
 /// How the generator draws transactions.
@@ -82,6 +87,7 @@ impl Preset {
                 exchanges: 3,
                 reuse_percent: 15,
                 profile: Profile::Synthetic,
+                silent_payments_ppm: 0,
             },
             Preset::Small => Shape {
                 blocks: 1_000,
@@ -90,6 +96,7 @@ impl Preset {
                 exchanges: 6,
                 reuse_percent: 15,
                 profile: Profile::Synthetic,
+                silent_payments_ppm: 0,
             },
             Preset::Medium => Shape {
                 blocks: 2_500,
@@ -98,6 +105,7 @@ impl Preset {
                 exchanges: 10,
                 reuse_percent: 15,
                 profile: Profile::Synthetic,
+                silent_payments_ppm: 0,
             },
             Preset::Large => Shape {
                 blocks: 5_000,
@@ -106,6 +114,7 @@ impl Preset {
                 exchanges: 12,
                 reuse_percent: 15,
                 profile: Profile::Synthetic,
+                silent_payments_ppm: 0,
             },
             Preset::Mainnet => {
                 let txs_per_block = crate::mainnet::TXS_PER_BLOCK.round() as u32;
@@ -116,6 +125,7 @@ impl Preset {
                     exchanges: 12,
                     reuse_percent: (crate::mainnet::REUSE_RATE * 100.0).round() as u32,
                     profile: Profile::Mainnet,
+                    silent_payments_ppm: 0,
                 }
             }
         }

@@ -16,7 +16,9 @@ use bitcoin::opcodes::all::{OP_CHECKSIG, OP_ENDIF, OP_IF, OP_PUSHBYTES_0, OP_PUS
 use bitcoin::script::{Builder, PushBytesBuf};
 use bitcoin::secp256k1::{self, All, Message, PublicKey, Secp256k1, SecretKey};
 use bitcoin::sighash::{EcdsaSighashType, Prevouts, SighashCache, TapSighashType};
-use bitcoin::taproot::{LeafVersion, TapLeafHash, TapTweakHash, TaprootBuilder, TaprootSpendInfo};
+use bitcoin::taproot::{
+    LeafVersion, TapLeafHash, TapNodeHash, TapTweakHash, TaprootBuilder, TaprootSpendInfo,
+};
 use bitcoin::{
     Address, Network, OutPoint, PubkeyHash, ScriptBuf, Transaction, TxOut, WPubkeyHash, Witness,
 };
@@ -351,17 +353,43 @@ impl Key {
     /// scalar arithmetic, so it costs one point multiplication instead of
     /// the two of tweaking a key pair.
     pub fn taproot_keypair(&self) -> Keypair {
+        Keypair::from_secret_key(&SECP, &self.taproot_output_secret(None))
+    }
+
+    /// The secret of the BIP341 output key this key makes with the script
+    /// tree `merkle_root`: scalar arithmetic only, no point multiplication
+    /// (the internal key's parity is known from the public key).
+    fn taproot_output_secret(&self, merkle_root: Option<TapNodeHash>) -> SecretKey {
         let (internal, parity) = self.public.x_only_public_key();
         let secret = if parity == secp256k1::Parity::Odd {
             self.secret.negate()
         } else {
             self.secret
         };
-        let tweak = TapTweakHash::from_key_and_tweak(internal, None).to_scalar();
-        let tweaked = secret
+        let tweak = TapTweakHash::from_key_and_tweak(internal, merkle_root).to_scalar();
+        secret
             .add_tweak(&tweak)
-            .expect("a tweak of a hash hits zero with negligible probability");
-        Keypair::from_secret_key(&SECP, &tweaked)
+            .expect("a tweak of a hash hits zero with negligible probability")
+    }
+
+    /// The secret key of the public key that a spend of this key's coin of
+    /// `kind` shows BIP-352 (docs/silent-payments.md, 2.1): the key itself
+    /// for the key-hash kinds (and P2WSH, which does not count), and for
+    /// taproot the output key, tweaked by BIP341 (with the envelope's leaf
+    /// as the tree, whose one leaf is its root), because a silent-payment
+    /// receiver takes the key of a taproot input from the spent output.
+    pub fn spending_secret(&self, kind: ScriptKind) -> SecretKey {
+        match kind {
+            ScriptKind::P2pkh | ScriptKind::P2shP2wpkh | ScriptKind::P2wpkh | ScriptKind::P2wsh => {
+                self.secret
+            }
+            ScriptKind::P2tr => self.taproot_output_secret(None),
+            ScriptKind::P2trEnvelope(len) => {
+                let leaf = envelope_leaf(&self.public.serialize(), len);
+                let root = TapLeafHash::from_script(&leaf, LeafVersion::TapScript).into();
+                self.taproot_output_secret(Some(root))
+            }
+        }
     }
 
     /// The address of this key for `kind` on `network`.

@@ -132,6 +132,23 @@ pub struct ChainStats {
     /// the files of chains without one, which stay as they were).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub coinbase_only_tail: u64,
+    /// Counted only by the generator of a chain with silent payments
+    /// (absent from the files of every other chain, and from
+    /// [`ChainStats::from_blocks`], which would need every spent output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silent_payments: Option<SilentPaymentStats>,
+}
+
+/// Silent payments (BIP-352) in a chain.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SilentPaymentStats {
+    /// Transactions a silent-payment index keeps a record of: eligible by
+    /// `osprey-sp` (docs/silent-payments.md, 2.2).
+    pub eligible_txs: u64,
+    /// Transactions paying at least one of the chain's receivers.
+    pub paying_txs: u64,
+    /// Outputs paying them.
+    pub outputs: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -300,6 +317,17 @@ impl fmt::Display for ChainStats {
         };
         writeln!(f, "txs by inputs: {}", histogram(&self.inputs_histogram))?;
         write!(f, "txs by outputs: {}", histogram(&self.outputs_histogram))?;
+        if let Some(sp) = &self.silent_payments {
+            write!(
+                f,
+                "\nsilent payments: {} eligible txs ({:.1}%), {} paying ({:.2}% of the eligible), {} outputs",
+                sp.eligible_txs,
+                100.0 * ratio(sp.eligible_txs, self.txs),
+                sp.paying_txs,
+                100.0 * ratio(sp.paying_txs, sp.eligible_txs),
+                sp.outputs
+            )?;
+        }
         if self.coinbase_only_tail > 0 {
             write!(
                 f,

@@ -473,6 +473,19 @@ fn small_mainnet(signatures: Signatures) -> Config {
     }
 }
 
+/// Silent payments change outputs and values, never validity, fees or the
+/// wallet's answers (tests/silent_payments.rs checks the payments).
+#[test]
+fn chains_with_silent_payments_are_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_mainnet(Signatures::Real);
+    config.shape.silent_payments_ppm = 200_000;
+    let manifest = generate_into(dir.path(), config);
+    let receivers = manifest.silent_payments.as_ref().unwrap();
+    assert!(receivers.iter().map(|r| r.payments.len()).sum::<usize>() > 100);
+    check_chain(dir.path(), &manifest);
+}
+
 #[test]
 fn mainnet_profile_chains_are_valid() {
     let dir = tempfile::tempdir().unwrap();

@@ -548,3 +548,131 @@ impl Backend for FakeBackend {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bitcoin::secp256k1::{PublicKey, Secp256k1, SecretKey};
+    use bitcoin::{
+        absolute, transaction, Amount, CompressedPublicKey, ScriptBuf, Sequence, Transaction, TxIn,
+        TxOut, Witness,
+    };
+
+    fn public(i: u8) -> PublicKey {
+        SecretKey::from_slice(&[i; 32])
+            .expect("a valid key")
+            .public_key(&Secp256k1::new())
+    }
+
+    fn taproot(x_only: [u8; 32]) -> ScriptBuf {
+        let mut script = vec![0x51, 0x20];
+        script.extend_from_slice(&x_only);
+        ScriptBuf::from_bytes(script)
+    }
+
+    /// An eligible transaction spending a P2WPKH output of key `i` to the
+    /// taproot key that `output_key` picks from `keys`' candidates.
+    fn payment(i: u8, keys: &ScanKeys, output_key: impl Fn(&[[u8; 32]]) -> [u8; 32]) -> FakeSpTx {
+        let key = CompressedPublicKey(public(i));
+        let spent = TxOut {
+            value: Amount::from_sat(1_000),
+            script_pubkey: ScriptBuf::new_p2wpkh(&key.wpubkey_hash()),
+        };
+        let mut tx = Transaction {
+            version: transaction::Version::TWO,
+            lock_time: absolute::LockTime::ZERO,
+            input: vec![TxIn {
+                previous_output: OutPoint {
+                    txid: Txid::from_byte_array([i; 32]),
+                    vout: 0,
+                },
+                script_sig: ScriptBuf::new(),
+                sequence: Sequence::MAX,
+                witness: Witness::from_slice(&[&[0x30; 71][..], &key.to_bytes()]),
+            }],
+            output: vec![TxOut {
+                value: Amount::from_sat(900),
+                script_pubkey: taproot([9; 32]),
+            }],
+        };
+        let tweak = osprey_sp::tweak_data(&tx, &[spent]).unwrap().unwrap();
+        let candidates = keys.first_output_candidates(&tweak).unwrap();
+        let output = output_key(candidates.keys());
+        tx.output[0].script_pubkey = taproot(output);
+        FakeSpTx {
+            txid: tx.compute_txid(),
+            tweak,
+            output_keys: vec![output],
+        }
+    }
+
+    #[test]
+    fn the_fake_scans_its_records_in_chunks_and_its_mempool() {
+        let keys =
+            ScanKeys::new(SecretKey::from_slice(&[1; 32]).unwrap(), public(101), []).unwrap();
+        let paid = |i| payment(i, &keys, |c| c[0]);
+        let decoy = |i| payment(i, &keys, |_| [7; 32]);
+        let (a, b, c, d) = (paid(10), paid(11), paid(12), decoy(13));
+        let fake = FakeBackend::with_tip(4);
+        fake.update(|state| {
+            state.sp_blocks.insert(1, vec![a.clone(), decoy(14)]);
+            state
+                .sp_blocks
+                .insert(3, vec![decoy(15), b.clone(), decoy(16)]);
+            state.sp_mempool = vec![c.clone(), d.clone()];
+        });
+        let from = SpCursor::at_height(Height(0));
+        let refused = fake.sp_scan(&keys, from, Height(4), 10);
+        assert!(
+            matches!(refused, Err(Error::NotSupported(_))),
+            "{refused:?}"
+        );
+        fake.update(|state| state.sp_enabled = true);
+
+        let whole = fake.sp_scan(&keys, from, Height(9), 100).unwrap();
+        assert!(whole.done);
+        assert_eq!(
+            (whole.records, whole.bytes_scanned, whole.bytes_left),
+            (5, 5, 0)
+        );
+        assert_eq!(whole.next, SpCursor::at_height(Height(5)));
+        let found: Vec<(u32, Txid)> = whole.matches.iter().map(|m| (m.height, m.txid)).collect();
+        assert_eq!(found, [(1, a.txid), (3, b.txid)]);
+        assert_eq!(whole.matches[0].tweak_key, a.tweak.tweak_key().unwrap());
+
+        let mut cursor = from;
+        let mut chunked: Vec<SpChunk> = Vec::new();
+        loop {
+            let chunk = fake.sp_scan(&keys, cursor, Height(4), 2).unwrap();
+            assert!(chunk.records <= 2);
+            let before: usize = chunked.iter().map(|c| c.records).sum();
+            assert_eq!(chunk.bytes_scanned + chunk.bytes_left, 5 - before as u64);
+            chunked.push(chunk.clone());
+            if chunk.done {
+                break;
+            }
+            cursor = chunk.next;
+        }
+        let matches: Vec<SpMatch> = chunked.iter().flat_map(|c| c.matches.clone()).collect();
+        assert_eq!(matches, whole.matches);
+        // The first chunk ends with block 1; the second skips empty block 2.
+        assert_eq!(chunked[0].next, SpCursor::at_height(Height(2)));
+        assert_eq!(
+            chunked[1].next,
+            SpCursor {
+                height: Height(3),
+                records_done: 2
+            }
+        );
+
+        let pool = fake.sp_scan_mempool(&keys, None).unwrap();
+        assert_eq!(
+            pool.iter().map(|m| (m.height, m.txid)).collect::<Vec<_>>(),
+            [(0, c.txid)]
+        );
+        assert!(fake
+            .sp_scan_mempool(&keys, Some(&[d.txid]))
+            .unwrap()
+            .is_empty());
+    }
+}

@@ -29,12 +29,17 @@ pub struct BlockRows {
 /// initial sync touches too many scripts to name them, and sorting them
 /// per block showed in its profile.
 ///
+/// With `sp`, the block's silent-payment records are built too
+/// (`osprey_sp::append_block_records`, from the transactions and the spent
+/// outputs already at hand: no read); without, they cost this one test.
+///
 /// # Errors
 /// What is wrong with the block.
 pub fn block_rows(
     block: &BlockWithPrevouts,
     first_tx_num: TxNum,
     collect_touched: bool,
+    sp: bool,
 ) -> Result<BlockRows, String> {
     if !prevouts_match(block) {
         return Err("its spent outputs do not match its inputs".into());
@@ -96,6 +101,11 @@ pub fn block_rows(
     }
     touched.sort_unstable();
     touched.dedup();
+    let mut sp_records = Vec::new();
+    if sp {
+        osprey_sp::append_block_records(&block.block.txdata, &block.prevouts, &mut sp_records)
+            .map_err(|e| e.to_string())?;
+    }
     Ok(BlockRows {
         indexed: IndexedBlock {
             height: block.height,
@@ -104,6 +114,7 @@ pub fn block_rows(
             txids,
             tx_ends,
             rows,
+            sp: sp_records,
         },
         touched,
     })
@@ -162,6 +173,23 @@ mod tests {
         }
     }
 
+    /// A block of `txdata` whose merkle root is right.
+    fn block_of(txdata: Vec<Transaction>) -> Block {
+        let mut block = Block {
+            header: Header {
+                version: Version::TWO,
+                prev_blockhash: BlockHash::all_zeros(),
+                merkle_root: TxMerkleNode::all_zeros(),
+                time: 0,
+                bits: CompactTarget::from_consensus(0x207fffff),
+                nonce: 0,
+            },
+            txdata,
+        };
+        block.header.merkle_root = block.compute_merkle_root().unwrap();
+        block
+    }
+
     #[test]
     fn rows_cover_every_output_and_input_except_op_return() {
         let alice = ScriptBuf::from_bytes(vec![0x51]);
@@ -176,18 +204,7 @@ mod tests {
             vec![funding],
             vec![(bob.clone(), 30), (op_return, 0), (alice.clone(), 19)],
         );
-        let mut block = Block {
-            header: Header {
-                version: Version::TWO,
-                prev_blockhash: BlockHash::all_zeros(),
-                merkle_root: TxMerkleNode::all_zeros(),
-                time: 0,
-                bits: CompactTarget::from_consensus(0x207fffff),
-                nonce: 0,
-            },
-            txdata: vec![coinbase, spend],
-        };
-        block.header.merkle_root = block.compute_merkle_root().unwrap();
+        let block = block_of(vec![coinbase, spend]);
         let input = BlockWithPrevouts {
             height: Height(7),
             block,
@@ -197,8 +214,8 @@ mod tests {
             }],
             size: 0,
         };
-        let rows = block_rows(&input, TxNum(100), true).unwrap();
-        let untouched = block_rows(&input, TxNum(100), false).unwrap();
+        let rows = block_rows(&input, TxNum(100), true, false).unwrap();
+        let untouched = block_rows(&input, TxNum(100), false, false).unwrap();
         assert!(untouched.touched.is_empty());
         assert_eq!(untouched.indexed.rows, rows.indexed.rows);
         assert_eq!(rows.indexed.txids.len(), 2);
@@ -239,6 +256,97 @@ mod tests {
         );
     }
 
+    /// A P2WPKH spend by key `i` (its witness: a made-up signature and the
+    /// key, which is all BIP-352 reads), and the output it spends.
+    fn p2wpkh_spend(i: u8) -> (OutPoint, Witness, TxOut) {
+        let secp = bitcoin::secp256k1::Secp256k1::new();
+        let secret = bitcoin::secp256k1::SecretKey::from_slice(&[i; 32]).unwrap();
+        let key = bitcoin::CompressedPublicKey(secret.public_key(&secp));
+        let outpoint = OutPoint {
+            txid: bitcoin::Txid::from_byte_array([i; 32]),
+            vout: u32::from(i),
+        };
+        let spent = TxOut {
+            value: Amount::from_sat(1_000),
+            script_pubkey: ScriptBuf::new_p2wpkh(&key.wpubkey_hash()),
+        };
+        (
+            outpoint,
+            Witness::from_slice(&[&[0x30; 71][..], &key.to_bytes()]),
+            spent,
+        )
+    }
+
+    fn taproot(x: u8) -> ScriptBuf {
+        let mut script = vec![0x51, 0x20];
+        script.extend_from_slice(&[x; 32]);
+        ScriptBuf::from_bytes(script)
+    }
+
+    #[test]
+    fn silent_payment_records_are_those_of_the_eligible_transactions() {
+        let p2wsh = ScriptBuf::new_p2wsh(&bitcoin::WScriptHash::all_zeros());
+        let coinbase = tx(vec![OutPoint::null()], vec![(taproot(1), 50)]);
+        let mut txs = vec![coinbase];
+        let mut prevouts = Vec::new();
+        // Positions 1 and 4 are eligible (a P2WPKH input, a taproot
+        // output); 2 pays no taproot output; 3 spends only a P2WSH output.
+        let outputs = [
+            vec![(taproot(2), 10), (p2wsh.clone(), 5)],
+            vec![(p2wsh.clone(), 10)],
+            vec![(taproot(3), 10)],
+            vec![(p2wsh.clone(), 1), (taproot(4), 9), (taproot(5), 9)],
+        ];
+        for (i, outs) in outputs.into_iter().enumerate() {
+            let (outpoint, witness, spent) = p2wpkh_spend(i as u8 + 1);
+            let mut spend = tx(vec![outpoint], outs);
+            if i == 2 {
+                prevouts.push(TxOut {
+                    value: Amount::from_sat(1_000),
+                    script_pubkey: p2wsh.clone(),
+                });
+            } else {
+                spend.input[0].witness = witness;
+                prevouts.push(spent);
+            }
+            txs.push(spend);
+        }
+        let block = block_of(txs);
+        let input = BlockWithPrevouts {
+            height: Height(9),
+            block,
+            prevouts,
+            size: 0,
+        };
+        let with = block_rows(&input, TxNum(40), true, true).unwrap();
+        let without = block_rows(&input, TxNum(40), true, false).unwrap();
+        assert!(without.indexed.sp.is_empty());
+        assert_eq!(with.indexed.rows, without.indexed.rows);
+        assert_eq!(with.touched, without.touched);
+        assert_eq!(with.indexed.txids, without.indexed.txids);
+        let records: Vec<_> = osprey_sp::BlockRecords::new(&with.indexed.sp)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            records.iter().map(|r| r.position).collect::<Vec<_>>(),
+            [1, 4]
+        );
+        let txs = &input.block.txdata;
+        for record in &records {
+            let position = record.position as usize;
+            let spent = &input.prevouts[position - 1..position];
+            let expected = osprey_sp::tweak_data(&txs[position], spent)
+                .unwrap()
+                .unwrap();
+            assert_eq!(record.tweak_data().unwrap(), expected);
+        }
+        let prefixes: Vec<Vec<u8>> = records[1].output_prefixes().map(<[u8]>::to_vec).collect();
+        assert_eq!(
+            prefixes,
+            [4u8, 5].map(|x| vec![x; osprey_sp::OUTPUT_PREFIX_LEN])
+        );
+    }
+
     #[test]
     fn incomplete_or_altered_blocks_are_refused() {
         let genesis = bitcoin::constants::genesis_block(bitcoin::Network::Regtest);
@@ -250,7 +358,7 @@ mod tests {
             prevouts: vec![],
             size: 0,
         };
-        let err = block_rows(&input, TxNum(0), true).err().unwrap();
+        let err = block_rows(&input, TxNum(0), true, false).err().unwrap();
         assert!(err.contains("merkle root"), "{err}");
         let input = BlockWithPrevouts {
             height: Height(1),
@@ -261,7 +369,7 @@ mod tests {
             }],
             size: 0,
         };
-        let err = block_rows(&input, TxNum(0), true).err().unwrap();
+        let err = block_rows(&input, TxNum(0), true, false).err().unwrap();
         assert!(err.contains("spent outputs"), "{err}");
     }
 
@@ -274,7 +382,7 @@ mod tests {
             prevouts: vec![],
             size: 0,
         };
-        let rows = block_rows(&input, TxNum(0), true).unwrap();
+        let rows = block_rows(&input, TxNum(0), true, false).unwrap();
         assert!(rows.indexed.rows.is_empty());
         assert_eq!(rows.indexed.txids.len(), 1);
     }

@@ -257,7 +257,14 @@ impl Indexer {
         for chunk in chunks {
             let blocks = chunk?;
             let (firsts, linked) = links.number(&blocks);
-            let built = build_rows(&blocks[..firsts.len()], &firsts, !report.all_touched);
+            // The store's setting decides whether blocks carry records: an
+            // index keeps them from genesis or not at all (its format tag).
+            let built = build_rows(
+                &blocks[..firsts.len()],
+                &firsts,
+                !report.all_touched,
+                self.store.silent_payments(),
+            );
             let mut result = linked;
             for (rows, block) in built.into_iter().zip(&blocks) {
                 match rows {
@@ -416,11 +423,12 @@ fn build_rows(
     blocks: &[BlockWithPrevouts],
     firsts: &[TxNum],
     collect_touched: bool,
+    sp: bool,
 ) -> Vec<Result<BlockRows, String>> {
     blocks
         .par_iter()
         .zip(firsts.par_iter())
-        .map(|(block, first)| block_rows(block, *first, collect_touched))
+        .map(|(block, first)| block_rows(block, *first, collect_touched, sp))
         .collect()
 }
 

@@ -419,7 +419,7 @@ fn a_source_that_shares_not_even_genesis_with_the_index_is_refused() {
         block: testnet,
         prevouts: Vec::new(),
     };
-    let rows = block_rows(&genesis, osprey_core::TxNum(0), false).unwrap();
+    let rows = block_rows(&genesis, osprey_core::TxNum(0), false, false).unwrap();
     index.store.apply(&[rows.indexed], true, Height(0)).unwrap();
     let before = index.tip();
 

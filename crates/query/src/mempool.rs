@@ -5,6 +5,7 @@
 
 use bitcoin::{OutPoint, Transaction, Txid};
 use osprey_core::ScriptHash;
+use osprey_sp::TweakData;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -18,6 +19,34 @@ pub struct MempoolEntry {
     pub funding: Vec<(ScriptHash, u32, u64)>,
     /// Inputs: (script hash of the spent output, outpoint, value).
     pub spending: Vec<(ScriptHash, OutPoint, u64)>,
+    /// What a silent-payment scan needs, when the index keeps silent
+    /// payments and the transaction is eligible.
+    pub sp: Option<SpMempool>,
+}
+
+/// An eligible mempool transaction as a silent-payment scan sees it: the
+/// index's record (same `osprey_sp` function), with the full x-only keys
+/// of its taproot outputs instead of prefixes, so that a match needs no
+/// confirming lookup.
+pub struct SpMempool {
+    pub tweak: TweakData,
+    pub output_keys: Vec<[u8; 32]>,
+}
+
+impl SpMempool {
+    /// The entry's part of a scan, or `None` when `tx` (spending `spent`,
+    /// in input order) is not eligible.
+    pub fn of(tx: &Transaction, spent: &[bitcoin::TxOut]) -> Option<SpMempool> {
+        // A malformed transaction (it cannot be, from the node) pays no one.
+        let tweak = osprey_sp::tweak_data(tx, spent).ok()??;
+        let output_keys = tx
+            .output
+            .iter()
+            .filter(|output| output.script_pubkey.is_p2tr())
+            .filter_map(|output| output.script_pubkey.as_bytes()[2..34].try_into().ok())
+            .collect();
+        Some(SpMempool { tweak, output_keys })
+    }
 }
 
 impl MempoolEntry {
@@ -49,6 +78,10 @@ pub struct Mempool {
 impl Mempool {
     pub fn get(&self, txid: &Txid) -> Option<&Arc<MempoolEntry>> {
         self.entries.get(txid)
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = &Arc<MempoolEntry>> {
+        self.entries.values()
     }
 
     pub fn txids(&self) -> impl Iterator<Item = &Txid> {
@@ -213,6 +246,7 @@ mod tests {
             vsize: 150,
             funding: Vec::new(),
             spending: Vec::new(),
+            sp: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! Keeps the index and the mempool at the node's state and publishes what
 //! changed: one call to [`Tracker::update`] per poll.
 
-use crate::mempool::MempoolEntry;
+use crate::mempool::{MempoolEntry, SpMempool};
 use crate::query::Query;
 use bitcoin::{Transaction, TxOut, Txid};
 use osprey_answers::Change;
@@ -200,8 +200,11 @@ impl Tracker {
             new_txs.iter().map(|m| (m.txid, &m.tx)).collect();
         let mut confirmed_cache: HashMap<Txid, Option<Transaction>> = HashMap::new();
         let mut entries = Vec::with_capacity(new_txs.len());
+        let silent_payments = self.query.store().silent_payments();
         'txs: for MempoolTx { txid, tx } in &new_txs {
             let mut spending = Vec::with_capacity(tx.input.len());
+            // The spent outputs themselves, for silent payments only.
+            let mut spent = Vec::new();
             let mut input_value = 0u64;
             for input in &tx.input {
                 let op = input.previous_output;
@@ -240,6 +243,9 @@ impl Tracker {
                     op,
                     out.value.to_sat(),
                 ));
+                if silent_payments {
+                    spent.push(out);
+                }
             }
             let output_value: u64 = tx.output.iter().map(|o| o.value.to_sat()).sum();
             let funding = tx
@@ -262,6 +268,7 @@ impl Tracker {
                 vsize: tx.vsize() as u64,
                 funding,
                 spending,
+                sp: silent_payments.then(|| SpMempool::of(tx, &spent)).flatten(),
             });
         }
         Ok(entries)
@@ -293,6 +300,14 @@ pub(crate) mod tests {
     /// A new index of `node` (nothing indexed yet): its directory, its
     /// queries and the tracker that keeps it up to date.
     pub(crate) fn tracking(node: &BtcdNode) -> (tempfile::TempDir, Arc<Query>, Tracker) {
+        tracking_with(node, StoreConfig::default())
+    }
+
+    /// `tracking` with an index of `config`, of any node.
+    pub(crate) fn tracking_with(
+        node: &dyn Node,
+        config: StoreConfig,
+    ) -> (tempfile::TempDir, Arc<Query>, Tracker) {
         let dir = tempfile::tempdir().expect("tempdir");
         let source: Arc<dyn ChainSource> = Arc::new(
             Daemon::connect(
@@ -302,9 +317,8 @@ pub(crate) mod tests {
             )
             .expect("connecting to btcd"),
         );
-        let store = Arc::new(
-            Store::open(&dir.path().join("db"), "regtest", StoreConfig::default()).expect("store"),
-        );
+        let store =
+            Arc::new(Store::open(&dir.path().join("db"), "regtest", config).expect("store"));
         let indexer = Indexer::new(Arc::clone(&store), source.clone(), IndexerConfig::default());
         let query = Arc::new(Query::new(store, source, Default::default()));
         let tracker = Tracker::new(indexer, Arc::clone(&query));

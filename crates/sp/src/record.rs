@@ -148,6 +148,12 @@ impl<'a> BlockRecords<'a> {
         }
     }
 
+    /// Bytes not read yet: a scan that stops after a record resumes (and
+    /// measures its progress) by them.
+    pub fn bytes_left(&self) -> usize {
+        self.rest.len()
+    }
+
     fn read(&mut self) -> Result<Record<'a>, Error> {
         let delta =
             read_varint(&mut self.rest).ok_or(Error::Record("truncated or malformed position"))?;
@@ -286,6 +292,12 @@ mod tests {
         );
         assert_eq!(prefixes(&records[1]), [vec![0xcc; OUTPUT_PREFIX_LEN]]);
         assert_eq!(BlockRecords::new(&[]).count(), 0);
+        let mut reader = BlockRecords::new(&bytes[1..]);
+        assert_eq!(reader.bytes_left(), bytes.len() - 1);
+        reader.next();
+        assert_eq!(reader.bytes_left(), 98 + OUTPUT_PREFIX_LEN);
+        reader.next();
+        assert_eq!(reader.bytes_left(), 0);
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! Append-only files of fixed-size records (headers, txids, tx counts).
+//! Append-only files of fixed-size records (headers, txids, tx counts, and
+//! `sptweaks.dat`, whose variable-length records are one-byte records
+//! here: `spoffsets.dat` delimits them).
 //!
 //! Records are appended before the database commit that covers them and
 //! synced with it; on open, anything beyond the committed tip is cut off,
@@ -46,14 +48,15 @@ impl FlatFile {
         self.len() * self.record_len
     }
 
-    pub(crate) fn append(&mut self, record: &[u8]) {
+    /// Appends whole records (one, or several back to back).
+    pub(crate) fn append(&mut self, records: &[u8]) {
         assert_eq!(
-            record.len() as u64,
-            self.record_len,
-            "{}: wrong record size",
+            records.len() as u64 % self.record_len,
+            0,
+            "{}: not whole records",
             self.path.display()
         );
-        self.pending.extend_from_slice(record);
+        self.pending.extend_from_slice(records);
     }
 
     /// Writes pending records and makes them durable.

@@ -14,12 +14,15 @@ use std::path::{Path, PathBuf};
 /// The directory of the RocksDB files, in the index and in a snapshot.
 pub(crate) const ROCKSDB_DIR: &str = "rocksdb";
 
-/// The flat files and their record sizes (see `Store::open`).
-pub(crate) const FLAT_FILES: [(&str, u64); 4] = [
-    ("headers.dat", 80),
-    ("txcounts.dat", 8),
-    ("txids.dat", 32),
-    ("txends.dat", crate::TX_END_LEN as u64),
+/// The flat files (see `Store::open`); the last two exist only in an index
+/// with silent payments.
+pub(crate) const FLAT_FILES: [&str; 6] = [
+    "headers.dat",
+    "txcounts.dat",
+    "txids.dat",
+    "txends.dat",
+    "spoffsets.dat",
+    "sptweaks.dat",
 ];
 
 /// Deletes the index in `dir`: its RocksDB directory and its flat files,
@@ -38,7 +41,7 @@ pub fn remove_index(dir: &Path) -> io::Result<Vec<PathBuf>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(with_path(e, &rocksdb)),
     }
-    for (name, _) in FLAT_FILES {
+    for name in FLAT_FILES {
         let path = dir.join(name);
         match std::fs::remove_file(&path) {
             Ok(()) => removed.push(path),

@@ -7,6 +7,9 @@
 //! - `txids.dat`: 32-byte txids by tx_num;
 //! - `txends.dat`: where each transaction ends within its block (3 bytes),
 //!   so its bytes can be read from the node's copy of the block;
+//! - with silent payments on, `sptweaks.dat` (the records of
+//!   `osprey_sp::append_block_records`, blocks in chain order) and
+//!   `spoffsets.dat` (u64 LE per block: where its records end);
 //! - column family `history`: rows of [`codec::HistoryRow`];
 //! - column family `txid`: txid prefix + tx_num;
 //! - column family `undo`: the script buckets each recent block wrote rows
@@ -29,6 +32,7 @@ pub mod snapshot;
 mod write;
 
 pub use layout::remove_index;
+pub use read::{SpBlock, SpRecords};
 
 use bitcoin::block::Header;
 use bitcoin::{BlockHash, Txid};
@@ -46,8 +50,11 @@ use std::sync::RwLock;
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// The prefix configuration is part of the format: a database built with
-/// short test prefixes must never be read by a normal build.
-fn schema_tag() -> Vec<u8> {
+/// short test prefixes must never be read by a normal build. So is the
+/// `silent_payments` setting, whose files an index either has from genesis
+/// or not at all: on, one byte [`SILENT_PAYMENTS_TAG`] follows, and an index
+/// built without them keeps the tag it always had.
+fn schema_tag(silent_payments: bool) -> Vec<u8> {
     let mut tag = SCHEMA_VERSION.to_be_bytes().to_vec();
     tag.extend_from_slice(&[
         codec::SCRIPT_BUCKET_LEN as u8,
@@ -56,8 +63,15 @@ fn schema_tag() -> Vec<u8> {
         codec::SPENT_TXID_PREFIX_LEN as u8,
         codec::EPOCH_SHIFT as u8,
     ]);
+    if silent_payments {
+        tag.push(SILENT_PAYMENTS_TAG);
+    }
     tag
 }
+
+/// The byte the format tag ends with when the index keeps silent-payment
+/// records.
+const SILENT_PAYMENTS_TAG: u8 = 0x01;
 
 /// Bytes of a transaction's end in `txends.dat`: a block's serialized
 /// size is below its 4,000,000 weight units (every byte weighs at least
@@ -122,6 +136,10 @@ pub struct StoreConfig {
     /// Level-0 files a bulk load (see [`Store::begin_bulk_load`]) may pile
     /// up in one column family before it hands over to normal compaction.
     pub bulk_l0_files_max: u64,
+    /// Whether the index keeps silent-payment records (`sptweaks.dat`,
+    /// `spoffsets.dat`). Part of the format: an index built the other way
+    /// is refused ([`Error::Schema`]).
+    pub silent_payments: bool,
 }
 
 impl Default for StoreConfig {
@@ -132,6 +150,7 @@ impl Default for StoreConfig {
             // ~200 flushes of a 32 MB memtable: a few GB of rows, and file
             // handles well inside the usual 1024 descriptors.
             bulk_l0_files_max: 200,
+            silent_payments: false,
         }
     }
 }
@@ -148,6 +167,9 @@ pub struct IndexedBlock {
     pub tx_ends: Vec<u32>,
     /// Encoded history rows (see [`HistoryRow::encode`]).
     pub rows: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The block's silent-payment records (`osprey_sp::append_block_records`);
+    /// empty when it has no eligible transaction or the index keeps none.
+    pub sp: Vec<u8>,
 }
 
 /// Blocks encoded by [`Store::prepare`], for [`Store::commit`].
@@ -158,6 +180,10 @@ pub struct PreparedBatch {
     txids: Vec<[u8; 32]>,
     /// Every transaction's end within its block, in chain order.
     tx_ends: Vec<u32>,
+    /// Every block's silent-payment records, in chain order, and the bytes
+    /// of each block's.
+    sp_records: Vec<u8>,
+    sp_block_bytes: Vec<u64>,
     /// History, txid and undo rows.
     batch: WriteBatch,
 }
@@ -180,6 +206,9 @@ struct Chain {
     hashes: Vec<BlockHash>,
     /// `tx_counts[h]` = transactions in blocks `0..=h`.
     tx_counts: Vec<u64>,
+    /// `sp_offsets[h]` = bytes of `sptweaks.dat` up to the end of block
+    /// `h`'s records; empty without silent payments.
+    sp_offsets: Vec<u64>,
 }
 
 struct Files {
@@ -187,6 +216,33 @@ struct Files {
     txcounts: FlatFile,
     txids: FlatFile,
     txends: FlatFile,
+    /// Present exactly when the index keeps silent payments.
+    sp: Option<SpFiles>,
+}
+
+struct SpFiles {
+    /// `sptweaks.dat`, as one-byte records.
+    tweaks: FlatFile,
+    /// `spoffsets.dat`, 8 bytes per block.
+    offsets: FlatFile,
+}
+
+impl Files {
+    /// The files present, each with its name, in the order of
+    /// `layout::FLAT_FILES`.
+    fn named(&self) -> Vec<(&'static str, &FlatFile)> {
+        let mut named = vec![
+            ("headers.dat", &self.headers),
+            ("txcounts.dat", &self.txcounts),
+            ("txids.dat", &self.txids),
+            ("txends.dat", &self.txends),
+        ];
+        if let Some(sp) = &self.sp {
+            named.push(("spoffsets.dat", &sp.offsets));
+            named.push(("sptweaks.dat", &sp.tweaks));
+        }
+        named
+    }
 }
 
 /// One part of the index on disk (see [`Store::footprint`]).

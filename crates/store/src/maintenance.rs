@@ -5,12 +5,10 @@ use std::sync::atomic::Ordering;
 
 use bitcoin::consensus::serialize;
 use bitcoin::hashes::Hash;
-use osprey_core::TxNum;
+use osprey_core::{Height, TxNum};
 use rocksdb::IteratorMode;
 
-use crate::{
-    layout, Part, Result, Store, ALL_CFS, BULK_CFS, CF_HISTORY, CF_META, CF_TXID, CF_UNDO,
-};
+use crate::{Part, Result, Store, ALL_CFS, BULK_CFS, CF_HISTORY, CF_META, CF_TXID, CF_UNDO};
 
 impl Store {
     /// A digest of every row and file of the index, to check that two
@@ -47,6 +45,17 @@ impl Store {
                 engine.input(&height.0.to_le_bytes());
                 engine.input(&offset.to_le_bytes());
                 engine.input(&len.to_le_bytes());
+            }
+        }
+        // Silent-payment records: each block's bytes after its offset (an
+        // index without them hashes nothing more, so its digest is the one
+        // it always had).
+        if self.config.silent_payments {
+            let tip = self.tip().map_or(0, |(height, _)| height.0 + 1);
+            for height in 0..tip {
+                let records = self.sp_records(Height(height), Height(height), 0)?;
+                engine.input(&records.end.to_le_bytes());
+                engine.input(&records.bytes);
             }
         }
         Ok(sha256::Hash::from_engine(engine).to_byte_array())
@@ -139,9 +148,7 @@ impl Store {
             })
             .collect();
         let files = self.files.read().expect("files lock poisoned");
-        // In the order of `layout::FLAT_FILES`, which names them.
-        let flat = [&files.headers, &files.txcounts, &files.txids, &files.txends];
-        for ((name, _), file) in layout::FLAT_FILES.iter().zip(flat) {
+        for (name, file) in files.named() {
             parts.push(Part {
                 name,
                 bytes: file.bytes(),
@@ -151,10 +158,11 @@ impl Store {
         parts
     }
 
-    /// Bytes of the flat files (headers, tx counts, txids, tx ends).
+    /// Bytes of the flat files (headers, tx counts, txids, tx ends, and the
+    /// silent-payment files).
     pub fn flat_files_bytes(&self) -> u64 {
         let files = self.files.read().expect("files lock poisoned");
-        files.headers.bytes() + files.txcounts.bytes() + files.txids.bytes() + files.txends.bytes()
+        files.named().iter().map(|(_, file)| file.bytes()).sum()
     }
 
     /// Bytes RocksDB has written since the index was opened: memtable

@@ -12,7 +12,7 @@ use rocksdb::{ColumnFamilyDescriptor, Options, DB};
 
 use crate::flat::FlatFile;
 use crate::{
-    codec, layout, schema_tag, Chain, Error, Files, Result, Store, StoreConfig, ALL_CFS,
+    codec, layout, schema_tag, Chain, Error, Files, Result, SpFiles, Store, StoreConfig, ALL_CFS,
     CF_HISTORY, CF_META, CF_TXID, CF_UNDO, META_NETWORK, META_SCHEMA, META_TIP,
 };
 use osprey_core::Height;
@@ -26,7 +26,7 @@ impl Store {
     pub fn open(dir: &Path, network: &str, config: StoreConfig) -> Result<Store> {
         std::fs::create_dir_all(dir).map_err(file_err(dir))?;
         let db_path = dir.join(layout::ROCKSDB_DIR);
-        refuse_foreign_column_families(dir, &db_path)?;
+        refuse_foreign_column_families(dir, &db_path, config.silent_payments)?;
         let opts = db_options()?;
         let cache = rocksdb::Cache::new_lru_cache(config.cache_bytes);
         let cf = |name, prefix_len| column_family(name, prefix_len, &config, &cache);
@@ -39,7 +39,7 @@ impl Store {
         let db = DB::open_cf_descriptors(&opts, &db_path, cfs)?;
         let meta = db.cf_handle(CF_META).expect("meta cf opened above");
 
-        check_format(&db, dir, network)?;
+        check_format(&db, dir, network, config.silent_payments)?;
         let tip_height = match db.get_cf(meta, META_TIP)? {
             None => None,
             Some(v) => Some(Height(u32::from_be_bytes(
@@ -50,7 +50,8 @@ impl Store {
         };
         let blocks = tip_height.map_or(0, |h| u64::from(h.0) + 1);
 
-        let (files, headers, tx_counts) = open_files(dir, blocks)?;
+        let (files, headers, tx_counts, sp_offsets) =
+            open_files(dir, blocks, config.silent_payments)?;
         let hashes = headers.iter().map(Header::block_hash).collect();
         Ok(Store {
             db,
@@ -61,6 +62,7 @@ impl Store {
                 headers,
                 hashes,
                 tx_counts,
+                sp_offsets,
             }),
             files: RwLock::new(files),
             unlogged: AtomicBool::new(false),
@@ -72,7 +74,7 @@ impl Store {
 /// A format that dropped or renamed a column family would make RocksDB's
 /// open fail with "column families not opened": that is a format change
 /// too, and must say so.
-fn refuse_foreign_column_families(dir: &Path, db_path: &Path) -> Result<()> {
+fn refuse_foreign_column_families(dir: &Path, db_path: &Path, silent_payments: bool) -> Result<()> {
     if let Ok(found) = DB::list_cf(&Options::default(), db_path) {
         if let Some(foreign) = found
             .iter()
@@ -81,7 +83,7 @@ fn refuse_foreign_column_families(dir: &Path, db_path: &Path) -> Result<()> {
             return Err(Error::Schema {
                 path: dir.to_path_buf(),
                 found: format!("with column family {foreign:?}"),
-                expected: osprey_core::to_hex(&schema_tag()),
+                expected: osprey_core::to_hex(&schema_tag(silent_payments)),
             });
         }
     }
@@ -200,10 +202,10 @@ fn column_family(
 }
 
 /// Writes the format tag and network of a new index, or refuses an index
-/// of another format or network.
-fn check_format(db: &DB, dir: &Path, network: &str) -> Result<()> {
+/// of another format (silent payments included) or network.
+fn check_format(db: &DB, dir: &Path, network: &str, silent_payments: bool) -> Result<()> {
     let meta = db.cf_handle(CF_META).expect("meta cf opened");
-    let tag = schema_tag();
+    let tag = schema_tag(silent_payments);
     match db.get_cf(meta, META_SCHEMA)? {
         None => {
             db.put_cf(meta, META_SCHEMA, &tag)?;
@@ -230,9 +232,14 @@ fn check_format(db: &DB, dir: &Path, network: &str) -> Result<()> {
     Ok(())
 }
 
+/// The flat files, the headers, the transaction counts and the
+/// silent-payment offsets of an index being opened.
+type OpenedFiles = (Files, Vec<Header>, Vec<u64>, Vec<u64>);
+
 /// Opens the flat files, cuts them back to the committed tip (`blocks`
-/// blocks), and reads the headers and transaction counts.
-fn open_files(dir: &Path, blocks: u64) -> Result<(Files, Vec<Header>, Vec<u64>)> {
+/// blocks), and reads the headers, transaction counts and (with silent
+/// payments) the records' offsets.
+fn open_files(dir: &Path, blocks: u64, silent_payments: bool) -> Result<OpenedFiles> {
     let open_flat = |name: &str, len: usize| {
         let path = dir.join(name);
         FlatFile::open(&path, len).map_err(file_err(&path))
@@ -242,6 +249,7 @@ fn open_files(dir: &Path, blocks: u64) -> Result<(Files, Vec<Header>, Vec<u64>)>
         txcounts: open_flat("txcounts.dat", 8)?,
         txids: open_flat("txids.dat", 32)?,
         txends: open_flat("txends.dat", crate::TX_END_LEN)?,
+        sp: None,
     };
     if files.headers.len() < blocks || files.txcounts.len() < blocks {
         return Err(Error::Corrupt(format!(
@@ -270,15 +278,7 @@ fn open_files(dir: &Path, blocks: u64) -> Result<(Files, Vec<Header>, Vec<u64>)>
         .chunks_exact(80)
         .map(|c| deserialize(c).map_err(|e| Error::Corrupt(format!("bad header: {e}"))))
         .collect::<Result<_>>()?;
-    let mut raw = vec![0u8; blocks as usize * 8];
-    files
-        .txcounts
-        .read_many(0, &mut raw)
-        .map_err(file_err(&dir.join("txcounts.dat")))?;
-    let tx_counts: Vec<u64> = raw
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk")))
-        .collect();
+    let tx_counts = read_u64s(&files.txcounts, blocks, &dir.join("txcounts.dat"))?;
     let txs = tx_counts.last().copied().unwrap_or(0);
     if files.txids.len() < txs || files.txends.len() < txs {
         return Err(Error::Corrupt(format!(
@@ -295,10 +295,68 @@ fn open_files(dir: &Path, blocks: u64) -> Result<(Files, Vec<Header>, Vec<u64>)>
         .txends
         .truncate(txs)
         .map_err(file_err(&dir.join("txends.dat")))?;
+    let sp_offsets = if silent_payments {
+        let (sp, offsets) = open_sp_files(dir, blocks)?;
+        files.sp = Some(sp);
+        offsets
+    } else {
+        Vec::new()
+    };
     if truncated {
         tracing::info!(blocks, "cut flat files back to the committed tip");
     }
-    Ok((files, headers, tx_counts))
+    Ok((files, headers, tx_counts, sp_offsets))
+}
+
+/// Opens `spoffsets.dat` and `sptweaks.dat`, cuts them back to the
+/// committed tip (`blocks` blocks, and the bytes the last one's offset
+/// says), and reads the offsets. Files shorter than the tip are refused: a
+/// commit writes them before the tip, so only damage makes them short.
+fn open_sp_files(dir: &Path, blocks: u64) -> Result<(SpFiles, Vec<u64>)> {
+    let offsets_path = dir.join("spoffsets.dat");
+    let tweaks_path = dir.join("sptweaks.dat");
+    let mut offsets_file = FlatFile::open(&offsets_path, 8).map_err(file_err(&offsets_path))?;
+    let mut tweaks = FlatFile::open(&tweaks_path, 1).map_err(file_err(&tweaks_path))?;
+    if offsets_file.len() < blocks {
+        return Err(Error::Corrupt(format!(
+            "tip is height {} but spoffsets.dat holds {} blocks",
+            blocks.saturating_sub(1),
+            offsets_file.len()
+        )));
+    }
+    offsets_file
+        .truncate(blocks)
+        .map_err(file_err(&offsets_path))?;
+    let offsets = read_u64s(&offsets_file, blocks, &offsets_path)?;
+    if offsets.windows(2).any(|pair| pair[1] < pair[0]) {
+        return Err(Error::Corrupt("spoffsets.dat does not increase".into()));
+    }
+    let bytes = offsets.last().copied().unwrap_or(0);
+    if tweaks.len() < bytes {
+        return Err(Error::Corrupt(format!(
+            "sptweaks.dat holds {} bytes, {bytes} expected",
+            tweaks.len()
+        )));
+    }
+    tweaks.truncate(bytes).map_err(file_err(&tweaks_path))?;
+    Ok((
+        SpFiles {
+            tweaks,
+            offsets: offsets_file,
+        },
+        offsets,
+    ))
+}
+
+/// The first `count` records of a file of u64 LE (`txcounts.dat`,
+/// `spoffsets.dat`).
+fn read_u64s(file: &FlatFile, count: u64, path: &Path) -> Result<Vec<u64>> {
+    let mut raw = vec![0u8; count as usize * 8];
+    file.read_many(0, &mut raw).map_err(file_err(path))?;
+    Ok(raw
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk")))
+        .collect())
 }
 
 /// The error of an I/O failure on `path`.

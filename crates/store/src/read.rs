@@ -223,6 +223,155 @@ impl Store {
     }
 }
 
+/// Silent-payment records of consecutive blocks, read from `sptweaks.dat`
+/// ([`Store::sp_records`]). Offsets count bytes of that file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpRecords {
+    /// The blocks read that have records, in chain order.
+    pub blocks: Vec<SpBlock>,
+    /// Their records, back to back.
+    pub bytes: Vec<u8>,
+    /// Where `bytes` start and end.
+    pub start: u64,
+    pub end: u64,
+    /// The first height not read.
+    pub next_height: Height,
+    /// Whether the read reached the end of block `to`, or of the tip when
+    /// `to` is above it.
+    pub done: bool,
+    /// Where the records of the last block asked for end: `range_end - end`
+    /// bytes are left to read.
+    pub range_end: u64,
+}
+
+/// One block of [`SpRecords`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpBlock {
+    pub height: Height,
+    /// The block it was read from: a caller that works on the records
+    /// after the read can tell whether a reorg replaced it meanwhile.
+    pub hash: BlockHash,
+    /// The tx_num of its first transaction (a record holds its position).
+    pub first_tx_num: TxNum,
+    /// Its records within [`SpRecords::bytes`].
+    pub records: std::ops::Range<usize>,
+}
+
+impl Store {
+    /// Whether the index keeps silent-payment records.
+    pub fn silent_payments(&self) -> bool {
+        self.config.silent_payments
+    }
+
+    /// The silent-payment records of the blocks from `from` up to `to`
+    /// (clamped to the tip), stopping after the first block that takes the
+    /// bytes read past `bytes_max` (so at least one block with records is
+    /// read, however large). Nothing when the index keeps none.
+    ///
+    /// The offsets and the read come from one state of the chain: the read
+    /// holds the chain's lock, and a rollback updates the chain before it
+    /// cuts the files, so the bytes are there. It holds the lock for one
+    /// `pread`; the caller scans the records afterwards.
+    ///
+    /// # Errors
+    /// When `sptweaks.dat` cannot be read.
+    pub fn sp_records(&self, from: Height, to: Height, bytes_max: u64) -> Result<SpRecords> {
+        let chain = self.chain();
+        let offsets = &chain.sp_offsets;
+        let end_of = |height: usize| offsets.get(height).copied();
+        let start_of = |height: usize| height.checked_sub(1).map_or(Some(0), &end_of);
+        let last = to.as_usize().min(offsets.len().saturating_sub(1));
+        let (Some(start), Some(range_end)) = (start_of(from.as_usize()), end_of(last)) else {
+            return Ok(SpRecords {
+                next_height: from,
+                done: true,
+                ..SpRecords::default()
+            });
+        };
+        if from.as_usize() > last {
+            return Ok(SpRecords {
+                start,
+                end: start,
+                next_height: from,
+                done: true,
+                range_end: start,
+                ..SpRecords::default()
+            });
+        }
+        // The first block whose records end past the budget is the last
+        // one read; offsets never decrease.
+        let budget_end = start.saturating_add(bytes_max);
+        let over = from.as_usize()
+            + offsets[from.as_usize()..=last].partition_point(|&end| end <= budget_end);
+        let last_read = over.min(last);
+        let end = offsets[last_read];
+        let mut blocks = Vec::new();
+        let mut block_start = start;
+        let read = offsets.iter().enumerate().take(last_read + 1);
+        for (height, &block_end) in read.skip(from.as_usize()) {
+            if block_end > block_start {
+                blocks.push(SpBlock {
+                    height: Height(height as u32),
+                    hash: chain.hashes[height],
+                    first_tx_num: TxNum(start_of_block_tx(&chain.tx_counts, height)),
+                    records: (block_start - start) as usize..(block_end - start) as usize,
+                });
+            }
+            block_start = block_end;
+        }
+        let mut bytes = vec![0u8; (end - start) as usize];
+        let files = self.files.read().expect("files lock poisoned");
+        if let Some(sp) = &files.sp {
+            sp.tweaks
+                .read_many(start, &mut bytes)
+                .map_err(|source| Error::File {
+                    path: self.path.join("sptweaks.dat"),
+                    source,
+                })?;
+        }
+        Ok(SpRecords {
+            blocks,
+            bytes,
+            start,
+            end,
+            next_height: Height(last_read as u32 + 1),
+            done: last_read == last,
+            range_end,
+        })
+    }
+
+    /// Whether `tx_num` pays `scripthash` (has a funding row for it): how a
+    /// silent-payment scan confirms an output-key prefix that matched. One
+    /// lookup of the script's value for that tx_num's epoch.
+    ///
+    /// # Errors
+    /// On database errors or corrupt rows.
+    pub fn funding_at(&self, scripthash: &ScriptHash, tx_num: TxNum) -> Result<bool> {
+        let cf = self.db.cf_handle(CF_HISTORY).expect("history cf");
+        let key = codec::history_key(codec::history_prefix(scripthash), tx_num);
+        let Some(value) = self.db.get_pinned_cf(cf, &key)? else {
+            return Ok(false);
+        };
+        for row in codec::history_value_rows(&key, &value) {
+            let row = row?;
+            if row.tx_num > tx_num {
+                break;
+            }
+            if row.tx_num == tx_num && matches!(row.kind, codec::RowKind::Funding { .. }) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// The first tx_num of block `height`, from the cumulative counts.
+fn start_of_block_tx(tx_counts: &[u64], height: usize) -> u64 {
+    height
+        .checked_sub(1)
+        .map_or(0, |previous| tx_counts[previous])
+}
+
 /// The smallest key above every key that starts with `prefix`; `None` when
 /// there is none (the prefix is all 0xff).
 fn next_prefix(prefix: &[u8]) -> Option<Vec<u8>> {

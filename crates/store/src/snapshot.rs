@@ -2,8 +2,8 @@
 //! big machine and served from a small one.
 //!
 //! The first entry is a JSON [`Manifest`] (index format, network, tip, and
-//! every file with its size and SHA-256); the files follow: the four flat
-//! files cut to the tip, then a RocksDB checkpoint (`rocksdb/…`). Export and
+//! every file with its size and SHA-256); the files follow: the flat files
+//! cut to the tip, then a RocksDB checkpoint (`rocksdb/…`). Export and
 //! import stream every file through a fixed buffer, so memory stays bounded
 //! whatever the index's size. An import checks the format and network
 //! before it writes anything, every file's size and hash as it writes, and
@@ -73,7 +73,7 @@ fn file_err(path: &Path) -> impl FnOnce(io::Error) -> Error {
 /// Whether `path` is one a snapshot may hold: a flat file, or a plain name
 /// inside `rocksdb/`. Nothing else is ever written on import.
 fn is_index_path(path: &str) -> bool {
-    if FLAT_FILES.iter().any(|(name, _)| *name == path) {
+    if FLAT_FILES.contains(&path) {
         return true;
     }
     path.strip_prefix("rocksdb/").is_some_and(|name| {
@@ -112,6 +112,14 @@ fn copy_hashed(
         left -= got as u64;
     }
     Ok(sha256::Hash::from_engine(engine).to_string())
+}
+
+fn on_off(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
+    }
 }
 
 fn tar_header(bytes: u64) -> tar::Header {
@@ -155,18 +163,14 @@ impl Store {
         std::fs::create_dir_all(scratch).map_err(file_err(scratch))?;
         rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(&checkpoint)?;
 
-        let blocks = u64::from(tip_height.0) + 1;
-        let txs = self.tx_count();
-        let mut sources: Vec<(String, PathBuf, u64)> = FLAT_FILES
-            .iter()
-            .map(|&(name, record)| {
-                let records = if name == "headers.dat" || name == "txcounts.dat" {
-                    blocks
-                } else {
-                    txs
-                };
-                (name.to_string(), self.path.join(name), records * record)
-            })
+        // The flat files are cut to the tip whenever no commit runs.
+        let mut sources: Vec<(String, PathBuf, u64)> = self
+            .files
+            .read()
+            .expect("files lock poisoned")
+            .named()
+            .into_iter()
+            .map(|(name, file)| (name.to_string(), self.path.join(name), file.bytes()))
             .collect();
         let mut names = Vec::new();
         for item in std::fs::read_dir(&checkpoint).map_err(file_err(&checkpoint))? {
@@ -200,7 +204,7 @@ impl Store {
         }
         let manifest = Manifest {
             index_format: SCHEMA_VERSION,
-            format_tag: osprey_core::to_hex(&schema_tag()),
+            format_tag: osprey_core::to_hex(&schema_tag(self.config.silent_payments)),
             network: self.network()?,
             tip_height: tip_height.0,
             tip_hash,
@@ -285,16 +289,18 @@ impl<R: Read> Read for HashedReader<'_, R> {
 pub struct SnapshotReader<R> {
     manifest: Manifest,
     rest: R,
+    silent_payments: bool,
 }
 
 impl<R: Read> SnapshotReader<R> {
     /// Reads the manifest (the first entry) from `input` and checks that
-    /// this build reads its index format and that it is for `network`.
+    /// this build reads its index format, with silent payments as
+    /// `silent_payments` says, and that it is for `network`.
     ///
     /// # Errors
-    /// When the input is not a snapshot, or one of another format or
-    /// network; on read errors.
-    pub fn open(mut input: R, network: &str) -> Result<SnapshotReader<R>> {
+    /// When the input is not a snapshot, or one of another format (or
+    /// `silent_payments` setting) or network; on read errors.
+    pub fn open(mut input: R, network: &str, silent_payments: bool) -> Result<SnapshotReader<R>> {
         let read_err = |source| Error::File {
             path: PathBuf::from("(snapshot input)"),
             source,
@@ -324,10 +330,20 @@ impl<R: Read> SnapshotReader<R> {
         let manifest: Manifest = serde_json::from_slice(&json)
             .map_err(|e| refused(format!("the manifest is damaged: {e}")))?;
 
-        let tag = osprey_core::to_hex(&schema_tag());
+        let tag = osprey_core::to_hex(&schema_tag(silent_payments));
         if manifest.index_format != SCHEMA_VERSION || manifest.format_tag != tag {
+            let other_setting = osprey_core::to_hex(&schema_tag(!silent_payments));
+            let advice = if manifest.format_tag == other_setting {
+                format!(
+                    "it was built with silent_payments {}, this configuration has it {}",
+                    on_off(!silent_payments),
+                    on_off(silent_payments)
+                )
+            } else {
+                "export it again with this release".to_string()
+            };
             return Err(refused(format!(
-                "the snapshot has index format {} ({}), this build reads format {SCHEMA_VERSION} ({tag}): export it again with this release",
+                "the snapshot has index format {} ({}), this build reads format {SCHEMA_VERSION} ({tag}): {advice}",
                 manifest.index_format, manifest.format_tag
             )));
         }
@@ -349,6 +365,7 @@ impl<R: Read> SnapshotReader<R> {
         Ok(SnapshotReader {
             manifest,
             rest: input,
+            silent_payments,
         })
     }
 
@@ -373,7 +390,11 @@ impl<R: Read> SnapshotReader<R> {
     }
 
     fn unpack_into(self, dir: &Path) -> Result<Manifest> {
-        let SnapshotReader { manifest, rest } = self;
+        let SnapshotReader {
+            manifest,
+            rest,
+            silent_payments,
+        } = self;
         let rocksdb_dir = dir.join(ROCKSDB_DIR);
         std::fs::create_dir(&rocksdb_dir).map_err(file_err(&rocksdb_dir))?;
         let mut expected: HashMap<&str, &FileEntry> = manifest
@@ -422,7 +443,11 @@ impl<R: Read> SnapshotReader<R> {
                 .and_then(|d| d.sync_all())
                 .map_err(file_err(synced))?;
         }
-        let store = Store::open(dir, &manifest.network, crate::StoreConfig::default())?;
+        let config = crate::StoreConfig {
+            silent_payments,
+            ..crate::StoreConfig::default()
+        };
+        let store = Store::open(dir, &manifest.network, config)?;
         let tip = store.tip();
         if tip != Some((Height(manifest.tip_height), manifest.tip_hash)) {
             return Err(refused(format!(

@@ -61,6 +61,7 @@ fn blocks(
                 txids,
                 tx_ends,
                 rows,
+                sp: Vec::new(),
             }
         })
         .collect()
@@ -354,6 +355,14 @@ fn bulk_load_defers_compaction_then_hands_over() {
     assert_eq!(store.digest().unwrap(), plain.digest().unwrap());
 }
 
+/// `store` exported as a snapshot (`scratch` is the export's scratch
+/// directory): the archive and its manifest.
+fn exported(store: &Store, scratch: &Path) -> (Vec<u8>, snapshot::Manifest) {
+    let mut archive = Vec::new();
+    let manifest = store.export_snapshot(scratch, &mut archive).unwrap();
+    (archive, manifest)
+}
+
 /// A snapshot of an index whose last batches are still only in memtables
 /// (written without the WAL) unpacks into the same index: same tip, same
 /// digest. The exported store goes on working.
@@ -364,13 +373,10 @@ fn snapshot_round_trip_equals_the_original() {
     let chain = blocks(0, 12, None, 0, 0);
     store.apply(&chain[..6], true, Height(0)).unwrap();
     store.apply(&chain[6..], false, Height(0)).unwrap();
-    let mut archive = Vec::new();
-    let manifest = store
-        .export_snapshot(&dir.path().join("scratch"), &mut archive)
-        .unwrap();
+    let (archive, manifest) = exported(&store, &dir.path().join("scratch"));
     assert_eq!(manifest.tip_height, 11);
     assert_eq!(manifest.network, "regtest");
-    let reader = snapshot::SnapshotReader::open(archive.as_slice(), "regtest").unwrap();
+    let reader = snapshot::SnapshotReader::open(archive.as_slice(), "regtest", false).unwrap();
     assert_eq!(reader.manifest(), &manifest);
     let unpacked = dir.path().join("b");
     reader.unpack(&unpacked).unwrap();
@@ -396,10 +402,7 @@ fn snapshot_paths_outside_the_index_are_refused() {
     store
         .apply(&blocks(0, 3, None, 0, 0), true, Height(0))
         .unwrap();
-    let mut archive = Vec::new();
-    let manifest = store
-        .export_snapshot(&dir.path().join("scratch"), &mut archive)
-        .unwrap();
+    let (_, manifest) = exported(&store, &dir.path().join("scratch"));
     let rebuild = |manifest: &snapshot::Manifest, extra: Option<&str>| {
         let mut builder = tar::Builder::new(Vec::new());
         let json = serde_json::to_vec(manifest).unwrap();
@@ -427,15 +430,16 @@ fn snapshot_paths_outside_the_index_are_refused() {
             bytes: 3,
             sha256: String::new(),
         });
-        let err = snapshot::SnapshotReader::open(rebuild(&listed, None).as_slice(), "regtest")
-            .err()
-            .expect("refused");
+        let err =
+            snapshot::SnapshotReader::open(rebuild(&listed, None).as_slice(), "regtest", false)
+                .err()
+                .expect("refused");
         assert!(err.to_string().contains("no index file"), "{evil}: {err}");
     }
     let mut empty = manifest.clone();
     empty.files.clear();
     let unlisted = rebuild(&empty, Some("rocksdb/extra"));
-    let reader = snapshot::SnapshotReader::open(unlisted.as_slice(), "regtest").unwrap();
+    let reader = snapshot::SnapshotReader::open(unlisted.as_slice(), "regtest", false).unwrap();
     let target = dir.path().join("b");
     let err = reader.unpack(&target).unwrap_err();
     assert!(err.to_string().contains("does not list"), "{err}");
@@ -510,4 +514,292 @@ fn a_transaction_ending_past_three_bytes_is_refused_and_nothing_is_written() {
     store.apply(&next, true, Height(2)).unwrap();
     let (_, start, len) = store.tx_span(TxNum(5)).unwrap().unwrap();
     assert_eq!(start + len, (1 << 24) - 1);
+}
+
+fn sp_config() -> StoreConfig {
+    StoreConfig {
+        silent_payments: true,
+        ..StoreConfig::default()
+    }
+}
+
+/// Made-up record bytes of block `h` on `fork` (the store never parses
+/// them): every third block has none, the others 1 to 5 bytes.
+fn sp_bytes(h: u32, fork: u8) -> Vec<u8> {
+    if h.is_multiple_of(3) {
+        Vec::new()
+    } else {
+        vec![(h as u8) ^ fork.wrapping_mul(0x40); 1 + (h % 5) as usize]
+    }
+}
+
+/// `blocks`, with silent-payment records.
+fn sp_blocks(
+    from: u32,
+    len: u32,
+    prev: Option<BlockHash>,
+    fork: u8,
+    first_tx: u64,
+) -> Vec<IndexedBlock> {
+    let mut chain = blocks(from, len, prev, fork, first_tx);
+    for block in &mut chain {
+        block.sp = sp_bytes(block.height.0, fork);
+    }
+    chain
+}
+
+/// Every block's records as `sp_records` reads them one block at a time.
+fn sp_by_block(store: &Store) -> Vec<Vec<u8>> {
+    let blocks = store.tip().map_or(0, |(h, _)| h.0 + 1);
+    (0..blocks)
+        .map(|h| store.sp_records(Height(h), Height(h), 0).unwrap().bytes)
+        .collect()
+}
+
+#[test]
+fn silent_payment_records_read_back_by_block_and_by_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), "regtest", sp_config()).unwrap();
+    assert!(store.silent_payments());
+    let chain = sp_blocks(0, 10, None, 0, 0);
+    store.apply(&chain[..4], false, Height(0)).unwrap();
+    store.apply(&chain[4..], true, Height(0)).unwrap();
+    let expected: Vec<Vec<u8>> = (0..10).map(|h| sp_bytes(h, 0)).collect();
+    assert_eq!(sp_by_block(&store), expected);
+
+    // All of it: blocks 1..=8 with records, positioned in the bytes.
+    let all = store.sp_records(Height(0), Height(9), u64::MAX).unwrap();
+    assert_eq!(all.bytes, expected.concat());
+    assert_eq!((all.start, all.end, all.range_end), (0, 18, 18));
+    assert_eq!(all.next_height, Height(10));
+    assert!(all.done);
+    assert_eq!(
+        all.blocks.iter().map(|b| b.height.0).collect::<Vec<_>>(),
+        [1, 2, 4, 5, 7, 8]
+    );
+    for block in &all.blocks {
+        let h = block.height.0;
+        assert_eq!(all.bytes[block.records.clone()], sp_bytes(h, 0));
+        assert_eq!(block.first_tx_num, TxNum(2 * u64::from(h)));
+        assert_eq!(block.hash, chain[h as usize].header.block_hash());
+    }
+    // A budget stops after the block that passes it: blocks 2 (3 bytes)
+    // and 3 (none) fit in 4, block 4 (5 bytes) passes it and is read whole.
+    let part = store.sp_records(Height(2), Height(8), 4).unwrap();
+    assert_eq!(part.blocks.len(), 2);
+    assert_eq!((part.start, part.end, part.range_end), (2, 10, 18));
+    assert_eq!(part.next_height, Height(5));
+    assert!(!part.done);
+    // Empty ranges and ranges past the tip read nothing.
+    let none = store.sp_records(Height(3), Height(3), 100).unwrap();
+    assert!(none.blocks.is_empty() && none.bytes.is_empty());
+    assert_eq!(none.next_height, Height(4));
+    assert!(none.done);
+    let past = store.sp_records(Height(10), Height(20), 100).unwrap();
+    assert_eq!(
+        (past.start, past.range_end, past.next_height, past.done),
+        (18, 18, Height(10), true)
+    );
+    assert_eq!(
+        store.sp_records(Height(12), Height(20), 100).unwrap(),
+        SpRecords {
+            next_height: Height(12),
+            done: true,
+            ..SpRecords::default()
+        }
+    );
+    let names: Vec<_> = store.footprint().iter().map(|p| p.name).collect();
+    assert!(
+        names.ends_with(&["spoffsets.dat", "sptweaks.dat"]),
+        "{names:?}"
+    );
+    let sp_part = store.footprint().pop().unwrap();
+    assert_eq!((sp_part.bytes, sp_part.records), (18, 18));
+}
+
+#[test]
+fn silent_payment_files_follow_rollbacks_and_reopens() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let reorged = Store::open(a.path(), "regtest", sp_config()).unwrap();
+    let fresh = Store::open(b.path(), "regtest", sp_config()).unwrap();
+    let main = sp_blocks(0, 8, None, 0, 0);
+    reorged.apply(&main, true, Height(0)).unwrap();
+    let before = reorged.digest().unwrap();
+    reorged.rollback_to(Height(4)).unwrap();
+    assert_eq!(
+        std::fs::metadata(a.path().join("spoffsets.dat"))
+            .unwrap()
+            .len(),
+        5 * 8
+    );
+    assert_eq!(
+        std::fs::metadata(a.path().join("sptweaks.dat"))
+            .unwrap()
+            .len(),
+        (0..5).map(|h| sp_bytes(h, 0).len() as u64).sum::<u64>()
+    );
+    let fork = sp_blocks(5, 4, Some(main[4].header.block_hash()), 1, 10);
+    reorged.apply(&fork, true, Height(0)).unwrap();
+    assert_ne!(reorged.digest().unwrap(), before);
+
+    fresh
+        .apply(&sp_blocks(0, 5, None, 0, 0), true, Height(0))
+        .unwrap();
+    fresh.apply(&fork, true, Height(0)).unwrap();
+    assert_eq!(reorged.digest().unwrap(), fresh.digest().unwrap());
+    assert_eq!(sp_by_block(&reorged)[6], sp_bytes(6, 1));
+    drop(reorged);
+    let reopened = Store::open(a.path(), "regtest", sp_config()).unwrap();
+    assert_eq!(reopened.digest().unwrap(), fresh.digest().unwrap());
+    assert_eq!(sp_by_block(&reopened), sp_by_block(&fresh));
+}
+
+/// The records enter the digest: two indexes that differ only in them
+/// differ in digest, and an index without them keeps its old digest.
+#[test]
+fn the_digest_covers_the_records() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let with = Store::open(dirs[0].path(), "regtest", sp_config()).unwrap();
+    let other = Store::open(dirs[1].path(), "regtest", sp_config()).unwrap();
+    let without = Store::open(dirs[2].path(), "regtest", StoreConfig::default()).unwrap();
+    let chain = sp_blocks(0, 5, None, 0, 0);
+    with.apply(&chain, true, Height(0)).unwrap();
+    let mut changed = sp_blocks(0, 5, None, 0, 0);
+    changed[4].sp[0] ^= 1;
+    other.apply(&changed, true, Height(0)).unwrap();
+    without
+        .apply(&blocks(0, 5, None, 0, 0), true, Height(0))
+        .unwrap();
+    let digests = [&with, &other, &without].map(|s| s.digest().unwrap());
+    assert_ne!(digests[0], digests[1]);
+    assert_ne!(digests[0], digests[2]);
+    // Records offered to an index without silent payments are refused.
+    let err = without
+        .apply(
+            &sp_blocks(5, 1, without.tip().map(|t| t.1), 0, 10),
+            true,
+            Height(0),
+        )
+        .err()
+        .unwrap();
+    assert!(matches!(err, Error::Corrupt(_)), "{err}");
+}
+
+#[test]
+fn silent_payment_files_ahead_are_cut_and_short_ones_refused() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let chain = sp_blocks(0, 6, None, 0, 0);
+    let digest = {
+        let store = Store::open(dir.path(), "regtest", sp_config()).unwrap();
+        store.apply(&chain[..5], true, Height(0)).unwrap();
+        store.digest().unwrap()
+    };
+    let path = |name: &str| dir.path().join(name);
+    let len = |name: &str| std::fs::metadata(path(name)).unwrap().len();
+    let (offsets, tweaks) = (len("spoffsets.dat"), len("sptweaks.dat"));
+    // A crash after the files were written, before the tip.
+    for (name, extra) in [("spoffsets.dat", 8 * 2), ("sptweaks.dat", 7)] {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(path(name))
+            .unwrap();
+        f.write_all(&vec![0xAB; extra]).unwrap();
+    }
+    {
+        let store = Store::open(dir.path(), "regtest", sp_config()).unwrap();
+        assert_eq!(
+            (len("spoffsets.dat"), len("sptweaks.dat")),
+            (offsets, tweaks)
+        );
+        assert_eq!(store.digest().unwrap(), digest);
+        store.apply(&chain[5..], true, Height(0)).unwrap();
+        assert_eq!(sp_by_block(&store)[5], sp_bytes(5, 0));
+    }
+    // Files shorter than the tip: damage, refused.
+    for (name, keep) in [("sptweaks.dat", tweaks - 1), ("spoffsets.dat", 8 * 3)] {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path(name))
+            .unwrap();
+        file.set_len(keep).unwrap();
+        let err = Store::open(dir.path(), "regtest", sp_config())
+            .err()
+            .unwrap();
+        assert!(matches!(err, Error::Corrupt(_)), "{name}: {err}");
+    }
+}
+
+/// The setting is part of the format: an index is refused by a
+/// configuration that has it the other way, with the error that makes
+/// `serve` rebuild it; without it the tag is exactly the old one.
+#[test]
+fn the_silent_payments_setting_is_part_of_the_format() {
+    assert_eq!(schema_tag(false).len(), 9);
+    assert_eq!(schema_tag(true), [schema_tag(false), vec![0x01]].concat());
+    for built_with in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |silent_payments| StoreConfig {
+            silent_payments,
+            ..StoreConfig::default()
+        };
+        drop(Store::open(dir.path(), "regtest", config(built_with)).unwrap());
+        let err = Store::open(dir.path(), "regtest", config(!built_with))
+            .err()
+            .unwrap();
+        assert!(matches!(err, Error::Schema { .. }), "{err}");
+        assert!(err.to_string().contains("--reindex"), "{err}");
+        let sp_files = ["spoffsets.dat", "sptweaks.dat"].map(|f| dir.path().join(f).exists());
+        assert_eq!(sp_files, [built_with; 2]);
+        assert!(Store::open(dir.path(), "regtest", config(built_with)).is_ok());
+    }
+}
+
+#[test]
+fn snapshot_round_trip_keeps_the_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("a"), "regtest", sp_config()).unwrap();
+    store
+        .apply(&sp_blocks(0, 9, None, 0, 0), true, Height(0))
+        .unwrap();
+    let (archive, manifest) = exported(&store, &dir.path().join("scratch"));
+    let listed: Vec<_> = manifest.files.iter().map(|f| f.path.as_str()).collect();
+    assert!(listed.contains(&"spoffsets.dat") && listed.contains(&"sptweaks.dat"));
+    // A configuration without silent payments refuses it before writing.
+    let err = snapshot::SnapshotReader::open(archive.as_slice(), "regtest", false)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("silent_payments on"), "{err}");
+    let reader = snapshot::SnapshotReader::open(archive.as_slice(), "regtest", true).unwrap();
+    let unpacked = dir.path().join("b");
+    reader.unpack(&unpacked).unwrap();
+    let imported = Store::open(&unpacked, "regtest", sp_config()).unwrap();
+    assert_eq!(imported.digest().unwrap(), store.digest().unwrap());
+    assert_eq!(sp_by_block(&imported), sp_by_block(&store));
+    // And `remove_index` removes them with the rest.
+    drop(imported);
+    let removed = remove_index(&unpacked).unwrap();
+    assert!(removed.contains(&unpacked.join("sptweaks.dat")));
+    assert!(!unpacked.exists());
+}
+
+#[test]
+fn funding_at_finds_exactly_the_funding_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    store
+        .apply(&blocks(0, 6, None, 0, 0), true, Height(0))
+        .unwrap();
+    // Block h's first transaction (tx_num 2h) pays script h % 3; its second
+    // spends from that script without paying it.
+    for h in 0..6u64 {
+        let paid = script((h % 3) as u8);
+        assert!(store.funding_at(&paid, TxNum(2 * h)).unwrap(), "block {h}");
+        assert!(!store.funding_at(&paid, TxNum(2 * h + 1)).unwrap());
+        let other = script(((h + 1) % 3) as u8);
+        assert!(!store.funding_at(&other, TxNum(2 * h)).unwrap());
+    }
+    assert!(!store.funding_at(&script(9), TxNum(0)).unwrap());
+    assert!(!store.funding_at(&script(0), TxNum(40)).unwrap());
 }

@@ -71,6 +71,12 @@ impl Store {
                     block.height
                 )));
             }
+            if !self.config.silent_payments && !block.sp.is_empty() {
+                return Err(Error::Corrupt(format!(
+                    "block {} comes with silent-payment records, which this index does not keep",
+                    block.height
+                )));
+            }
             history_rows.extend(&block.rows);
             // The undo record: the distinct script buckets the block wrote
             // rows under (rollback finds the rows from them).
@@ -127,6 +133,8 @@ impl Store {
                 .iter()
                 .flat_map(|b| b.tx_ends.iter().copied())
                 .collect(),
+            sp_records: blocks.iter().flat_map(|b| b.sp.iter().copied()).collect(),
+            sp_block_bytes: blocks.iter().map(|b| b.sp.len() as u64).collect(),
             batch,
         })
     }
@@ -152,21 +160,25 @@ impl Store {
             blocks,
             txids,
             tx_ends,
+            sp_records,
+            sp_block_bytes,
             mut batch,
         } = prepared;
         let Some(&(last_height, last_header, _, _)) = blocks.last() else {
             return Ok(());
         };
-        let (mut next_height, mut tx_count) = {
+        let (mut next_height, mut tx_count, mut sp_offset) = {
             let chain = self.chain();
             (
                 chain.headers.len() as u32,
                 chain.tx_counts.last().copied().unwrap_or(0),
+                chain.sp_offsets.last().copied().unwrap_or(0),
             )
         };
         let undo = self.db.cf_handle(CF_UNDO).expect("undo cf");
         let meta = self.db.cf_handle(CF_META).expect("meta cf");
         let mut new_counts = Vec::with_capacity(blocks.len());
+        let mut new_sp_offsets = Vec::new();
         {
             let mut files = self.files.write().expect("files lock poisoned");
             for &(height, header, first_tx_num, txs) in &blocks {
@@ -184,13 +196,28 @@ impl Store {
             for end in &tx_ends {
                 files.txends.append(&end.to_le_bytes()[..crate::TX_END_LEN]);
             }
+            if let Some(sp) = &mut files.sp {
+                sp.tweaks.append(&sp_records);
+                for bytes in &sp_block_bytes {
+                    sp_offset += bytes;
+                    sp.offsets.append(&sp_offset.to_le_bytes());
+                    new_sp_offsets.push(sp_offset);
+                }
+            }
             // The flat files must be durable before the tip that covers them.
             let res = files
                 .headers
                 .flush_and_sync()
                 .and_then(|()| files.txcounts.flush_and_sync())
                 .and_then(|()| files.txids.flush_and_sync())
-                .and_then(|()| files.txends.flush_and_sync());
+                .and_then(|()| files.txends.flush_and_sync())
+                .and_then(|()| match &mut files.sp {
+                    Some(sp) => sp
+                        .tweaks
+                        .flush_and_sync()
+                        .and_then(|()| sp.offsets.flush_and_sync()),
+                    None => Ok(()),
+                });
             if let Err(source) = res {
                 return Err(Error::File {
                     path: self.path.clone(),
@@ -230,6 +257,7 @@ impl Store {
             chain.hashes.push(header.block_hash());
             chain.tx_counts.push(count);
         }
+        chain.sp_offsets.extend(new_sp_offsets);
         Ok(())
     }
 
@@ -239,7 +267,7 @@ impl Store {
     /// # Errors
     /// When a block's undo data was pruned, or on I/O or database errors.
     pub fn rollback_to(&self, height: Height) -> Result<()> {
-        let (tip, first_removed_tx) = {
+        let (tip, first_removed_tx, sp_bytes_kept) = {
             let chain = self.chain();
             let Some(tip) = chain.headers.len().checked_sub(1) else {
                 return Ok(());
@@ -247,7 +275,11 @@ impl Store {
             if height.as_usize() >= tip {
                 return Ok(());
             }
-            (tip as u32, chain.tx_counts[height.as_usize()])
+            (
+                tip as u32,
+                chain.tx_counts[height.as_usize()],
+                chain.sp_offsets.get(height.as_usize()).copied(),
+            )
         };
         let total = self.tx_count();
         let history = self.db.cf_handle(CF_HISTORY).expect("history cf");
@@ -317,29 +349,37 @@ impl Store {
         opts.set_sync(true);
         self.db.write_opt(batch, &opts)?;
 
-        // The new tip is committed; now cut the files back to it. A crash
-        // before this point is repaired by `open` in the same way.
+        // The new tip is committed: first the in-memory chain follows it,
+        // so that no reader sizes a read by blocks about to be cut from the
+        // files (a silent-payment scan reads under the chain's lock, see
+        // `Store::sp_records`), then the files are cut back to it. A crash
+        // before the cut is repaired by `open` in the same way.
         let blocks = u64::from(height.0) + 1;
         {
-            let mut files = self.files.write().expect("files lock poisoned");
-            let res = files
-                .headers
-                .truncate(blocks)
-                .and_then(|()| files.txcounts.truncate(blocks))
-                .and_then(|()| files.txids.truncate(first_removed_tx))
-                .and_then(|()| files.txends.truncate(first_removed_tx));
-            if let Err(source) = res {
-                return Err(Error::File {
-                    path: self.path.clone(),
-                    source,
-                });
-            }
+            let mut chain = self.chain.write().expect("chain lock poisoned");
+            chain.headers.truncate(blocks as usize);
+            chain.hashes.truncate(blocks as usize);
+            chain.tx_counts.truncate(blocks as usize);
+            chain.sp_offsets.truncate(blocks as usize);
         }
-        let mut chain = self.chain.write().expect("chain lock poisoned");
-        chain.headers.truncate(blocks as usize);
-        chain.hashes.truncate(blocks as usize);
-        chain.tx_counts.truncate(blocks as usize);
-        Ok(())
+        let mut files = self.files.write().expect("files lock poisoned");
+        let res = files
+            .headers
+            .truncate(blocks)
+            .and_then(|()| files.txcounts.truncate(blocks))
+            .and_then(|()| files.txids.truncate(first_removed_tx))
+            .and_then(|()| files.txends.truncate(first_removed_tx))
+            .and_then(|()| match (&mut files.sp, sp_bytes_kept) {
+                (Some(sp), Some(kept)) => sp
+                    .offsets
+                    .truncate(blocks)
+                    .and_then(|()| sp.tweaks.truncate(kept)),
+                _ => Ok(()),
+            });
+        res.map_err(|source| Error::File {
+            path: self.path.clone(),
+            source,
+        })
     }
 }
 

@@ -188,6 +188,7 @@ impl State {
                 exchanges: 2,
                 reuse_percent: 15,
                 profile: Profile::Synthetic,
+                silent_payments_ppm: 0,
             },
             signatures: Signatures::Real,
         })

@@ -11,7 +11,7 @@ use osprey_chaingen::{
     generate, read_blocks, Config, Preset, Shape, Signatures, CHECKED_TAIL_BLOCKS,
 };
 use osprey_testenv::{BitcoindNode, BitcoindOptions, BtcdNode, ChainFixture, Node};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// 1. Generate `tiny` (past btcd's segwit activation at 432, so witness
 ///    spends of every kind are validated).
@@ -174,4 +174,65 @@ fn bitcoind_takes_placeholder_signatures_only_under_assumevalid() {
     let (height, hash) = node.tip().unwrap();
     assert_eq!(height, manifest.tip_height);
     assert_eq!(hash.to_string(), manifest.tip_hash);
+}
+
+/// Bitcoin Core takes a chain with silent payments (`tiny` with a fifth of
+/// the transfers that can pay one paying, most from P2PKH inputs before
+/// segwit, the rest from every kind after it): their outputs are ordinary
+/// taproot outputs of transactions signed as any other.
+#[test]
+fn bitcoind_accepts_a_chain_with_silent_payments() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        preset: "tiny".into(),
+        seed: 2,
+        shape: Shape {
+            silent_payments_ppm: 200_000,
+            ..Preset::Tiny.shape()
+        },
+        signatures: Signatures::Real,
+    };
+    let (manifest, _) = generate(config, dir.path(), &mut |_| {}).unwrap();
+    let payments: Vec<&osprey_chaingen::manifest::SilentPayment> = manifest
+        .silent_payments
+        .iter()
+        .flatten()
+        .flat_map(|receiver| &receiver.payments)
+        .collect();
+    assert!(payments.len() > 50, "{} payments", payments.len());
+    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions::default()) else {
+        return;
+    };
+    let done = submit_chain(
+        &dir.path().join("blocks"),
+        node.rpc(),
+        &SubmitLimits::default(),
+        &mut |_| {},
+    )
+    .unwrap_or_else(|e| panic!("Core rejected the chain: {e}"));
+    assert_eq!(done.submitted, manifest.tip_height);
+    let (height, hash) = node.tip().unwrap();
+    assert_eq!(
+        (height, hash.to_string()),
+        (manifest.tip_height, manifest.tip_hash.clone())
+    );
+    // The node has every paying transaction where the manifest says (Core
+    // keeps no transaction index: the block is named).
+    for payment in payments {
+        let block = &manifest.block_hashes[payment.height as usize];
+        let tx: Value = node
+            .rpc()
+            .call(
+                "getrawtransaction",
+                &[json!(payment.txid), json!(true), json!(block)],
+            )
+            .unwrap_or_else(|e| panic!("{} in {block}: {e}", payment.txid));
+        for output in &payment.outputs {
+            assert_eq!(
+                tx["vout"][output.vout as usize]["scriptPubKey"]["type"], "witness_v1_taproot",
+                "{}",
+                payment.txid
+            );
+        }
+    }
 }

@@ -9,6 +9,51 @@ use std::time::{Duration, Instant};
 use osprey_chaingen::Manifest;
 use osprey_testenv::Node;
 
+/// `osprey index --digest` on `db` (with the flags `extra`, e.g.
+/// `--silent-payments`): catches up to btcd's tip and returns `(height, tip
+/// hash, digest)`.
+pub fn index_digest(
+    node: &osprey_testenv::BtcdNode,
+    dir: &Path,
+    db: &Path,
+    extra: &[&str],
+) -> (u64, String, String) {
+    let (user, pass) = node.auth();
+    let rpc = node.rpc_addr().to_string();
+    let auth = format!("{user}:{pass}");
+    let db = db.display().to_string();
+    let mut args = vec![
+        "index",
+        "--network",
+        "regtest",
+        "--daemon-rpc-addr",
+        &rpc,
+        "--auth",
+        &auth,
+        "--db-dir",
+        &db,
+        "--log-filter",
+        "warn",
+        "--digest",
+    ];
+    args.extend_from_slice(extra);
+    let out = run_osprey(dir, &args, crate::common::SYNC_TIMEOUT, true);
+    let line: serde_json::Value = serde_json::from_str(out.stdout.trim())
+        .unwrap_or_else(|e| panic!("osprey index --digest printed {:?}: {e}", out.stdout));
+    (
+        line["height"].as_u64().expect("height"),
+        line["hash"].as_str().expect("hash").to_string(),
+        line["digest"].as_str().expect("digest").to_string(),
+    )
+}
+
+/// Bytes of silent-payment records in the regtest index under `db` (0
+/// without the file): a test that turns them on checks that its chain
+/// really has eligible transactions.
+pub fn sp_record_bytes(db: &Path) -> u64 {
+    std::fs::metadata(db.join("regtest").join("sptweaks.dat")).map_or(0, |m| m.len())
+}
+
 /// What a finished command printed.
 pub struct CommandOutput {
     pub status: ExitStatus,

@@ -130,6 +130,7 @@ pub fn chain() -> Chain {
             addresses,
         },
         placeholder_signatures: None,
+        silent_payments: None,
     };
     Chain {
         manifest,
