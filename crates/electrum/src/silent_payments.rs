@@ -269,6 +269,7 @@ pub fn subscribe(
         keys,
         address,
         (start, end),
+        tip,
         request.named,
     ))
 }
@@ -322,6 +323,10 @@ pub struct SpSubscription {
     /// from the last.
     pub start_height: Height,
     pub end_height: Height,
+    /// The tip when subscribed: live updates cover the blocks after it
+    /// (and after `end_height`). A range's end does not stop them, nor do
+    /// they fill in the blocks between it and this tip (Frigate's).
+    pub tip_height: Height,
     /// `{"address":...,"labels":[...],"start_height":...}`, exactly.
     pub text: Arc<str>,
     /// Whether notifications name their parameters (the subscribe did).
@@ -342,7 +347,8 @@ impl fmt::Debug for SpSubscription {
 /// address stands for the public keys; the secret is never compared).
 impl PartialEq for SpSubscription {
     fn eq(&self, other: &Self) -> bool {
-        (&self.text, self.end_height, self.named) == (&other.text, other.end_height, other.named)
+        (&self.text, self.end_height, self.tip_height, self.named)
+            == (&other.text, other.end_height, other.tip_height, other.named)
     }
 }
 
@@ -352,6 +358,7 @@ impl SpSubscription {
         keys: ScanKeys,
         address: String,
         (start_height, end_height): (Height, Height),
+        tip_height: Height,
         named: bool,
     ) -> SpSubscription {
         let labels: Vec<u32> = keys.labels().collect();
@@ -361,6 +368,7 @@ impl SpSubscription {
             address,
             start_height,
             end_height,
+            tip_height,
             text: text.into(),
             named,
         }
@@ -429,7 +437,13 @@ mod tests {
         };
         let keys = keys.scan_keys(&[5]).unwrap();
         let address = keys.address(bitcoin::Network::Bitcoin);
-        SpSubscription::new(keys, address, (Height(882_000), Height(890_000)), named)
+        SpSubscription::new(
+            keys,
+            address,
+            (Height(882_000), Height(890_000)),
+            Height(890_000),
+            named,
+        )
     }
 
     fn history() -> Vec<SpMatch> {

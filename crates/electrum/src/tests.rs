@@ -2294,14 +2294,19 @@ mod silent_payments {
             json!({
                 "scan_private_key": scan_key(3),
                 "spend_public_key": spend_key(3),
-                "start": "100-3000",
+                "start": "100-2000",
                 "labels": [1],
             }),
         ));
         let subscription = subscribe_effect(&out);
         assert_eq!(
-            (subscription.start_height, subscription.end_height),
-            (Height(100), Height(3000))
+            (
+                subscription.start_height,
+                subscription.end_height,
+                subscription.tip_height
+            ),
+            (Height(100), Height(2000), Height(3000)),
+            "the range, then the tip"
         );
         assert!(subscription.named, "notifications answer by name");
         let (code, message) = h.err(

@@ -517,8 +517,9 @@ impl Hub {
                     sub.page.push(found);
                 }
             }
+            let subscription = &sub.subscription;
             sub.phase = Phase::Live {
-                scanned_to: sub.subscription.end_height,
+                scanned_to: subscription.end_height.max(subscription.tip_height),
             };
             self.send_pages(&address, true, 1.0).await?;
             self.follow_one(&address, Mempool::Skip).await?;
@@ -843,7 +844,13 @@ mod tests {
 
     fn subscription(keys: ScanKeys, start: u32, end: u32) -> SpSubscription {
         let address = keys.address(bitcoin::Network::Regtest);
-        SpSubscription::new(keys, address, (Height(start), Height(end)), false)
+        SpSubscription::new(
+            keys,
+            address,
+            (Height(start), Height(end)),
+            Height(end),
+            false,
+        )
     }
 
     /// Returns once the hub has done all it can (paused clock: the sleep
@@ -1064,6 +1071,31 @@ mod tests {
             [(19, txid(19).to_string()), (20, txid(20).to_string())]
         );
         rig.nothing_more().await;
+    }
+
+    /// A range subscription scans its range, then follows the tip from
+    /// where it was at subscribe: blocks between the range's end and that
+    /// tip are not its own.
+    #[tokio::test(start_paused = true)]
+    async fn a_range_follows_the_tip_not_its_end() {
+        let mut rig = rig(10);
+        let keys = scan_keys("judy");
+        rig.backend.update(|s| {
+            s.sp_blocks.insert(4, vec![paying(&keys, 4)]);
+            s.sp_blocks.insert(8, vec![paying(&keys, 8)]);
+        });
+        let range = scan_keys("judy");
+        let address = range.address(bitcoin::Network::Regtest);
+        let subscription =
+            SpSubscription::new(range, address, (Height(2), Height(5)), Height(10), false);
+        assert!(rig.hub.send(HubInput::Subscribe(subscription)));
+        let v = rig.until_complete().await;
+        let all: Vec<_> = v.iter().flat_map(history).collect();
+        assert_eq!(all, [(4, txid(4).to_string())]);
+        rig.nothing_more().await;
+        let change = rig.mine(vec![paying(&keys, 11)]);
+        rig.change(change);
+        assert_eq!(history(&rig.next().await), [(11, txid(11).to_string())]);
     }
 
     /// Subscribing again starts the historical scan again, mempool
