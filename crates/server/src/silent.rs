@@ -1098,6 +1098,30 @@ mod tests {
         assert_eq!(history(&rig.next().await), [(11, txid(11).to_string())]);
     }
 
+    /// After the change feed lagged, a following subscription catches up
+    /// on everything: new blocks and the whole mempool, nothing twice.
+    #[tokio::test(start_paused = true)]
+    async fn a_lagged_feed_catches_up_on_blocks_and_the_whole_mempool() {
+        let mut rig = rig(10);
+        let keys = scan_keys("kate");
+        rig.backend
+            .update(|s| s.sp_mempool = vec![paying(&keys, 60)]);
+        assert!(rig
+            .hub
+            .send(HubInput::Subscribe(subscription(scan_keys("kate"), 0, 10))));
+        rig.until_complete().await;
+        // Missed: a block paying us, and a mempool payment.
+        rig.mine(vec![paying(&keys, 11)]);
+        rig.backend.update(|s| s.sp_mempool.push(paying(&keys, 61)));
+        assert!(rig.hub.send(HubInput::Resync));
+        let v = rig.next().await;
+        assert_eq!(
+            history(&v),
+            [(11, txid(11).to_string()), (0, txid(61).to_string())]
+        );
+        rig.nothing_more().await;
+    }
+
     /// Subscribing again starts the historical scan again, mempool
     /// included, with its own notifications to 1.0.
     #[tokio::test(start_paused = true)]
