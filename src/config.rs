@@ -54,6 +54,8 @@ pub struct Config {
     pub reply_bytes_max: usize,
     pub batch_requests_max: usize,
     pub subscriptions_per_session_max: usize,
+    pub sp_labels_max: usize,
+    pub sp_subscriptions_per_session_max: usize,
     pub sessions_max: usize,
     pub reorg_depth_max: u32,
     pub poll_interval_ms: u64,

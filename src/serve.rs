@@ -424,6 +424,8 @@ pub fn run_server(
         reply_bytes_max: config.reply_bytes_max,
         batch_requests_max: config.batch_requests_max,
         subscriptions_per_session_max: config.subscriptions_per_session_max,
+        sp_labels_max: config.sp_labels_max,
+        sp_subscriptions_per_session_max: config.sp_subscriptions_per_session_max,
         sessions_max: config.sessions_max,
         client_memory_bytes_max: config.client_memory_bytes_max,
         sessions_per_ip_max: config.sessions_per_ip_max,

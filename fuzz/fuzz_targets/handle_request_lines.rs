@@ -52,6 +52,11 @@ fn dispatcher() -> &'static Dispatcher {
             pong_len_max: 64,
             reply_bytes_max: REPLY_BYTES_MAX,
             subscription_budget: None,
+            silent_payments: osprey_electrum::SilentPaymentsConfig {
+                network: bitcoin::Network::Regtest,
+                labels_max: 3,
+                subscriptions_per_session_max: 2,
+            },
         };
         Dispatcher::new(Arc::new(backend), config)
     })

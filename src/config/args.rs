@@ -68,6 +68,13 @@ pub struct ConfigArgs {
     /// Script-hash subscriptions per session [default: 50000]
     #[arg(long, env = "OSPREY_SUBSCRIPTIONS_PER_SESSION_MAX")]
     pub subscriptions_per_session_max: Option<usize>,
+    /// Labels one silent-payments subscription may scan besides the change
+    /// label [default: 10]
+    #[arg(long, env = "OSPREY_SP_LABELS_MAX")]
+    pub sp_labels_max: Option<usize>,
+    /// Silent-payment addresses one session may subscribe [default: 10]
+    #[arg(long, env = "OSPREY_SP_SUBSCRIPTIONS_PER_SESSION_MAX")]
+    pub sp_subscriptions_per_session_max: Option<usize>,
     /// Concurrent client sessions [default: 1000]
     #[arg(long, env = "OSPREY_SESSIONS_MAX")]
     pub sessions_max: Option<usize>,

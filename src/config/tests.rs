@@ -100,6 +100,8 @@ fn resolved_default(config: &Config, key: &str) -> Option<String> {
         "reply_bytes_max" => config.reply_bytes_max.to_string(),
         "batch_requests_max" => config.batch_requests_max.to_string(),
         "subscriptions_per_session_max" => config.subscriptions_per_session_max.to_string(),
+        "sp_labels_max" => config.sp_labels_max.to_string(),
+        "sp_subscriptions_per_session_max" => config.sp_subscriptions_per_session_max.to_string(),
         "sessions_max" => config.sessions_max.to_string(),
         "reorg_depth_max" => config.reorg_depth_max.to_string(),
         "poll_interval_ms" => config.poll_interval_ms.to_string(),
@@ -240,6 +242,11 @@ fn settings_agree_with_the_readme() {
     assert_eq!(defaults.line_bytes_max, limits.line_bytes_max);
     assert_eq!(defaults.batch_requests_max, limits.batch_requests_max);
     assert_eq!(defaults.sessions_per_ip_max, limits.sessions_per_ip_max);
+    assert_eq!(defaults.sp_labels_max, limits.sp_labels_max);
+    assert_eq!(
+        defaults.sp_subscriptions_per_session_max,
+        limits.sp_subscriptions_per_session_max
+    );
 }
 
 #[test]

@@ -68,6 +68,13 @@ pub(super) fn validate(settings: ConfigArgs) -> anyhow::Result<Config> {
                 .subscriptions_per_session_max
                 .unwrap_or(limits.subscriptions_per_session_max),
         )?,
+        sp_labels_max: settings.sp_labels_max.unwrap_or(limits.sp_labels_max),
+        sp_subscriptions_per_session_max: positive(
+            "sp_subscriptions_per_session_max",
+            settings
+                .sp_subscriptions_per_session_max
+                .unwrap_or(limits.sp_subscriptions_per_session_max),
+        )?,
         sessions_max: positive(
             "sessions_max",
             settings.sessions_max.unwrap_or(limits.sessions_max),

@@ -5,7 +5,7 @@
 //! |--------|---------------------------------|------|
 //! | -32700 | `Parse`                         | the line is not JSON (or not UTF-8); id is null |
 //! | -32600 | `InvalidRequest`                | not a request object, empty batch, bad `jsonrpc`/`id`/`method` |
-//! | -32601 | `MethodNotFound`                | unknown method (named in the message) |
+//! | -32601 | `MethodNotFound`, `MethodUnavailable` | unknown method (named in the message), or one this server does not serve (silent payments without their index), with why |
 //! | -32602 | `InvalidParams`                 | wrong type, bad hex, wrong length, negative height, unknown name... |
 //! | -32603 | `Internal`                      | a bug or a database error on our side |
 //! | -101   | `LimitExceeded`                 | line, batch or subscription limit (aiorpcx's "excessive resource usage") |
@@ -35,6 +35,9 @@ pub enum RpcError {
     InvalidRequest(String),
     #[error("unknown method \"{0}\"")]
     MethodNotFound(String),
+    /// A method of the protocol this server does not serve as configured.
+    #[error("unknown method \"{method}\": {why}")]
+    MethodUnavailable { method: String, why: String },
     #[error("invalid params: {0}")]
     InvalidParams(String),
     #[error("{0}")]
@@ -69,7 +72,7 @@ impl RpcError {
         match self {
             RpcError::Parse(_) => -32700,
             RpcError::InvalidRequest(_) => -32600,
-            RpcError::MethodNotFound(_) => -32601,
+            RpcError::MethodNotFound(_) | RpcError::MethodUnavailable { .. } => -32601,
             RpcError::InvalidParams(_) => -32602,
             RpcError::Internal(_) => -32603,
             RpcError::LimitExceeded(_) => -101,

@@ -3,6 +3,7 @@
 //! `osprey_answers`' types, no database and no node. Not for production.
 
 use bitcoin::hashes::{sha256d, Hash};
+use bitcoin::secp256k1::{PublicKey, Secp256k1, SecretKey};
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_answers::{
     height_at_time, Backend, Balance, Error, HistoryEntry, OutpointAnswer, RecentTx, SpChunk,
@@ -71,6 +72,9 @@ pub struct FakeState {
     pub sp_mempool: Vec<FakeSpTx>,
     /// Counts `sp_scan` calls.
     pub sp_scan_calls: usize,
+    /// `sp_scan` waits at this gate, once counted: a test can hold scans
+    /// in the middle of their work.
+    pub sp_scan_gate: Option<Arc<Gate>>,
 }
 
 /// An eligible transaction, as the fake's silent-payment scans see it.
@@ -82,10 +86,66 @@ pub struct FakeSpTx {
     pub output_keys: Vec<[u8; 32]>,
 }
 
+/// Secret key made from `seed` (valid for any seed but with probability
+/// 2^-128).
+fn made_up_secret(seed: &str) -> SecretKey {
+    let hash = bitcoin::hashes::sha256::Hash::hash(seed.as_bytes());
+    SecretKey::from_slice(hash.as_byte_array()).expect("a hash is a valid key")
+}
+
+/// A receiver's keys made up from `name`, scanning the change label only.
+pub fn made_up_scan_keys(name: &str) -> ScanKeys {
+    let spend = PublicKey::from_secret_key(
+        &Secp256k1::signing_only(),
+        &made_up_secret(&format!("{name} spend")),
+    );
+    ScanKeys::new(made_up_secret(&format!("{name} scan")), spend, []).expect("made-up keys derive")
+}
+
+/// The txid of made-up transaction `n`.
+pub fn made_up_txid(n: u32) -> Txid {
+    Txid::from_raw_hash(sha256d::Hash::hash(&n.to_le_bytes()))
+}
+
 impl FakeSpTx {
+    /// Made-up eligible transaction `n`, paying `keys` its first output
+    /// (`k = 0`, unlabelled).
+    pub fn paying(keys: &ScanKeys, n: u32) -> FakeSpTx {
+        let tweak = made_up_tweak(n);
+        let candidates = keys
+            .first_output_candidates(&tweak)
+            .expect("made-up keys derive");
+        FakeSpTx {
+            txid: made_up_txid(n),
+            tweak,
+            output_keys: vec![candidates.keys()[0]],
+        }
+    }
+
+    /// Made-up eligible transaction `n`, paying no one.
+    pub fn decoy(n: u32) -> FakeSpTx {
+        FakeSpTx {
+            txid: made_up_txid(n),
+            tweak: made_up_tweak(n),
+            output_keys: vec![[7; 32]],
+        }
+    }
+
     fn matches(&self, keys: &ScanKeys, height: u32) -> Option<SpMatch> {
         SpMatch::if_paid(keys, &self.tweak, &self.output_keys, height, self.txid)
     }
+}
+
+/// The tweak data of made-up transaction `n`.
+fn made_up_tweak(n: u32) -> TweakData {
+    let sum = PublicKey::from_secret_key(
+        &Secp256k1::signing_only(),
+        &made_up_secret(&format!("input key sum {n}")),
+    );
+    let mut xy = [0u8; 64];
+    xy.copy_from_slice(&sum.serialize_uncompressed()[1..]);
+    let input_hash = made_up_secret(&format!("input hash {n}")).secret_bytes();
+    TweakData::from_bytes(&xy, &input_hash).expect("a valid point and scalar")
 }
 
 /// A gate threads wait at until a test opens it.
@@ -426,9 +486,16 @@ impl Backend for FakeBackend {
         records_max: usize,
     ) -> Result<SpChunk, Error> {
         self.sp_enabled_or_refused()?;
+        let gate = {
+            let mut state = self.lock();
+            state.sp_scan_calls += 1;
+            state.sp_scan_gate.clone()
+        };
+        if let Some(gate) = gate {
+            gate.wait();
+        }
         let to = to.min(self.tip().0);
-        let mut state = self.lock();
-        state.sp_scan_calls += 1;
+        let state = self.lock();
         let block_len = |height: u32| state.sp_blocks.get(&height).map_or(0, Vec::len);
         let mut chunk = SpChunk {
             next: from,

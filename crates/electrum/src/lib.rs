@@ -6,7 +6,7 @@
 //! Layout: `jsonrpc` (envelope) → `request` (the method table, typed
 //! `Request`) → `dispatch` (runs a line for a `session`) → the families
 //! `server`, `headers`, `scripthash`, `outpoint`, `transaction`, `mempool`,
-//! `fee`, which
+//! `fee`, `silent_payments`, which
 //! ask an `osprey_answers::Backend` (implemented by `osprey_query::Query`,
 //! and by the in-memory fake for tests) and shape JSON. The answers' types
 //! and the error are `osprey_answers`', so this crate builds without the
@@ -27,6 +27,7 @@ pub mod request;
 pub mod scripthash;
 pub mod server;
 pub mod session;
+pub mod silent_payments;
 pub mod transaction;
 pub mod version;
 
@@ -38,6 +39,7 @@ pub use error::RpcError;
 pub use request::{Request, ScriptForm, ScriptKey, METHODS};
 pub use server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};
 pub use session::{SessionState, SubscriptionBudget};
+pub use silent_payments::{SilentPaymentsConfig, SpSubscription};
 pub use version::ProtocolVersion;
 
 #[cfg(test)]

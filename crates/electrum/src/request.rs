@@ -5,6 +5,7 @@
 use crate::error::RpcError;
 use crate::jsonrpc::Params;
 use crate::params::ParamReader;
+use crate::silent_payments::{self, SpKeys, SpSubscribeRequest, SP_SUBSCRIBE, SP_UNSUBSCRIBE};
 use crate::version::ProtocolVersion;
 use bitcoin::{OutPoint, Txid};
 use osprey_core::{Height, ScriptHash};
@@ -19,7 +20,7 @@ pub const OUTPOINT_SUBSCRIBE: &str = "blockchain.outpoint.subscribe";
 
 /// Every method [`Request::parse`] knows, for per-method metrics (a test
 /// checks this list against the table).
-pub const METHODS: [&str; 36] = [
+pub const METHODS: [&str; 38] = [
     "server.version",
     "server.banner",
     "server.donation_address",
@@ -56,6 +57,8 @@ pub const METHODS: [&str; 36] = [
     "mempool.get_fee_histogram",
     "mempool.get_info",
     "mempool.recent",
+    SP_SUBSCRIBE,
+    SP_UNSUBSCRIBE,
 ];
 
 /// How a client named a script: by script hash (up to 1.6), or by the
@@ -177,6 +180,10 @@ pub enum Request {
     MempoolGetInfo,
     /// `mempool.recent` (1.7).
     MempoolRecent,
+    /// `blockchain.silentpayments.subscribe` (Frigate's protocol, at every
+    /// version). `Debug` never shows the scan key.
+    SilentPaymentsSubscribe(SpSubscribeRequest),
+    SilentPaymentsUnsubscribe(SpKeys),
 }
 
 /// `estimatesmartfee` modes we pass to the node (a fixed list, so clients
@@ -409,6 +416,12 @@ impl Request {
                 since_1_7()?;
                 none(R::MempoolRecent)
             }
+            SP_SUBSCRIBE => {
+                silent_payments::parse_subscribe(params).map(R::SilentPaymentsSubscribe)
+            }
+            SP_UNSUBSCRIBE => {
+                silent_payments::parse_unsubscribe(params).map(R::SilentPaymentsUnsubscribe)
+            }
             other => Err(RpcError::MethodNotFound(other.to_string())),
         }
     }
@@ -495,6 +508,8 @@ mod tests {
             SCRIPTHASH_SUBSCRIBE,
             SCRIPTPUBKEY_SUBSCRIBE,
             OUTPOINT_SUBSCRIBE,
+            SP_SUBSCRIBE,
+            SP_UNSUBSCRIBE,
         ]);
         named.sort_unstable();
         let mut listed = METHODS.to_vec();

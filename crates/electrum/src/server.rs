@@ -249,7 +249,10 @@ pub fn version(info: &ServerInfo, negotiated: ProtocolVersion) -> Value {
 /// `hash_function` (a script is named by its script, and "the
 /// notifications use script hash", always sha256); the draft's
 /// `method_flavours` was postponed and is not part of 1.7.
-pub fn features(info: &ServerInfo, protocol: ProtocolVersion) -> Value {
+/// `silent_payments` adds Frigate's key, `"silent_payments": [0]` (the
+/// BIP-352 protocol versions served), at every version: Sparrow asks for
+/// it before it calls `blockchain.silentpayments.*`.
+pub fn features(info: &ServerInfo, protocol: ProtocolVersion, silent_payments: bool) -> Value {
     let hosts: Map<String, Value> = info
         .hosts
         .iter()
@@ -265,6 +268,9 @@ pub fn features(info: &ServerInfo, protocol: ProtocolVersion) -> Value {
     });
     if !protocol.is_1_7_or_later() {
         features["hash_function"] = json!("sha256");
+    }
+    if silent_payments {
+        features["silent_payments"] = json!([0]);
     }
     features
 }
@@ -328,8 +334,8 @@ mod tests {
 
     #[test]
     fn features_have_every_mandatory_key() {
-        let f17 = features(&info(), ProtocolVersion::V1_7);
-        let f = features(&info(), ProtocolVersion::V1_6);
+        let f17 = features(&info(), ProtocolVersion::V1_7, false);
+        let f = features(&info(), ProtocolVersion::V1_6, false);
         assert_eq!(f17.get("hash_function"), None, "gone in 1.7");
         assert_eq!(f17.get("method_flavours"), None, "not part of 1.7");
         let mut without_hash_function = f.clone();
@@ -354,6 +360,14 @@ mod tests {
         assert_eq!(f["hash_function"], "sha256");
         assert!(f["pruning"].is_null());
         assert_eq!(f["hosts"], json!({}));
+        assert_eq!(f.get("silent_payments"), None);
+        for protocol in [ProtocolVersion::V1_6, ProtocolVersion::V1_7] {
+            let with = features(&info(), protocol, true);
+            assert_eq!(with["silent_payments"], json!([0]));
+            let mut without = with.clone();
+            without.as_object_mut().unwrap().remove("silent_payments");
+            assert_eq!(without, features(&info(), protocol, false));
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::error::RpcError;
 use crate::request::{ScriptForm, ScriptKey};
 use crate::version::{self, ProtocolVersion};
 use bitcoin::OutPoint;
-use osprey_core::{ByteBudget, Charge, ScriptHash};
+use osprey_core::{ByteBudget, Charge, Height, ScriptHash};
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -29,6 +29,9 @@ pub struct SessionState {
     outpoints: HashSet<OutPoint>,
     /// Scripts (in each form) and outpoints: what the limit counts.
     subscription_count: usize,
+    /// Silent-payment subscriptions by address, with the start height the
+    /// client was last told.
+    silent: HashMap<String, Height>,
     /// This session's subscriptions, charged to the server's client memory
     /// budget at [`SUBSCRIPTION_BYTES`] each (none in tests that have no
     /// budget), and what they must leave free of it.
@@ -43,6 +46,12 @@ pub struct SessionState {
 /// and the notifier's registry entry. Measured: 400,000 subscriptions
 /// raised the server's RSS by ~250 bytes each.
 pub const SUBSCRIPTION_BYTES: usize = 256;
+
+/// What one silent-payments subscription may hold while it scans
+/// (docs/silent-payments.md, 3.6): its keys and up to 11 label points
+/// (under 1 KB), a page of 100 entries waiting to be sent (about 20 KB of
+/// text), and the records of one scan chunk (at most 256 KiB).
+pub const SP_SUBSCRIPTION_BYTES: usize = 288 * 1024;
 
 /// Where subscriptions are charged: the server's client memory budget, of
 /// which they leave `keep_free` bytes for requests and replies in flight
@@ -189,10 +198,23 @@ impl SessionState {
         Ok(true)
     }
 
+    /// What `scripts` subscriptions (scripts and outpoints) and `silent`
+    /// silent-payment ones are charged.
+    fn held_bytes(scripts: usize, silent: usize) -> usize {
+        scripts * SUBSCRIPTION_BYTES + silent * SP_SUBSCRIPTION_BYTES
+    }
+
     /// Charges the budget for one subscription more than the session holds.
     fn charge_one_more(&mut self) -> Result<(), RpcError> {
+        self.charge(Self::held_bytes(
+            self.subscription_count + 1,
+            self.silent.len(),
+        ))
+    }
+
+    /// Charges the budget `bytes` for the session's subscriptions.
+    fn charge(&mut self, bytes: usize) -> Result<(), RpcError> {
         if let Some((charge, keep_free)) = &mut self.subscription_charge {
-            let bytes = (self.subscription_count + 1) * SUBSCRIPTION_BYTES;
             if !charge.resize_keeping_free(bytes, *keep_free) {
                 return Err(RpcError::ServerBusy(
                     "the server holds as many subscriptions as its memory budget allows; \
@@ -206,9 +228,55 @@ impl SessionState {
 
     /// Gives back the charge of subscriptions the session no longer holds.
     fn recharge(&mut self) {
+        let bytes = Self::held_bytes(self.subscription_count, self.silent.len());
         if let Some((charge, _)) = &mut self.subscription_charge {
-            charge.resize(self.subscription_count * SUBSCRIPTION_BYTES);
+            charge.resize(bytes);
         }
+    }
+
+    /// Records a silent-payments subscription to `address` from `start`,
+    /// returning the start height to answer: the lower of `start` and that
+    /// of an earlier subscription to the address (coverage is never
+    /// narrowed).
+    ///
+    /// # Errors
+    /// `InvalidParams` when a new address would pass `max` (Frigate's
+    /// wording and code); `ServerBusy` when the server's client memory
+    /// budget is spent.
+    pub fn subscribe_silent(
+        &mut self,
+        address: &str,
+        start: Height,
+        max: usize,
+    ) -> Result<Height, RpcError> {
+        if let Some(told) = self.silent.get_mut(address) {
+            *told = (*told).min(start);
+            return Ok(*told);
+        }
+        if self.silent.len() >= max {
+            return Err(RpcError::InvalidParams(format!(
+                "subscription limit reached ({max}) for this connection"
+            )));
+        }
+        self.charge(Self::held_bytes(
+            self.subscription_count,
+            self.silent.len() + 1,
+        ))?;
+        self.silent.insert(address.to_string(), start);
+        Ok(start)
+    }
+
+    /// Forgets a silent-payments subscription, returning whether it existed.
+    pub fn unsubscribe_silent(&mut self, address: &str) -> bool {
+        let removed = self.silent.remove(address).is_some();
+        if removed {
+            self.recharge();
+        }
+        removed
+    }
+
+    pub fn silent_subscription_count(&self) -> usize {
+        self.silent.len()
     }
 
     /// Removes an outpoint subscription, returning whether it existed.

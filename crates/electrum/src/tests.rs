@@ -40,6 +40,11 @@ fn config() -> DispatchConfig {
         subscription_budget: None,
         subscriptions_per_session_max: 2,
         pong_len_max: 64,
+        silent_payments: crate::SilentPaymentsConfig {
+            network: bitcoin::Network::Regtest,
+            labels_max: 3,
+            subscriptions_per_session_max: 2,
+        },
     }
 }
 
@@ -1987,4 +1992,418 @@ fn outpoint_methods_answer_in_the_1_7_shapes_at_1_7_only() {
             Effect::OutpointUnsubscribed { outpoint: c }
         ] if *a == funded && *c == spent
     ));
+}
+
+/// Silent payments (docs/silent-payments.md, 1.2-1.4) against the fake
+/// with its index on.
+mod silent_payments {
+    use super::*;
+    use crate::session::{SubscriptionBudget, SP_SUBSCRIPTION_BYTES};
+    use crate::silent_payments::{SP_SUBSCRIBE, SP_UNSUBSCRIBE};
+    use bitcoin::secp256k1::{PublicKey, Secp256k1, SecretKey};
+    use osprey_core::ByteBudget;
+
+    /// The hex of secret key `i` (any small `i` is a valid key).
+    fn scan_key(i: u8) -> String {
+        let mut bytes = [0u8; 32];
+        bytes[31] = i;
+        hex::encode(bytes)
+    }
+
+    fn spend_key(i: u8) -> String {
+        let mut bytes = [0u8; 32];
+        bytes[0] = 0x42;
+        bytes[31] = i;
+        let secret = SecretKey::from_slice(&bytes).unwrap();
+        PublicKey::from_secret_key(&Secp256k1::new(), &secret).to_string()
+    }
+
+    fn enabled(h: Harness) -> Harness {
+        h.backend.update(|s| s.sp_enabled = true);
+        h
+    }
+
+    fn subscribe_effect(out: &Outcome) -> &crate::SpSubscription {
+        match out.effects.as_slice() {
+            [Effect::SilentPaymentsSubscribed(subscription)] => subscription,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn call_line(method: &str, params: Value) -> String {
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string()
+    }
+
+    /// `server.features` has `"silent_payments": [0]` exactly when the
+    /// backend keeps the index, at every version.
+    #[test]
+    fn features_announce_silent_payments_only_with_the_index() {
+        for version in ["1.4", "1.6", "1.7"] {
+            let mut h = Harness::at(version);
+            assert_eq!(
+                h.ok("server.features", json!([])).get("silent_payments"),
+                None
+            );
+            let mut h = enabled(Harness::at(version));
+            assert_eq!(
+                h.ok("server.features", json!([]))["silent_payments"],
+                json!([0])
+            );
+        }
+    }
+
+    #[test]
+    fn without_the_index_both_methods_are_unknown() {
+        let mut h = Harness::new();
+        for (method, params) in [
+            (SP_SUBSCRIBE, json!([scan_key(1), spend_key(1), 0, []])),
+            // Even malformed parameters: the method itself is unknown.
+            (SP_SUBSCRIBE, json!(["zz"])),
+            (SP_UNSUBSCRIBE, json!([scan_key(1), spend_key(1)])),
+        ] {
+            let (code, message) = h.err(method, params);
+            assert_eq!(code, -32601);
+            assert_eq!(
+                message,
+                format!("unknown method \"{method}\": this server keeps no silent payments index")
+            );
+        }
+    }
+
+    /// Every error row of 1.2 with its code and message.
+    #[test]
+    fn every_parameter_error_has_its_code_and_message() {
+        let mut h = enabled(Harness::new());
+        let (scan, spend) = (scan_key(1), spend_key(1));
+        let order = "fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141";
+        let scan_error = "invalid params: scan_private_key must be a 32-byte secret key in hex";
+        let spend_error = "invalid params: spend_public_key must be a compressed public key in hex";
+        let start_error = "invalid params: start must be a height, a Unix time or \"FROM-TO\"";
+        let labels_error = "invalid params: labels must be integers from 0 to 4294967295";
+        let uncompressed = {
+            let key: PublicKey = spend.parse().unwrap();
+            hex::encode(key.serialize_uncompressed())
+        };
+        let cases = [
+            (json!([]), scan_error.to_string()),
+            (json!([7, spend]), scan_error.into()),
+            (json!([&scan[..62], spend]), scan_error.into()),
+            (json!([scan.replace('0', "g"), spend]), scan_error.into()),
+            (json!(["00".repeat(32), spend]), scan_error.into()),
+            (json!([order, spend]), scan_error.into()),
+            (json!([format!("{scan}00"), spend]), scan_error.into()),
+            (json!([scan]), spend_error.into()),
+            (json!([scan, &spend[2..]]), spend_error.into()),
+            (
+                json!([scan, format!("04{}", &spend[2..])]),
+                spend_error.into(),
+            ),
+            (
+                json!([scan, format!("02{}", "00".repeat(32))]),
+                spend_error.into(),
+            ),
+            (json!([scan, uncompressed]), spend_error.into()),
+            (json!([scan, spend, -1]), start_error.into()),
+            (json!([scan, spend, 1.5]), start_error.into()),
+            (json!([scan, spend, true]), start_error.into()),
+            (json!([scan, spend, [1, 2]]), start_error.into()),
+            (
+                json!([scan, spend, "abc"]),
+                "invalid params: start range \"abc\" must be two decimal heights, \"FROM-TO\""
+                    .into(),
+            ),
+            (
+                json!([scan, spend, "5-"]),
+                "invalid params: start range \"5-\" must be two decimal heights, \"FROM-TO\""
+                    .into(),
+            ),
+            (
+                json!([scan, spend, "-5-7"]),
+                "invalid params: start range \"-5-7\" must be two decimal heights, \"FROM-TO\""
+                    .into(),
+            ),
+            (
+                json!([scan, spend, "7-5"]),
+                "invalid params: start range \"7-5\": FROM is above TO".into(),
+            ),
+            (
+                json!([scan, spend, "10-3001"]),
+                "invalid params: start range \"10-3001\": TO is above the tip (3000)".into(),
+            ),
+            (json!([scan, spend, 0, [-1]]), labels_error.into()),
+            (json!([scan, spend, 0, [1.5]]), labels_error.into()),
+            (json!([scan, spend, 0, ["1"]]), labels_error.into()),
+            (
+                json!([scan, spend, 0, [4_294_967_296u64]]),
+                labels_error.into(),
+            ),
+            (json!([scan, spend, 0, 5]), labels_error.into()),
+            (
+                json!([scan, spend, 0, [1, 2, 3, 4]]),
+                "invalid params: at most 3 labels".into(),
+            ),
+            (
+                json!([scan, spend, 0, [], "more"]),
+                "invalid params: expected at most 4 parameters (scan_private_key, \
+                 spend_public_key, start, labels), got 5"
+                    .into(),
+            ),
+        ];
+        for (params, want) in cases {
+            let (code, message) = h.err(SP_SUBSCRIBE, params.clone());
+            assert_eq!(
+                (code, message.as_str()),
+                (-32602, want.as_str()),
+                "{params}"
+            );
+            assert!(!message.contains(&scan), "no message repeats the key");
+        }
+        assert_eq!(h.state.silent_subscription_count(), 0);
+        for (params, want) in [
+            (json!([scan]), spend_error),
+            (json!(["1"]), scan_error),
+            (json!({"scan_private_key": scan}), spend_error),
+        ] {
+            assert_eq!(h.err(SP_UNSUBSCRIBE, params), (-32602, want.to_string()));
+        }
+        // The largest label, 0 and duplicates are fine: 0 is always scanned.
+        let r = h.ok(
+            SP_SUBSCRIBE,
+            json!([scan, spend, 0, [4_294_967_295u64, 0, 3, 3, 1]]),
+        );
+        assert_eq!(r["labels"], json!([0, 1, 3, 4_294_967_295u64]));
+    }
+
+    /// A connection holds at most `subscriptions_per_session_max` addresses;
+    /// subscribing one again does not count, unsubscribing makes room.
+    #[test]
+    fn the_subscription_limit_counts_addresses() {
+        let mut h = enabled(Harness::new());
+        for i in [1, 2, 1, 2] {
+            h.ok(SP_SUBSCRIBE, json!([scan_key(i), spend_key(i)]));
+        }
+        let (code, message) = h.err(SP_SUBSCRIBE, json!([scan_key(3), spend_key(3)]));
+        assert_eq!(
+            (code, message.as_str()),
+            (
+                -32602,
+                "invalid params: subscription limit reached (2) for this connection"
+            )
+        );
+        h.ok(SP_UNSUBSCRIBE, json!([scan_key(1), spend_key(1)]));
+        h.ok(SP_SUBSCRIBE, json!([scan_key(3), spend_key(3)]));
+        // Script subscriptions have a limit of their own.
+        h.ok("blockchain.scripthash.subscribe", json!([SH]));
+    }
+
+    /// A subscription the client memory budget cannot hold is refused
+    /// with -102, as other subscriptions are.
+    #[test]
+    fn the_memory_budget_bounds_subscriptions() {
+        let keep_free = 1000;
+        let budget = ByteBudget::new(keep_free + SP_SUBSCRIPTION_BYTES + 10);
+        let config = DispatchConfig {
+            subscription_budget: Some(SubscriptionBudget {
+                budget: Arc::clone(&budget),
+                keep_free,
+            }),
+            ..config()
+        };
+        let mut h = enabled(Harness::with_config(config));
+        h.state = h.dispatcher.new_session("127.0.0.1".parse().unwrap());
+        h.ok(SP_SUBSCRIBE, json!([scan_key(1), spend_key(1)]));
+        let (code, _) = h.err(SP_SUBSCRIBE, json!([scan_key(2), spend_key(2)]));
+        assert_eq!(code, -102);
+        h.ok(SP_UNSUBSCRIBE, json!([scan_key(1), spend_key(1)]));
+        h.ok(SP_SUBSCRIBE, json!([scan_key(2), spend_key(2)]));
+    }
+
+    /// The result has exactly `address`, `labels` and `start_height`, in
+    /// that order, and is the text the notifications repeat.
+    #[test]
+    fn the_result_is_the_subscription_text() {
+        let mut h = enabled(Harness::new());
+        let out = h.line(&call_line(
+            SP_SUBSCRIBE,
+            json!([scan_key(1), spend_key(1), 120, [7]]),
+        ));
+        let response = out.response.clone().unwrap();
+        let subscription = subscribe_effect(&out);
+        assert!(
+            response.contains(&format!("\"result\":{}", subscription.text)),
+            "{response}"
+        );
+        let result: Value = serde_json::from_str(&subscription.text).unwrap();
+        let keys: Vec<&String> = result.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["address", "labels", "start_height"]);
+        assert!(subscription.text.starts_with("{\"address\":\"sprt1q"));
+        assert!(subscription
+            .text
+            .ends_with(",\"labels\":[0,7],\"start_height\":120}"));
+        assert_eq!(result["address"], subscription.address);
+        assert_eq!(subscription.address.len(), "sprt1q".len() + 112);
+        assert_eq!(
+            (subscription.start_height, subscription.end_height),
+            (Height(120), Height(3000))
+        );
+        assert!(!subscription.named);
+        assert_eq!(
+            subscription.keys.labels().collect::<Vec<_>>(),
+            [0, 7],
+            "the keys scan what the client was told"
+        );
+        // The address names the keys: another spend key, another address.
+        let other = h.ok(SP_SUBSCRIBE, json!([scan_key(1), spend_key(2)]));
+        assert_ne!(other["address"], result["address"]);
+        assert_eq!(other["labels"], json!([0]));
+        assert_eq!(other["start_height"], 0, "no start: height 0");
+    }
+
+    /// `start` as a time resolves through the headers' times (1.2.1), a
+    /// range covers exactly its heights, and parameters may come by name.
+    #[test]
+    fn start_as_time_range_or_by_name() {
+        let mut h = enabled(Harness::new());
+        const T0: u32 = 1_600_000_000;
+        h.backend.update(|s| {
+            for (height, header) in s.headers.iter_mut().enumerate() {
+                let time = T0 + 600 * height as u32;
+                header[68..72].copy_from_slice(&time.to_le_bytes());
+            }
+        });
+        // Times up to `start - 7200` cover heights 0..=10.
+        let start = u64::from(T0) + 7200 + 6000;
+        let out = h.line(&call_line(
+            SP_SUBSCRIBE,
+            json!([scan_key(1), spend_key(1), start]),
+        ));
+        let subscription = subscribe_effect(&out);
+        assert_eq!(
+            (subscription.start_height, subscription.end_height),
+            (Height(10), Height(3000))
+        );
+        // 499,999,999 is still a height.
+        let r = h.ok(
+            SP_SUBSCRIBE,
+            json!([scan_key(2), spend_key(2), 499_999_999]),
+        );
+        assert_eq!(r["start_height"], 499_999_999);
+        h.ok(SP_UNSUBSCRIBE, json!([scan_key(2), spend_key(2)]));
+        let out = h.line(&call_line(
+            SP_SUBSCRIBE,
+            json!({
+                "scan_private_key": scan_key(3),
+                "spend_public_key": spend_key(3),
+                "start": "100-2000",
+                "labels": [1],
+            }),
+        ));
+        let subscription = subscribe_effect(&out);
+        assert_eq!(
+            (
+                subscription.start_height,
+                subscription.end_height,
+                subscription.tip_height
+            ),
+            (Height(100), Height(2000), Height(3000)),
+            "the range, then the tip"
+        );
+        assert!(subscription.named, "notifications answer by name");
+        let (code, message) = h.err(
+            SP_SUBSCRIBE,
+            json!({"scan_private_key": scan_key(3), "spend_public_key": spend_key(3), "begin": 1}),
+        );
+        assert_eq!(code, -32602);
+        assert!(message.contains("unknown parameter \"begin\""), "{message}");
+    }
+
+    /// Subscribing again never narrows coverage: the lower start is
+    /// answered; the labels are the new request's; each is an effect (its
+    /// historical scan runs again).
+    #[test]
+    fn subscribing_again_keeps_the_lower_start() {
+        let mut h = enabled(Harness::new());
+        let (scan, spend) = (scan_key(1), spend_key(1));
+        for (start, labels, want) in [
+            (500, json!([1]), 500),
+            (100, json!([]), 100),
+            (900, json!([2]), 100),
+        ] {
+            let out = h.line(&call_line(
+                SP_SUBSCRIBE,
+                json!([scan, spend, start, labels]),
+            ));
+            let subscription = subscribe_effect(&out);
+            assert_eq!(subscription.start_height, Height(want));
+            let labels: Vec<u32> = subscription.keys.labels().collect();
+            let asked: Vec<u32> = serde_json::from_value(labels_of(&out)).unwrap();
+            assert_eq!(labels, asked);
+        }
+        assert_eq!(h.state.silent_subscription_count(), 1);
+    }
+
+    fn labels_of(out: &Outcome) -> Value {
+        let r: Value = serde_json::from_str(out.response.as_ref().unwrap()).unwrap();
+        r["result"]["labels"].clone()
+    }
+
+    /// Unsubscribe answers the address whether or not it was subscribed;
+    /// only a real unsubscription is an effect.
+    #[test]
+    fn unsubscribe_answers_the_address() {
+        let mut h = enabled(Harness::new());
+        let (scan, spend) = (scan_key(1), spend_key(1));
+        let address = h.ok(SP_SUBSCRIBE, json!([scan, spend]))["address"].clone();
+        let out = h.line(&call_line(
+            SP_UNSUBSCRIBE,
+            json!({"scan_private_key": scan, "spend_public_key": spend}),
+        ));
+        assert_eq!(
+            out.effects,
+            [Effect::SilentPaymentsUnsubscribed {
+                address: address.as_str().unwrap().to_string()
+            }]
+        );
+        let out = h.line(&call_line(SP_UNSUBSCRIBE, json!([scan, spend])));
+        assert!(out.effects.is_empty());
+        let r: Value = serde_json::from_str(&out.response.unwrap()).unwrap();
+        assert_eq!(r["result"], address);
+    }
+
+    /// A batch with a silent-payments call runs in order, so its effects
+    /// keep their order.
+    #[test]
+    fn a_batch_subscribes_in_order() {
+        let mut h = enabled(Harness::new());
+        let batch = json!([
+            {"id": 1, "method": SP_SUBSCRIBE, "params": [scan_key(1), spend_key(1)]},
+            {"id": 2, "method": SP_UNSUBSCRIBE, "params": [scan_key(1), spend_key(1)]},
+            {"id": 3, "method": "server.ping", "params": []},
+        ]);
+        let out = h.line(&batch.to_string());
+        assert!(matches!(
+            out.effects.as_slice(),
+            [
+                Effect::SilentPaymentsSubscribed(_),
+                Effect::SilentPaymentsUnsubscribed { .. }
+            ]
+        ));
+    }
+
+    /// Nothing prints the scan key: not a request's `Debug`, not an
+    /// effect's.
+    #[test]
+    fn debug_never_shows_the_scan_key() {
+        let mut h = enabled(Harness::new());
+        let scan = scan_key(0xab);
+        let params = crate::jsonrpc::Params::Positional(vec![json!(scan), json!(spend_key(1))]);
+        let request = crate::request::Request::parse(SP_SUBSCRIBE, &params, ProtocolVersion::V1_6);
+        let text = format!("{request:?}");
+        assert!(text.contains("SilentPaymentsSubscribe"), "{text}");
+        assert!(!text.contains(&scan), "{text}");
+        let out = h.line(&call_line(SP_SUBSCRIBE, json!([scan, spend_key(1)])));
+        let text = format!("{:?}", out.effects);
+        assert!(text.contains("sprt1q"), "{text}");
+        assert!(!text.contains(&scan), "{text}");
+    }
 }

@@ -9,7 +9,7 @@
 //! name and a few atomic adds, with no lock of ours.
 
 /// The handle types, for the crates that keep one.
-pub use prometheus::{IntCounter, IntGauge};
+pub use prometheus::{Counter, IntCounter, IntGauge};
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
@@ -37,6 +37,20 @@ pub struct Metrics {
     pub sessions: SessionMetrics,
     pub requests: RequestMetrics,
     pub process: ProcessMetrics,
+    pub silent_payments: SilentPaymentMetrics,
+}
+
+/// Silent-payment subscriptions and their scans (docs/silent-payments.md,
+/// 3.6). No label: nothing of a subscription (its address, its keys) is
+/// ever a metric's.
+pub struct SilentPaymentMetrics {
+    /// Subscriptions held, summed over sessions.
+    pub subscriptions: IntGauge,
+    pub records_scanned: IntCounter,
+    /// Time scan chunks held a handler slot.
+    pub scan_seconds: Counter,
+    /// Transactions reported to subscribers.
+    pub matches: IntCounter,
 }
 
 /// The index and the node: tips, lag, sync progress.
@@ -300,6 +314,27 @@ impl Metrics {
                 "Resident memory size in bytes",
             ),
         };
+        let silent_payments = SilentPaymentMetrics {
+            subscriptions: r.gauge(
+                "osprey_sp_subscriptions",
+                "Silent-payment subscriptions held, summed over sessions",
+            ),
+            records_scanned: r.counter(
+                "osprey_sp_records_scanned_total",
+                "Silent-payment records scanned for subscriptions",
+            ),
+            scan_seconds: r.register(
+                Counter::new(
+                    "osprey_sp_scan_seconds_total",
+                    "Time silent-payment scan chunks held a handler slot",
+                )
+                .expect("valid metric name"),
+            ),
+            matches: r.counter(
+                "osprey_sp_matches_total",
+                "Transactions reported to silent-payment subscribers",
+            ),
+        };
         Metrics {
             registry,
             index,
@@ -307,6 +342,7 @@ impl Metrics {
             sessions,
             requests,
             process,
+            silent_payments,
         }
     }
 

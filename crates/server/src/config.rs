@@ -126,6 +126,14 @@ pub struct Limits {
     /// may run before batches stop being spread over them (see `fair`).
     /// Default: the cores this process may use.
     pub worker_threads: usize,
+    /// Labels one silent-payments subscription may scan besides the change
+    /// label. Default 10 (Frigate's `maxLabels`); each costs a point
+    /// addition per scanned record (≈ 4% of the scan kernel).
+    pub sp_labels_max: usize,
+    /// Silent-payment addresses one connection may subscribe. Default 10
+    /// (Sparrow subscribes one per wallet); beyond, the subscribe gets
+    /// -32602, as from Frigate.
+    pub sp_subscriptions_per_session_max: usize,
 }
 
 impl Default for Limits {
@@ -145,6 +153,8 @@ impl Default for Limits {
             sessions_per_ip_max: 12,
             trusted_subnets: Subnet::LOOPBACK.to_vec(),
             worker_threads: std::thread::available_parallelism().map_or(1, usize::from),
+            sp_labels_max: 10,
+            sp_subscriptions_per_session_max: 10,
         }
     }
 }
@@ -166,7 +176,7 @@ impl Limits {
     /// # Errors
     /// `TooSmall` naming the first limit below its minimum.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(&'static str, u64, u64); 13] = [
+        let checks: [(&'static str, u64, u64); 14] = [
             ("line_bytes_max", 1024, self.line_bytes_max as u64),
             // Room for the largest answer of all: 2,016 headers as hex.
             ("reply_bytes_max", 1 << 20, self.reply_bytes_max as u64),
@@ -193,6 +203,11 @@ impl Limits {
             ),
             ("sessions_per_ip_max", 1, self.sessions_per_ip_max as u64),
             ("worker_threads", 1, self.worker_threads as u64),
+            (
+                "sp_subscriptions_per_session_max",
+                1,
+                self.sp_subscriptions_per_session_max as u64,
+            ),
         ];
         for (name, min, value) in checks {
             if value < min {

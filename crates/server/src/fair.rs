@@ -206,7 +206,7 @@ impl Scheduler {
     /// A scheduler of `slots` handler slots (at least one), which lets a
     /// line spread its batch over `batch_threads` while at most `cores`
     /// slots are held.
-    fn with_slots(
+    pub(crate) fn with_slots(
         slots: usize,
         cores: usize,
         batch_threads: Option<BatchThreads>,
@@ -232,7 +232,22 @@ impl Scheduler {
     /// [`GREEDY_COST_MICROS`]) also waits for one of the greedy slots.
     /// Cancel-safe: a slot handed to a waiter that went away is passed on.
     pub async fn acquire(self: &Arc<Self>, cost: u64) -> Slot {
-        let greedy = cost > GREEDY_COST_MICROS;
+        self.acquire_in_class(cost, cost > GREEDY_COST_MICROS).await
+    }
+
+    /// Waits for a slot for a chunk of a silent-payments scan, always in
+    /// the greedy class: however many scans run, they and the greedy
+    /// sessions hold at most [`Scheduler::greedy_slots`] slots, and an
+    /// ordinary line takes any other at once. Among greedy waiters the
+    /// chunk queues as if it came `scan_cost` microseconds later: the
+    /// scan cost of its session, kept apart from its request cost (a scan
+    /// is hours of slot time; charged to requests, it would disconnect
+    /// every scanning wallet). Cancel-safe, as [`Self::acquire`].
+    pub async fn acquire_scan(self: &Arc<Self>, scan_cost: u64) -> Slot {
+        self.acquire_in_class(scan_cost, true).await
+    }
+
+    async fn acquire_in_class(self: &Arc<Self>, cost: u64, greedy: bool) -> Slot {
         let waiting = {
             let mut queue = self.lock();
             if queue.has_room(greedy, self.slots, self.greedy_slots) {
@@ -326,6 +341,12 @@ impl Scheduler {
                 queue.give_back(greedy_first);
             }
         }
+    }
+
+    /// Greedy-class lines and scan chunks waiting for a slot.
+    #[cfg(test)]
+    pub(crate) fn greedy_waiting(&self) -> usize {
+        self.lock().waiting_greedy.len()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {

@@ -15,7 +15,8 @@
 //! transport), `fair` (handler slots, cheaper sessions' lines first, and
 //! the threads a batch may be spread over), `activity` (which session a
 //! full server closes for a newcomer),
-//! `notifier` (the single owner of the subscription registry),
+//! `notifier` (the single owner of the subscription registry), `silent`
+//! (a session's silent-payment subscriptions and their scans),
 //! `per_ip` (sessions per client address), `peers` (peer discovery: the
 //! peer list, its checks, our announcement). Every listener shares one set
 //! of limits, session permits, client memory budget and notifier.
@@ -35,6 +36,7 @@ mod outpoints;
 mod peers;
 mod per_ip;
 mod session;
+mod silent;
 mod tls;
 mod transport;
 
@@ -51,7 +53,9 @@ use fair::Scheduler;
 use notifier::Notifier;
 use osprey_answers::{Backend, Change};
 use osprey_core::ByteBudget;
-use osprey_electrum::{DispatchConfig, Dispatcher, RpcError, ServerInfo, SubscriptionBudget};
+use osprey_electrum::{
+    DispatchConfig, Dispatcher, RpcError, ServerInfo, SilentPaymentsConfig, SubscriptionBudget,
+};
 use osprey_metrics::Metrics;
 use peers::PeerList;
 use per_ip::PerIp;
@@ -224,6 +228,11 @@ impl Server {
                         budget: Arc::clone(&client_memory),
                         keep_free: limits.line_bytes_max + limits.reply_bytes_max,
                     }),
+                    silent_payments: SilentPaymentsConfig {
+                        network: config.network.bitcoin(),
+                        labels_max: limits.sp_labels_max,
+                        subscriptions_per_session_max: limits.sp_subscriptions_per_session_max,
+                    },
                 },
             )
             .with_peers(Arc::new(peer_list.clone()))
@@ -237,6 +246,12 @@ impl Server {
         );
         let (control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE_MAX);
         let processed = Arc::new(AtomicU64::new(0));
+        let silent = Arc::new(silent::HubContext {
+            backend: Arc::clone(&backend),
+            scheduler: Arc::clone(&scheduler),
+            client_memory: Arc::clone(&client_memory),
+            metrics: Arc::clone(&metrics),
+        });
         let notifier = Notifier::new(
             backend,
             changes,
@@ -258,6 +273,7 @@ impl Server {
             client_memory,
             metrics,
             scheduler,
+            silent,
         });
         let permits = Arc::new(Semaphore::new(limits.sessions_max));
         let per_ip = PerIp::new(limits.sessions_per_ip_max, limits.trusted_subnets.clone());

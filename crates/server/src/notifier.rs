@@ -13,6 +13,12 @@
 //! one outpoint status per watched outpoint whose script hash or funding
 //! txid it names.
 //!
+//! A session with silent-payment subscriptions has a hub (`silent`): the
+//! notifier hands it each change before any line of that change, and the
+//! session's lines, so that the hub queues them once it has scanned the
+//! changes before them (design 1.3, rule 7: the silent-payment
+//! notification that tells a wallet which scripts are its own goes first).
+//!
 //! Races: a session computes a subscription's status before the notifier
 //! hears of the subscription. Each change gets a sequence number; a session
 //! reads the last processed one (`seen`) before computing, and at
@@ -20,6 +26,7 @@
 //! processed after `seen` touched that script, so no update falls between.
 
 use crate::outpoints::Outpoints;
+use crate::silent::HubInput;
 use bitcoin::OutPoint;
 use osprey_answers::{Backend, Change, OutpointAnswer};
 use osprey_core::{ByteBudget, Charge, Height, ScriptHash, StatusHash};
@@ -49,6 +56,9 @@ pub(crate) struct SessionHandle {
     pub kick: Arc<Notify>,
     /// Queued lines are charged to this (the server's client memory).
     pub client_memory: Arc<ByteBudget>,
+    /// The session's silent-payments hub, once it has one: its lines go
+    /// there instead of to `tx`.
+    pub hub: Option<mpsc::Sender<HubInput>>,
 }
 
 /// A notification line waiting for its session to write it, charged to
@@ -57,6 +67,17 @@ pub(crate) struct SessionHandle {
 pub(crate) struct Queued {
     pub line: Arc<str>,
     _charge: Charge,
+}
+
+impl Queued {
+    /// `line`, charged to `budget`; `None` if the budget cannot hold it.
+    pub fn charged(line: Arc<str>, budget: &Arc<ByteBudget>) -> Option<Queued> {
+        let mut charge = Charge::new(budget);
+        charge.resize(line.len()).then_some(Queued {
+            line,
+            _charge: charge,
+        })
+    }
 }
 
 /// Messages from sessions to the notifier.
@@ -93,6 +114,12 @@ pub(crate) enum Control {
     UnsubscribeOutpoint {
         session: SessionId,
         outpoint: OutPoint,
+    },
+    /// The session has a silent-payments hub: from now on its changes and
+    /// lines go there.
+    AttachHub {
+        session: SessionId,
+        hub: mpsc::Sender<HubInput>,
     },
     Unregister {
         session: SessionId,
@@ -221,6 +248,8 @@ pub(crate) struct Notifier {
     outpoints: Outpoints,
     sessions: HashMap<SessionId, SessionEntry>,
     header_sessions: HashSet<SessionId>,
+    /// The sessions with a silent-payments hub, told of every change.
+    hubs: HashMap<SessionId, mpsc::Sender<HubInput>>,
     /// (session, script hash) pairs in `by_script`.
     subscriptions: usize,
     metrics: Arc<Metrics>,
@@ -230,23 +259,46 @@ pub(crate) struct Notifier {
 /// (then it is kicked: it closes rather than buffering without bound). A
 /// line shared by many sessions (a new header) is charged to each: the
 /// budget errs on the safe side.
+/// A session with a silent-payments hub has its lines go through the hub,
+/// whose queue is as bounded as the session's.
 fn push(handle: &SessionHandle, line: &Arc<str>) -> bool {
-    let mut charge = Charge::new(&handle.client_memory);
-    if !charge.resize(line.len()) {
+    let Some(queued) = Queued::charged(Arc::clone(line), &handle.client_memory) else {
         handle.kick.notify_one();
         return false;
-    }
-    let queued = Queued {
-        line: Arc::clone(line),
-        _charge: charge,
     };
-    match handle.tx.try_send(queued) {
+    let sent = match &handle.hub {
+        Some(hub) => hub.try_send(HubInput::Line(queued)).map_err(|e| e.into()),
+        None => handle.tx.try_send(queued).map_err(|e| e.into()),
+    };
+    kept_up(sent, &handle.kick)
+}
+
+/// Whether a message reached a session's queue: a full queue kicks the
+/// session (it closes rather than buffering without bound); a closed one
+/// means it is gone.
+fn kept_up(sent: Result<(), QueueError>, kick: &Notify) -> bool {
+    match sent {
         Ok(()) => true,
-        Err(mpsc::error::TrySendError::Full(_)) => {
-            handle.kick.notify_one();
+        Err(QueueError::Full) => {
+            kick.notify_one();
             false
         }
-        Err(mpsc::error::TrySendError::Closed(_)) => false,
+        Err(QueueError::Closed) => false,
+    }
+}
+
+/// Why a message did not reach a session's queue.
+enum QueueError {
+    Full,
+    Closed,
+}
+
+impl<T> From<mpsc::error::TrySendError<T>> for QueueError {
+    fn from(e: mpsc::error::TrySendError<T>) -> Self {
+        match e {
+            mpsc::error::TrySendError::Full(_) => QueueError::Full,
+            mpsc::error::TrySendError::Closed(_) => QueueError::Closed,
+        }
     }
 }
 
@@ -270,6 +322,7 @@ impl Notifier {
             outpoints: Outpoints::default(),
             sessions: HashMap::new(),
             header_sessions: HashSet::new(),
+            hubs: HashMap::new(),
             subscriptions: 0,
             metrics,
         }
@@ -297,9 +350,13 @@ impl Notifier {
                     None => break,
                 },
                 change = self.changes.recv(), if feed_open => match change {
-                    Ok(change) => self.handle_change(&change).await,
+                    Ok(change) => {
+                        self.tell_hubs(|| HubInput::Change(Arc::clone(&change)));
+                        self.handle_change(&change).await;
+                    }
                     Err(RecvError::Lagged(skipped)) => {
                         tracing::warn!(skipped, "change feed lagged: recomputing every subscribed status");
+                        self.tell_hubs(|| HubInput::Resync);
                         self.resync().await;
                     }
                     Err(RecvError::Closed) => {
@@ -308,6 +365,25 @@ impl Notifier {
                     }
                 },
             }
+        }
+    }
+
+    /// Hands every hub a change, before any line of it is queued.
+    fn tell_hubs(&mut self, input: impl Fn() -> HubInput) {
+        let mut gone = Vec::new();
+        for (id, hub) in &self.hubs {
+            let kick = self.sessions.get(id).map(|entry| &entry.handle.kick);
+            let sent = hub.try_send(input()).map_err(QueueError::from);
+            let kept = match kick {
+                Some(kick) => kept_up(sent, kick),
+                None => false,
+            };
+            if !kept {
+                gone.push(*id);
+            }
+        }
+        for id in gone {
+            self.drop_session(id);
         }
     }
 
@@ -616,6 +692,22 @@ impl Notifier {
                 }
                 self.outpoints.unsubscribe(session, &outpoint);
             }
+            Control::AttachHub { session, hub } => {
+                let Some(entry) = self.sessions.get_mut(&session) else {
+                    return;
+                };
+                // Every change from here on reaches the hub (before its
+                // lines); it learns where that starts.
+                if kept_up(
+                    hub.try_send(HubInput::Attached).map_err(QueueError::from),
+                    &entry.handle.kick,
+                ) {
+                    entry.handle.hub = Some(hub.clone());
+                    self.hubs.insert(session, hub);
+                } else {
+                    self.drop_session(session);
+                }
+            }
             Control::Unregister { session } => self.drop_session(session),
         }
     }
@@ -638,6 +730,7 @@ impl Notifier {
             self.outpoints.unsubscribe(session, &outpoint);
         }
         self.header_sessions.remove(&session);
+        self.hubs.remove(&session);
         self.count_subscriptions();
     }
 }
@@ -679,6 +772,7 @@ mod tests {
                 tx,
                 kick: Arc::clone(&kick),
                 client_memory: ByteBudget::new(usize::MAX),
+                hub: None,
             },
         })
         .await;

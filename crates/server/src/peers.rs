@@ -104,8 +104,10 @@ impl PeerList {
                 failures: 0,
             })
             .collect();
+        // What peers look at: hosts, versions, genesis (not silent payments,
+        // which only wallets ask about).
         let announcement =
-            (!info.hosts.is_empty()).then(|| server::features(info, ProtocolVersion::MIN));
+            (!info.hosts.is_empty()).then(|| server::features(info, ProtocolVersion::MIN, false));
         PeerList(Arc::new(PeerBook {
             book: Mutex::new(Book {
                 entries,

@@ -19,6 +19,7 @@ use crate::config::Limits;
 use crate::fair::{Scheduler, SessionCost, HARD_COST_MICROS};
 use crate::framer::Frame;
 use crate::notifier::{Control, Queued, SessionHandle, SessionId};
+use crate::silent::{HubContext, HubInput, SpHub};
 use crate::transport::Transport;
 use osprey_core::{ByteBudget, Charge};
 use osprey_electrum::{jsonrpc, Dispatcher, Effect, RpcError, SessionState};
@@ -43,6 +44,16 @@ pub(crate) struct SessionContext {
     pub metrics: Arc<Metrics>,
     /// Handler slots; a line waits for one behind cheaper sessions' lines.
     pub scheduler: Arc<Scheduler>,
+    /// What silent-payments hubs need (`silent`).
+    pub silent: Arc<HubContext>,
+}
+
+/// A session's silent-payments hub, started at its first subscription,
+/// and what it writes to.
+struct HubSlot {
+    hub: Option<SpHub>,
+    queue: mpsc::Sender<Queued>,
+    kick: Arc<Notify>,
 }
 
 /// A line's handling: the session's state back, the outcome, the
@@ -121,10 +132,16 @@ pub(crate) async fn run(
 ) {
     let (tx, rx) = mpsc::channel(ctx.limits.outgoing_queue_max);
     let kick = Arc::new(Notify::new());
+    let hub = HubSlot {
+        hub: None,
+        queue: tx.clone(),
+        kick: Arc::clone(&kick),
+    };
     let handle = SessionHandle {
         tx,
         kick: Arc::clone(&kick),
         client_memory: Arc::clone(&ctx.client_memory),
+        hub: None,
     };
     if ctx
         .control
@@ -150,6 +167,7 @@ pub(crate) async fn run(
         &ctx,
         rx,
         kick,
+        hub,
         &activity,
         shutdown,
     )
@@ -174,6 +192,9 @@ async fn serve(
     ctx: &SessionContext,
     mut notifications: mpsc::Receiver<Queued>,
     kick: Arc<Notify>,
+    // Dropped when the session ends, however it ends: with it go the
+    // subscriptions' scans and keys.
+    mut hub: HubSlot,
     activity: &SessionActivity,
     mut shutdown: watch::Receiver<bool>,
 ) -> End {
@@ -236,7 +257,7 @@ async fn serve(
                                         reply_len(&outcome).saturating_sub(expected),
                                     );
                                     if let Err(end) =
-                                        deliver(ctx, id, &mut writer, outcome, seen).await
+                                        deliver(ctx, id, &mut writer, outcome, seen, &mut hub).await
                                     {
                                         return end;
                                     }
@@ -308,7 +329,7 @@ async fn serve(
                 };
                 cost.charge(held, reply_len(&outcome).saturating_sub(expected));
                 state = Some(session_state);
-                if let Err(end) = deliver(ctx, id, &mut writer, outcome, seen).await {
+                if let Err(end) = deliver(ctx, id, &mut writer, outcome, seen, &mut hub).await {
                     return end;
                 }
                 if let Err(end) = close_if_greedy(&mut cost, &mut writer).await {
@@ -352,16 +373,19 @@ async fn serve(
 }
 
 /// Hands a line's effects to the notifier (in order; consecutive
-/// subscriptions as one message) and writes its response.
+/// subscriptions as one message) and to the silent-payments hub (started
+/// at the first subscription), and writes its response.
 async fn deliver(
     ctx: &SessionContext,
     id: SessionId,
     writer: &mut Writer<'_>,
     outcome: osprey_electrum::Outcome,
     seen: u64,
+    hub: &mut HubSlot,
 ) -> Result<(), End> {
     let mut subscriptions = Vec::new();
     let mut controls = Vec::new();
+    let mut hub_inputs = Vec::new();
     for effect in outcome.effects {
         let control = match effect {
             Effect::Subscribed { key, status } => {
@@ -380,6 +404,27 @@ async fn deliver(
                 session: id,
                 outpoint,
             },
+            Effect::SilentPaymentsSubscribed(subscription) => {
+                if hub.hub.is_none() {
+                    let started = SpHub::start(
+                        Arc::clone(&ctx.silent),
+                        hub.queue.clone(),
+                        Arc::clone(&hub.kick),
+                        ctx.limits.outgoing_queue_max,
+                    );
+                    controls.push(Control::AttachHub {
+                        session: id,
+                        hub: started.input(),
+                    });
+                    hub.hub = Some(started);
+                }
+                hub_inputs.push(HubInput::Subscribe(subscription));
+                continue;
+            }
+            Effect::SilentPaymentsUnsubscribed { address } => {
+                hub_inputs.push(HubInput::Unsubscribe(address));
+                continue;
+            }
         };
         if !subscriptions.is_empty() {
             let subscriptions = std::mem::take(&mut subscriptions);
@@ -422,6 +467,15 @@ async fn deliver(
     for control in controls {
         if ctx.control.send(control).await.is_err() {
             return Err(End::Shutdown);
+        }
+    }
+    // After the response: a hub's notifications follow it. A hub that
+    // cannot take these is one whose session does not keep up.
+    if let Some(started) = &hub.hub {
+        for input in hub_inputs {
+            if !started.send(input) {
+                return Err(End::TooSlow);
+            }
         }
     }
     if outcome.close {

@@ -1709,3 +1709,93 @@ async fn outpoint_statuses_are_pushed_when_they_change() {
     assert_eq!(r["result"], false);
     server.stop().await;
 }
+
+/// Silent payments over the wire, as Sparrow speaks them: the feature is
+/// announced; the subscribe's response comes before any notification,
+/// which repeats its result byte for byte; positional after a positional
+/// subscribe, named after a named one; and, live, the silent-payments
+/// notification of a block comes before the scripthash notification the
+/// same block causes.
+#[tokio::test(start_paused = true)]
+async fn silent_payments_are_served_in_order() {
+    use bitcoin::secp256k1::{PublicKey, Secp256k1, SecretKey};
+    use osprey_electrum::fake::{made_up_txid, FakeSpTx};
+    use osprey_sp::ScanKeys;
+
+    let server = TestServer::start(Limits::default(), 16).await;
+    let mut scan = [0u8; 32];
+    scan[31] = 5;
+    let spend =
+        PublicKey::from_secret_key(&Secp256k1::new(), &SecretKey::from_slice(&[9; 32]).unwrap());
+    let keys = ScanKeys::from_slices(&scan, &spend.serialize(), []).unwrap();
+    server.backend.update(|s| {
+        s.sp_blocks.insert(40, vec![FakeSpTx::paying(&keys, 40)]);
+        s.sp_blocks.insert(41, vec![FakeSpTx::decoy(41)]);
+        s.sp_mempool = vec![FakeSpTx::paying(&keys, 99)];
+    });
+    let mut c = server.client().await;
+    let features = c.call("server.features", json!([])).await;
+    assert_eq!(features["result"].get("silent_payments"), None, "off");
+    server.backend.update(|s| s.sp_enabled = true);
+    let features = c.call("server.features", json!([])).await;
+    assert_eq!(features["result"]["silent_payments"], json!([0]));
+
+    // Positional, as Sparrow sends it.
+    let params = json!([hex::encode(scan), spend.to_string(), 30, []]);
+    let r = c.call("blockchain.silentpayments.subscribe", params).await;
+    let result = r["result"].clone();
+    assert_eq!(result["start_height"], 30);
+    assert!(result["address"].as_str().unwrap().starts_with("sprt1q"));
+    let n = c.read().await.unwrap();
+    assert_eq!(n["method"], "blockchain.silentpayments.subscribe");
+    assert_eq!(n["params"][0], result, "the subscription, as answered");
+    assert_eq!(n["params"][1], 1.0);
+    assert_eq!(
+        n["params"][2],
+        json!([
+            {"height": 40, "tx_hash": made_up_txid(40).to_string(), "tweak_key": n["params"][2][0]["tweak_key"]},
+            {"height": 0, "tx_hash": made_up_txid(99).to_string(), "tweak_key": n["params"][2][1]["tweak_key"]},
+        ])
+    );
+    assert_eq!(n["params"][2][0]["tweak_key"].as_str().unwrap().len(), 66);
+
+    // By name: named notifications.
+    let mut named = server.client().await;
+    let params = json!({"scan_private_key": hex::encode(scan), "spend_public_key": spend.to_string(), "start": "40-40"});
+    let r = named
+        .call("blockchain.silentpayments.subscribe", params)
+        .await;
+    let n = named.read().await.unwrap();
+    assert_eq!(n["params"]["subscription"], r["result"]);
+    assert_eq!(n["params"]["progress"], 1.0);
+    assert_eq!(n["params"]["history"][0]["height"], 40);
+
+    // Live: a block pays the address and changes a subscribed script.
+    let sh: ScriptHash = SH.parse().unwrap();
+    c.call("blockchain.scripthash.subscribe", json!([SH])).await;
+    server.backend.update(|s| {
+        s.headers.push(fake_header(101));
+        s.sp_blocks.insert(101, vec![FakeSpTx::paying(&keys, 101)]);
+    });
+    server.backend.update(history(sh, &[(5, 101)]));
+    server.publish(Change {
+        new_tip: Some((Height(101), fake_header(101))),
+        scripthashes: vec![sh],
+        txids: vec![made_up_txid(101)],
+        ..Change::default()
+    });
+    let first = c.read().await.unwrap();
+    assert_eq!(first["method"], "blockchain.silentpayments.subscribe");
+    assert_eq!(first["params"][2][0]["height"], 101);
+    let second = c.read().await.unwrap();
+    assert_eq!(second["method"], "blockchain.scripthash.subscribe");
+    assert_eq!(
+        c.call(
+            "blockchain.silentpayments.unsubscribe",
+            json!([hex::encode(scan), spend.to_string()])
+        )
+        .await["result"],
+        result["address"]
+    );
+    server.stop().await;
+}

@@ -19,6 +19,7 @@ use crate::jsonrpc::{Answer, Call, Message, Response};
 use crate::request::{Request, ScriptKey, ScriptMethod, HEADERS_SUBSCRIBE, OUTPOINT_SUBSCRIBE};
 use crate::scripthash;
 use crate::session::SessionState;
+use crate::silent_payments::{SP_SUBSCRIBE, SP_UNSUBSCRIBE};
 use crate::version::ProtocolVersion;
 use osprey_core::StatusHash;
 use serde_json::Value;
@@ -59,6 +60,8 @@ fn runs_in_order(method: &str) -> bool {
             | "blockchain.scriptpubkey.unsubscribe"
             | OUTPOINT_SUBSCRIBE
             | "blockchain.outpoint.unsubscribe"
+            | SP_SUBSCRIBE
+            | SP_UNSUBSCRIBE
     )
 }
 
@@ -202,7 +205,7 @@ impl Dispatcher {
             self.record(method, started, &result);
             Pending::Done(Some(Response::new(id, result)))
         };
-        match Request::parse(&call.method, &call.params, protocol) {
+        match self.parse_request(&call.method, &call.params, protocol) {
             Err(e) => failed(id, &call.method, e),
             Ok(Request::Script {
                 method: ScriptMethod::Subscribe,
@@ -388,6 +391,6 @@ mod tests {
             .copied()
             .filter(|m| runs_in_order(m))
             .collect();
-        assert_eq!(in_order.len(), 6, "{in_order:?}");
+        assert_eq!(in_order.len(), 8, "{in_order:?}");
     }
 }

@@ -11,7 +11,7 @@ use crate::request::{Request, ScriptKey, ScriptMethod};
 use crate::server::PeerFeatures;
 use crate::session::SessionState;
 use crate::version::ProtocolVersion;
-use crate::{fee, headers, mempool, outpoint, scripthash, server, transaction};
+use crate::{fee, headers, mempool, outpoint, scripthash, server, silent_payments, transaction};
 use osprey_answers::Backend;
 use serde_json::Value;
 use std::net::IpAddr;
@@ -150,6 +150,24 @@ impl Dispatcher {
                 }
                 Ok(Value::Bool(removed))
             }
+            Request::SilentPaymentsSubscribe(request) => {
+                let subscription =
+                    silent_payments::subscribe(backend, &config.silent_payments, state, request)?;
+                let text = Arc::clone(&subscription.text);
+                out.effects
+                    .push(Effect::SilentPaymentsSubscribed(subscription));
+                return Ok(Answer::Text(text));
+            }
+            Request::SilentPaymentsUnsubscribe(keys) => {
+                let (address, removed) =
+                    silent_payments::unsubscribe(&config.silent_payments, state, &keys)?;
+                if removed {
+                    out.effects.push(Effect::SilentPaymentsUnsubscribed {
+                        address: address.clone(),
+                    });
+                }
+                Ok(Value::String(address))
+            }
             query => return self.execute_query(state.protocol(), query),
         };
         value.map(Answer::from)
@@ -169,7 +187,11 @@ impl Dispatcher {
             Request::ServerDonationAddress => {
                 Ok(Value::String(config.info.donation_address.clone()))
             }
-            Request::ServerFeatures => Ok(server::features(&config.info, protocol)),
+            Request::ServerFeatures => Ok(server::features(
+                &config.info,
+                protocol,
+                backend.sp_enabled(),
+            )),
             Request::ServerPeersSubscribe => Ok(server::peers(
                 &self.peers.as_ref().map(|p| p.known()).unwrap_or_default(),
             )),
@@ -225,7 +247,9 @@ impl Dispatcher {
             | Request::HeadersSubscribe
             | Request::ServerAddPeer { .. }
             | Request::OutpointSubscribe { .. }
-            | Request::OutpointUnsubscribe { .. } => Err(RpcError::Internal(
+            | Request::OutpointUnsubscribe { .. }
+            | Request::SilentPaymentsSubscribe(_)
+            | Request::SilentPaymentsUnsubscribe(_) => Err(RpcError::Internal(
                 "a request that changes the session was run as a query".into(),
             )),
         };

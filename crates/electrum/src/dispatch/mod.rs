@@ -23,10 +23,11 @@ pub use batch::BatchThreads;
 pub use inline::ReplyEstimate;
 
 use crate::error::RpcError;
-use crate::jsonrpc::{self, Answer, Incoming, Message, Response};
+use crate::jsonrpc::{self, Answer, Incoming, Message, Params, Response};
 use crate::request::{Request, ScriptKey, METHODS};
 use crate::server::{Peers, ServerInfo};
 use crate::session::{SessionState, SubscriptionBudget};
+use crate::silent_payments::{self, SilentPaymentsConfig, SpSubscription};
 use bitcoin::OutPoint;
 use osprey_answers::{Backend, OutpointAnswer};
 use osprey_core::StatusHash;
@@ -54,6 +55,9 @@ pub struct DispatchConfig {
     /// The server-wide budget subscriptions are charged to (see
     /// [`crate::session::SUBSCRIPTION_BYTES`]); `None`: not counted.
     pub subscription_budget: Option<SubscriptionBudget>,
+    /// The `blockchain.silentpayments.*` methods' network and limits
+    /// (served only when the backend keeps the index).
+    pub silent_payments: SilentPaymentsConfig,
 }
 
 /// A change to the session's subscriptions, for the server's notifier.
@@ -76,6 +80,12 @@ pub enum Effect {
     },
     OutpointUnsubscribed {
         outpoint: OutPoint,
+    },
+    /// A silent-payments subscription, new or made again (which restarts
+    /// its historical scan): the server's scans take it from here.
+    SilentPaymentsSubscribed(SpSubscription),
+    SilentPaymentsUnsubscribed {
+        address: String,
     },
 }
 
@@ -216,6 +226,21 @@ impl Dispatcher {
         }
     }
 
+    /// Parses a call into a request, as this server serves it: the silent
+    /// payments methods are unknown (-32601, before their parameters are
+    /// looked at) without the backend's index.
+    fn parse_request(
+        &self,
+        method: &str,
+        params: &Params,
+        protocol: crate::version::ProtocolVersion,
+    ) -> Result<Request, RpcError> {
+        if silent_payments::is_method(method) && !self.backend.sp_enabled() {
+            return Err(silent_payments::not_served(method));
+        }
+        Request::parse(method, params, protocol)
+    }
+
     fn handle_message(
         &self,
         state: &mut SessionState,
@@ -235,9 +260,9 @@ impl Dispatcher {
                 // (padding, "nothing to do").
                 let id = call.id?;
                 let started = Instant::now();
-                let result: Result<Answer, RpcError> =
-                    Request::parse(&call.method, &call.params, state.protocol())
-                        .and_then(|request| self.execute(state, request, out));
+                let result: Result<Answer, RpcError> = self
+                    .parse_request(&call.method, &call.params, state.protocol())
+                    .and_then(|request| self.execute(state, request, out));
                 if let Err(e) = &result {
                     tracing::debug!(method = %call.method, error = %e, "request failed");
                 }
