@@ -395,7 +395,7 @@ mod tests {
         let scan = SecretKey::from_slice(&[1; 32]).unwrap();
         let spend = SecretKey::from_slice(&[2; 32])
             .unwrap()
-            .public_key(bitcoin::secp256k1::SECP256K1);
+            .public_key(&bitcoin::secp256k1::Secp256k1::new());
         Receiver {
             address: "sprt1qtest".into(),
             keys: ScanKeys::new(scan, spend, []).unwrap(),
