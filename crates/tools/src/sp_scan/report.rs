@@ -148,7 +148,8 @@ impl SpScanReport {
                 format!("{threads} scans at once")
             };
             type Figure = fn(&Phase) -> Option<f64>;
-            let figures: [(&str, Figure, fn(f64) -> String); 3] = [
+            type Show = fn(f64) -> String;
+            let figures: [(&str, Figure, Show); 3] = [
                 (
                     "records per CPU-second",
                     Phase::records_per_cpu_second,
