@@ -3,6 +3,7 @@
 //! `osprey serve` indexes it, and `osprey bench` measures the server with
 //! every answer checked against the manifest, writing its reports.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -95,6 +96,33 @@ fn chaingen_submit_serve_and_bench_end_to_end() {
     );
 }
 
+/// Runs `osprey bench index --chain CHAIN --out DIR/index --runs 1` with
+/// `extra` flags; returns the output directory and the run's JSON record.
+fn bench_index_once(dir: &Path, chain: &Path, extra: &[&str]) -> (PathBuf, Value) {
+    let out = dir.join("index");
+    let mut args = vec![
+        "bench",
+        "index",
+        "--chain",
+        chain.to_str().expect("utf-8 path"),
+        "--out",
+        out.to_str().expect("utf-8 path"),
+        "--runs",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    let output = run_osprey(dir, &args, Duration::from_secs(300), true);
+    assert!(output.status.success());
+    let record = read_json(&out.join("index.run1.json"));
+    (out, record)
+}
+
+fn read_json(path: &Path) -> Value {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// 1. `osprey chaingen --preset tiny --seed 3 --out DIR/chain`.
 /// 2. `osprey bench index --chain DIR/chain --out DIR/index --runs 1`
 ///    indexes it from an empty database in a child `osprey index`.
@@ -106,28 +134,8 @@ fn bench_index_measures_a_full_index_build() {
     // 1.
     let (chain, manifest) = generate_chain(dir.path(), &["--preset", "tiny", "--seed", "3"]);
     // 2.
-    let out = dir.path().join("index");
-    let output = run_osprey(
-        dir.path(),
-        &[
-            "bench",
-            "index",
-            "--chain",
-            chain.to_str().expect("utf-8 path"),
-            "--out",
-            out.to_str().expect("utf-8 path"),
-            "--runs",
-            "1",
-        ],
-        Duration::from_secs(300),
-        true,
-    );
-    assert!(output.status.success());
+    let (out, record) = bench_index_once(dir.path(), &chain, &[]);
     // 3.
-    let record: Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("index.run1.json")).expect("index.run1.json written"),
-    )
-    .expect("index.run1.json is JSON");
     assert_eq!(record["ok"], Value::Bool(true), "{record}");
     assert_eq!(
         record["final_height"],
@@ -174,28 +182,7 @@ fn bench_index_and_sp_scan_with_silent_payments() {
         .collect();
     assert!(!paying.is_empty(), "the chain pays silent payments");
     // 2.
-    let out = dir.path().join("index");
-    run_osprey(
-        dir.path(),
-        &[
-            "bench",
-            "index",
-            "--chain",
-            chain.to_str().expect("utf-8 path"),
-            "--out",
-            out.to_str().expect("utf-8 path"),
-            "--runs",
-            "1",
-            "--keep-db",
-            "--silent-payments",
-        ],
-        Duration::from_secs(300),
-        true,
-    );
-    let record: Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("index.run1.json")).expect("index.run1.json written"),
-    )
-    .expect("index.run1.json is JSON");
+    let (out, record) = bench_index_once(dir.path(), &chain, &["--keep-db", "--silent-payments"]);
     assert_eq!(record["ok"], Value::Bool(true), "{record}");
     assert_eq!(record["silent_payments"], Value::Bool(true), "{record}");
     // Every paying transaction is eligible; other transactions spending
@@ -245,10 +232,7 @@ fn bench_index_and_sp_scan_with_silent_payments() {
         true,
     );
     assert!(output.status.success());
-    let scans: Value = serde_json::from_str(
-        &std::fs::read_to_string(scan_out.join("sp-scan.json")).expect("sp-scan.json written"),
-    )
-    .expect("sp-scan.json is JSON");
+    let scans = read_json(&scan_out.join("sp-scan.json"));
     let phases = scans["runs"][0]["phases"].as_array().expect("phases");
     assert_eq!(phases.len(), 2, "one scan at a time, then two: {scans}");
     for phase in phases {
