@@ -235,8 +235,17 @@ fn scan_phase(
                         let Some(receiver) = receivers.get(i) else {
                             return Ok(scans);
                         };
-                        let scan = scan_whole_chain(query, receiver, chunk_records)?;
-                        check(receiver, &scan.matches)?;
+                        let scan = scan_whole_chain(query, receiver, chunk_records)
+                            .and_then(|scan| check(receiver, &scan.matches).map(|()| scan));
+                        let scan = match scan {
+                            Ok(scan) => scan,
+                            Err(e) => {
+                                // The run has failed: the other threads take
+                                // no further receiver.
+                                next.store(receivers.len(), Ordering::Relaxed);
+                                return Err(e);
+                            }
+                        };
                         scans.push(ScanRecord {
                             receiver: i,
                             thread,
