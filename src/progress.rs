@@ -164,6 +164,7 @@ impl Progress {
                 "txs": stats.txs,
                 "rows": stats.rows,
                 "block_bytes": stats.block_bytes,
+                "sp_records": stats.sp_records,
                 "batch_secs": stats.elapsed.as_secs_f64(),
                 "elapsed_secs": elapsed,
             });

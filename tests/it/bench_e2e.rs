@@ -3,6 +3,7 @@
 //! `osprey serve` indexes it, and `osprey bench` measures the server with
 //! every answer checked against the manifest, writing its reports.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -95,6 +96,33 @@ fn chaingen_submit_serve_and_bench_end_to_end() {
     );
 }
 
+/// Runs `osprey bench index --chain CHAIN --out DIR/index --runs 1` with
+/// `extra` flags; returns the output directory and the run's JSON record.
+fn bench_index_once(dir: &Path, chain: &Path, extra: &[&str]) -> (PathBuf, Value) {
+    let out = dir.join("index");
+    let mut args = vec![
+        "bench",
+        "index",
+        "--chain",
+        chain.to_str().expect("utf-8 path"),
+        "--out",
+        out.to_str().expect("utf-8 path"),
+        "--runs",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    let output = run_osprey(dir, &args, Duration::from_secs(300), true);
+    assert!(output.status.success());
+    let record = read_json(&out.join("index.run1.json"));
+    (out, record)
+}
+
+fn read_json(path: &Path) -> Value {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// 1. `osprey chaingen --preset tiny --seed 3 --out DIR/chain`.
 /// 2. `osprey bench index --chain DIR/chain --out DIR/index --runs 1`
 ///    indexes it from an empty database in a child `osprey index`.
@@ -106,28 +134,8 @@ fn bench_index_measures_a_full_index_build() {
     // 1.
     let (chain, manifest) = generate_chain(dir.path(), &["--preset", "tiny", "--seed", "3"]);
     // 2.
-    let out = dir.path().join("index");
-    let output = run_osprey(
-        dir.path(),
-        &[
-            "bench",
-            "index",
-            "--chain",
-            chain.to_str().expect("utf-8 path"),
-            "--out",
-            out.to_str().expect("utf-8 path"),
-            "--runs",
-            "1",
-        ],
-        Duration::from_secs(300),
-        true,
-    );
-    assert!(output.status.success());
+    let (out, record) = bench_index_once(dir.path(), &chain, &[]);
     // 3.
-    let record: Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("index.run1.json")).expect("index.run1.json written"),
-    )
-    .expect("index.run1.json is JSON");
     assert_eq!(record["ok"], Value::Bool(true), "{record}");
     assert_eq!(
         record["final_height"],
@@ -147,4 +155,98 @@ fn bench_index_measures_a_full_index_build() {
             .is_some_and(|v| v.ends_with(&format)),
         "{record}"
     );
+}
+
+/// 1. `osprey chaingen --preset tiny --seed 5 --sp-share 0.5` writes a
+///    chain paying silent payments.
+/// 2. `osprey bench index --silent-payments --keep-db --runs 1` indexes it
+///    with silent payments on: the run counts the eligible transactions and
+///    sizes sptweaks.dat and spoffsets.dat, and the report shows them.
+/// 3. `osprey bench sp-scan` scans the kept index for every receiver of the
+///    manifest, finding every payment and no other.
+#[test]
+fn bench_index_and_sp_scan_with_silent_payments() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 1.
+    let (chain, manifest) = generate_chain(
+        dir.path(),
+        &["--preset", "tiny", "--seed", "5", "--sp-share", "0.5"],
+    );
+    let receivers = manifest
+        .silent_payments
+        .expect("a chain with silent payments");
+    // A transaction may pay two receivers: it is one eligible transaction.
+    let paying: std::collections::BTreeSet<&str> = receivers
+        .iter()
+        .flat_map(|r| r.payments.iter().map(|p| p.txid.as_str()))
+        .collect();
+    assert!(!paying.is_empty(), "the chain pays silent payments");
+    // 2.
+    let (out, record) = bench_index_once(dir.path(), &chain, &["--keep-db", "--silent-payments"]);
+    assert_eq!(record["ok"], Value::Bool(true), "{record}");
+    assert_eq!(record["silent_payments"], Value::Bool(true), "{record}");
+    // Every paying transaction is eligible; other transactions spending
+    // key-hash or taproot coins to taproot outputs are too.
+    let eligible = record["sp_records"].as_u64().expect("sp_records");
+    assert!(
+        eligible as usize >= paying.len(),
+        "{eligible} < {}",
+        paying.len()
+    );
+    let offsets = record["sp_files"]["offsets_bytes"].as_u64();
+    assert_eq!(offsets, Some(8 * (u64::from(manifest.tip_height) + 1)));
+    let tweaks = record["sp_files"]["tweaks_bytes"]
+        .as_u64()
+        .expect("tweaks_bytes");
+    // 98 bytes and a prefix per taproot output at least (3.2).
+    assert!(
+        tweaks >= 99 * eligible,
+        "{tweaks} bytes for {eligible} records"
+    );
+    let md = std::fs::read_to_string(out.join("index.md")).expect("index.md written");
+    assert!(md.contains("| Bytes per eligible transaction |"), "{md}");
+    // 3. osprey-tools is not rebuilt with the `short-prefixes` test feature:
+    // it would read the 1-byte prefixes of that build's index as 4 bytes.
+    if cfg!(feature = "short-prefixes") {
+        return;
+    }
+    let db_dir = record["db_dir"].as_str().expect("the kept database");
+    let scan_out = dir.path().join("sp-scan");
+    let output = run_osprey(
+        dir.path(),
+        &[
+            "bench",
+            "sp-scan",
+            "--chain",
+            chain.to_str().expect("utf-8 path"),
+            "--db-dir",
+            db_dir,
+            "--out",
+            scan_out.to_str().expect("utf-8 path"),
+            "--runs",
+            "1",
+            "--chunk-records",
+            "7",
+        ],
+        Duration::from_secs(300),
+        true,
+    );
+    assert!(output.status.success());
+    let scans = read_json(&scan_out.join("sp-scan.json"));
+    let phases = scans["runs"][0]["phases"].as_array().expect("phases");
+    assert_eq!(phases.len(), 2, "one scan at a time, then two: {scans}");
+    for phase in phases {
+        let scans = phase["scans"].as_array().expect("scans");
+        assert_eq!(scans.len(), receivers.len(), "{phase}");
+        for (scan, receiver) in scans.iter().zip(&receivers) {
+            assert_eq!(scan["records"].as_u64(), Some(eligible), "{scan}");
+            assert_eq!(
+                scan["matches"].as_u64(),
+                Some(receiver.payments.len() as u64),
+                "{scan}"
+            );
+        }
+    }
+    let md = std::fs::read_to_string(scan_out.join("sp-scan.md")).expect("sp-scan.md written");
+    assert!(md.contains("records per CPU-second"), "{md}");
 }

@@ -67,6 +67,37 @@ pub enum BenchCommand {
     /// Time Osprey's index build of a chaingen chain from an empty database
     /// (workload 3): rate per tenth of the chain, size, RSS, CPU, disk writes
     Index(IndexArgs),
+    /// Time Osprey's silent-payment scans of a whole chain, per CPU-second
+    /// and per wall second, checking every match against the manifest (run
+    /// by osprey-tools, which links Osprey's index; see its `sp_scan`)
+    SpScan(SpScanArgs),
+}
+
+/// `osprey bench sp-scan`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SpScanArgs {
+    /// Chain indexed: an `osprey chaingen --sp-share` output directory
+    /// (manifest.json with its silent-payment receivers, blocks/).
+    #[arg(long, value_name = "DIR")]
+    pub chain: PathBuf,
+
+    /// `--db-dir` of an index of that chain built with silent payments on
+    /// (e.g. kept by `osprey bench index --silent-payments --keep-db`). No
+    /// server may run on it meanwhile.
+    #[arg(long, value_name = "DIR")]
+    pub db_dir: PathBuf,
+
+    /// Directory for the reports: sp-scan.md and sp-scan.json.
+    #[arg(long, value_name = "OUTDIR", default_value = "bench-results")]
+    pub out: PathBuf,
+
+    /// Runs, each scanning every receiver one at a time, then two at once.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+
+    /// Records per `Query::sp_scan` call, as the server's scan chunks.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub chunk_records: usize,
 }
 
 /// `osprey bench index`.
@@ -98,6 +129,12 @@ pub struct IndexArgs {
     /// Keep each run's database instead of deleting it.
     #[arg(long)]
     pub keep_db: bool,
+
+    /// Index with silent payments on (`osprey index --silent-payments`) and
+    /// report what their records cost: eligible transactions, bytes of
+    /// sptweaks.dat and spoffsets.dat, bytes per eligible transaction.
+    #[arg(long)]
+    pub silent_payments: bool,
 
     /// Index from a running Bitcoin Core that holds the chain (its data
     /// directory, as `osprey serve --daemon-dir` takes it) instead of the
@@ -135,6 +172,7 @@ pub(crate) struct IndexPlan {
     /// Absolute, like `chain`: the indexer gets a database path under it.
     pub db_parent: PathBuf,
     pub keep_db: bool,
+    pub silent_payments: bool,
 }
 
 impl IndexPlan {
@@ -177,6 +215,7 @@ impl IndexPlan {
             osprey,
             db_parent,
             keep_db: args.keep_db,
+            silent_payments: args.silent_payments,
         })
     }
 }
@@ -373,8 +412,43 @@ mod tests {
     fn index_args(cli: Cli) -> IndexArgs {
         match cli.bench.command {
             Some(BenchCommand::Index(args)) => args,
-            None => panic!("no subcommand parsed"),
+            other => panic!("not the index subcommand: {other:?}"),
         }
+    }
+
+    #[test]
+    fn parses_the_sp_scan_subcommand() {
+        let cli = Cli::try_parse_from([
+            "bench",
+            "sp-scan",
+            "--chain",
+            "c",
+            "--db-dir",
+            "d",
+            "--runs",
+            "1",
+            "--chunk-records",
+            "50",
+        ])
+        .unwrap();
+        let Some(BenchCommand::SpScan(args)) = cli.bench.command else {
+            panic!("not the sp-scan subcommand");
+        };
+        assert_eq!(
+            (args.chain, args.db_dir, args.runs, args.chunk_records),
+            ("c".into(), "d".into(), 1, 50)
+        );
+        assert_eq!(args.out, PathBuf::from("bench-results"));
+        let cli =
+            Cli::try_parse_from(["bench", "sp-scan", "--chain", "c", "--db-dir", "d"]).unwrap();
+        let Some(BenchCommand::SpScan(defaults)) = cli.bench.command else {
+            panic!("not the sp-scan subcommand");
+        };
+        assert_eq!((defaults.runs, defaults.chunk_records), (3, 1000));
+        assert!(
+            Cli::try_parse_from(["bench", "sp-scan", "--chain", "c"]).is_err(),
+            "--db-dir is required"
+        );
     }
 
     #[test]
@@ -394,11 +468,13 @@ mod tests {
             "--osprey",
             "bin/osprey",
             "--keep-db",
+            "--silent-payments",
         ])
         .unwrap();
         let plan = IndexPlan::from_args(&index_args(cli)).unwrap();
         assert_eq!(plan.runs, 5);
         assert!(plan.keep_db);
+        assert!(plan.silent_payments);
         assert_eq!(
             plan.source,
             IndexSource::BlkFiles(dir.path().join("blocks"))
@@ -414,6 +490,7 @@ mod tests {
         assert_eq!(defaults.runs, 3);
         assert_eq!(defaults.osprey, None);
         assert!(!defaults.keep_db);
+        assert!(!defaults.silent_payments);
         assert!(defaults.db_parent.ends_with("bench-results"));
     }
 

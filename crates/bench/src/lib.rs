@@ -17,6 +17,10 @@
 //! - [`index`]: `osprey bench index`, the index build (workload 3), which
 //!   runs Osprey's indexer as a child process instead of talking to a server.
 //!
+//! `osprey bench sp-scan` is parsed here ([`SpScanArgs`]) but runs in
+//! osprey-tools: it calls Osprey's own scan code, which this crate does not
+//! link.
+//!
 //! [`run`] ties them together. Servers are measured one after the other,
 //! never at once, so they do not compete for the machine; and each server's
 //! runs are kept together rather than interleaved with other servers', so
@@ -55,7 +59,7 @@ pub mod stats;
 pub mod svg;
 pub mod workload;
 
-pub use args::{BenchArgs, BenchCommand, IndexArgs, WorkloadArg};
+pub use args::{BenchArgs, BenchCommand, IndexArgs, SpScanArgs, WorkloadArg};
 pub use check::status_hash;
 pub use error::BenchError;
 
@@ -90,6 +94,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(command) = args.command {
         return match command {
             BenchCommand::Index(index_args) => index::run(&index_args),
+            BenchCommand::SpScan(_) => bail!(
+                "`osprey bench sp-scan` scans Osprey's index in-process: osprey-tools runs it, \
+                 this crate links no index"
+            ),
         };
     }
     let plan = Plan::from_args(&args)?;

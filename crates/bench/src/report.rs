@@ -451,7 +451,7 @@ pub fn fmt_secs(secs: f64) -> String {
 }
 
 /// Formats `value` with `digits` significant digits, without exponent.
-pub(crate) fn fmt_significant(value: f64, digits: i32) -> String {
+pub fn fmt_significant(value: f64, digits: i32) -> String {
     if value == 0.0 || !value.is_finite() {
         return format!("{value}");
     }

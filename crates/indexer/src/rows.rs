@@ -13,6 +13,9 @@ use osprey_store::IndexedBlock;
 pub struct BlockRows {
     pub indexed: IndexedBlock,
     pub touched: Vec<ScriptHash>,
+    /// Silent-payment records in `indexed.sp`: the block's eligible
+    /// transactions (0 without silent payments), for the progress figures.
+    pub sp_records: usize,
 }
 
 /// Builds the rows of `block`, whose first transaction is `first_tx_num`,
@@ -101,11 +104,13 @@ pub fn block_rows(
     }
     touched.sort_unstable();
     touched.dedup();
-    let mut sp_records = Vec::new();
-    if sp {
-        osprey_sp::append_block_records(&block.block.txdata, &block.prevouts, &mut sp_records)
-            .map_err(|e| e.to_string())?;
-    }
+    let mut sp_bytes = Vec::new();
+    let sp_records = if sp {
+        osprey_sp::append_block_records(&block.block.txdata, &block.prevouts, &mut sp_bytes)
+            .map_err(|e| e.to_string())?
+    } else {
+        0
+    };
     Ok(BlockRows {
         indexed: IndexedBlock {
             height: block.height,
@@ -114,9 +119,10 @@ pub fn block_rows(
             txids,
             tx_ends,
             rows,
-            sp: sp_records,
+            sp: sp_bytes,
         },
         touched,
+        sp_records,
     })
 }
 
@@ -321,6 +327,7 @@ mod tests {
         let with = block_rows(&input, TxNum(40), true, true).unwrap();
         let without = block_rows(&input, TxNum(40), true, false).unwrap();
         assert!(without.indexed.sp.is_empty());
+        assert_eq!((with.sp_records, without.sp_records), (2, 0));
         assert_eq!(with.indexed.rows, without.indexed.rows);
         assert_eq!(with.touched, without.touched);
         assert_eq!(with.indexed.txids, without.indexed.txids);

@@ -73,6 +73,9 @@ pub struct ChunkStats {
     pub txs: u64,
     pub rows: u64,
     pub block_bytes: u64,
+    /// Silent-payment records written: the eligible transactions (0 when
+    /// the index keeps none).
+    pub sp_records: u64,
     pub elapsed: Duration,
 }
 
@@ -247,6 +250,7 @@ impl Indexer {
             txs: 0,
             rows: 0,
             block_bytes: 0,
+            sp_records: 0,
             elapsed: Duration::ZERO,
         };
         let mut started = Instant::now();
@@ -314,6 +318,7 @@ impl Indexer {
         stats.block_bytes += size as u64;
         stats.blocks += 1;
         stats.rows += rows.indexed.rows.len() as u64;
+        stats.sp_records += rows.sp_records as u64;
         if !report.all_touched {
             report.touched.extend(rows.touched);
             if report.touched.len() > self.config.touched_max {
@@ -449,6 +454,7 @@ fn report_chunk(
     stats.txs = 0;
     stats.rows = 0;
     stats.block_bytes = 0;
+    stats.sp_records = 0;
     *started = Instant::now();
 }
 

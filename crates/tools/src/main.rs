@@ -2,7 +2,10 @@
 //! reach them as `osprey chaingen ...` and `osprey bench ...`: `osprey`
 //! hands those subcommands to this binary, found next to itself.
 
+mod sp_scan;
+
 use clap::{Parser, Subcommand};
+use osprey_bench::{BenchArgs, BenchCommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -22,7 +25,7 @@ enum Command {
     /// Generate a deterministic regtest chain (or feed one to a node)
     Chaingen(osprey_chaingen::cli::ChaingenArgs),
     /// Measure Electrum servers with a generated chain's wallet
-    Bench(osprey_bench::BenchArgs),
+    Bench(BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +37,10 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Chaingen(args) => osprey_chaingen::cli::run(args),
+        Command::Bench(BenchArgs {
+            command: Some(BenchCommand::SpScan(args)),
+            ..
+        }) => sp_scan::run(&args),
         Command::Bench(args) => osprey_bench::run(args),
     };
     match result {

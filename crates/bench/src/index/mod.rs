@@ -11,8 +11,14 @@
 //!
 //! ```text
 //! osprey bench index --chain DIR [--out OUTDIR] [--runs 3] [--osprey PATH]
-//!     [--db-parent DIR] [--keep-db]
+//!     [--db-parent DIR] [--keep-db] [--silent-payments]
 //! ```
+//!
+//! With `--silent-payments` the indexer keeps silent-payment records, and
+//! each run also reports the eligible transactions (the records the
+//! indexer's batches say they wrote) and the size of `sptweaks.dat` and
+//! `spoffsets.dat`; a run whose index lacks them, or whose offsets do not
+//! cover every block, fails.
 //!
 //! Writes into `--out`: `index.run<N>.json` per run
 //! ([`report::IndexRunRecord`]), [`INDEX_REPORT_FILE`] (a column per run and
@@ -34,6 +40,7 @@ use crate::machine::{self, Machine};
 use crate::{print_report, write_file};
 use anyhow::{bail, Context};
 use osprey_chaingen::manifest::Manifest;
+use procfs::SpFiles;
 use progress::Batch;
 use report::{ChainRef, IndexReport, IndexRunRecord, Indexer};
 use std::ffi::OsString;
@@ -166,7 +173,12 @@ fn indexer_version(osprey: &Path) -> anyhow::Result<String> {
 }
 
 /// The indexer's arguments for one run.
-fn index_args(network: &str, source: &IndexSource, db_dir: &Path) -> Vec<OsString> {
+fn index_args(
+    network: &str,
+    source: &IndexSource,
+    db_dir: &Path,
+    silent_payments: bool,
+) -> Vec<OsString> {
     let mut args: Vec<OsString> = ["index", "--network", network].map(OsString::from).into();
     match source {
         IndexSource::BlkFiles(dir) => {
@@ -187,6 +199,9 @@ fn index_args(network: &str, source: &IndexSource, db_dir: &Path) -> Vec<OsStrin
     }
     args.push("--db-dir".into());
     args.push(db_dir.into());
+    if silent_payments {
+        args.push("--silent-payments".into());
+    }
     args.extend(["--progress-json", "--log-filter", "warn"].map(OsString::from));
     args
 }
@@ -207,12 +222,18 @@ fn run_once(context: &Shared<'_>, run: usize) -> anyhow::Result<IndexRunRecord> 
                 plan.db_parent.display()
             )
         })?;
-    let args = index_args(context.network, &plan.source, db.path());
+    let args = index_args(
+        context.network,
+        &plan.source,
+        db.path(),
+        plan.silent_payments,
+    );
     let mut command = Command::new(context.osprey);
     // Inside the empty database directory no osprey.toml of the caller's
     // working directory is read, and without OSPREY_* variables no setting
-    // of the caller's environment (OSPREY_REINDEX, OSPREY_CONF, ...) changes
-    // what is measured.
+    // of the caller's environment (OSPREY_REINDEX, OSPREY_CONF,
+    // OSPREY_SILENT_PAYMENTS, ...) changes what is measured: only the flags
+    // above do.
     command.args(&args).current_dir(db.path());
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("OSPREY_") {
@@ -228,6 +249,8 @@ fn run_once(context: &Shared<'_>, run: usize) -> anyhow::Result<IndexRunRecord> 
             None
         }
     };
+    // The index lives in the network's directory inside `--db-dir`.
+    let sp_files = procfs::sp_files(&db.path().join(context.network));
     let db_dir = if plan.keep_db {
         Some(db.keep())
     } else {
@@ -244,7 +267,19 @@ fn run_once(context: &Shared<'_>, run: usize) -> anyhow::Result<IndexRunRecord> 
         let last = watched.stderr_tail.last().map_or("", String::as_str);
         Err(format!("osprey index failed ({}): {last}", watched.status))
     };
-    let outcome = evaluate(&watched.stdout, exit, context.chain);
+    let mut outcome = evaluate(&watched.stdout, exit, context.chain);
+    let sp_files = match sp_files {
+        Ok(files) => files,
+        Err(e) => {
+            outcome
+                .error
+                .get_or_insert(format!("cannot size the silent-payment files: {e}"));
+            None
+        }
+    };
+    if let Err(e) = check_sp_files(plan.silent_payments, sp_files, context.chain) {
+        outcome.error.get_or_insert(e);
+    }
     let (cpu_user_seconds, cpu_system_seconds) =
         watched.sampler.cpu_seconds(context.clock_ticks).unzip();
     let mut command_line = vec![context.osprey.display().to_string()];
@@ -259,6 +294,7 @@ fn run_once(context: &Shared<'_>, run: usize) -> anyhow::Result<IndexRunRecord> 
             outcome,
             db: db_usage,
             db_dir,
+            sp_files,
             peak_rss_bytes: watched.sampler.peak_rss,
             cpu_user_seconds,
             cpu_system_seconds,
@@ -331,6 +367,39 @@ fn check_totals(batches: &[Batch], chain: &ChainRef) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks that an index built with silent payments has their files, with
+/// an offset for every block of the chain, and that one built without has
+/// none.
+fn check_sp_files(
+    silent_payments: bool,
+    files: Option<SpFiles>,
+    chain: &ChainRef,
+) -> Result<(), String> {
+    match (silent_payments, files) {
+        (false, None) => Ok(()),
+        (false, Some(_)) => Err(
+            "the index has silent-payment files, but they were not asked for \
+             (an osprey.toml or an OSPREY_* variable reached the indexer?)"
+                .to_owned(),
+        ),
+        (true, None) => Err("the index has no sptweaks.dat and spoffsets.dat: \
+             does this indexer know --silent-payments?"
+            .to_owned()),
+        (true, Some(files)) => {
+            let expected = 8 * (u64::from(chain.tip_height) + 1);
+            if files.offsets_bytes == expected {
+                Ok(())
+            } else {
+                Err(format!(
+                    "spoffsets.dat holds {} bytes, but the chain's {} blocks need {expected}",
+                    files.offsets_bytes,
+                    u64::from(chain.tip_height) + 1
+                ))
+            }
+        }
+    }
+}
+
 /// Everything measured in one run, before it becomes a record.
 struct Measured {
     run: usize,
@@ -340,6 +409,7 @@ struct Measured {
     outcome: Outcome,
     db: Option<procfs::DiskUsage>,
     db_dir: Option<PathBuf>,
+    sp_files: Option<SpFiles>,
     peak_rss_bytes: Option<u64>,
     cpu_user_seconds: Option<f64>,
     cpu_system_seconds: Option<f64>,
@@ -354,11 +424,12 @@ struct Measured {
 fn build_record(context: &Shared<'_>, m: Measured) -> IndexRunRecord {
     let batches = m.outcome.batches;
     let sum = |f: fn(&Batch) -> u64| batches.iter().map(f).sum::<u64>();
-    let (blocks, txs, rows, block_bytes) = (
+    let (blocks, txs, rows, block_bytes, sp_records) = (
         sum(|b| u64::from(b.blocks)),
         sum(|b| b.txs),
         sum(|b| b.rows),
         sum(|b| b.block_bytes),
+        sum(|b| b.sp_records),
     );
     let per_second = |n: f64| {
         if m.wall_seconds > 0.0 {
@@ -402,6 +473,9 @@ fn build_record(context: &Shared<'_>, m: Measured) -> IndexRunRecord {
         last_over_first_bytes: progress::last_over_first(&tenths, |t| t.block_mb_per_second),
         last_over_median_txs: progress::last_over_median(&tenths, |t| t.txs_per_second),
         tenths,
+        silent_payments: context.plan.silent_payments,
+        sp_records,
+        sp_files: m.sp_files,
         db: m.db,
         db_dir: m.db_dir,
         peak_rss_bytes: m.peak_rss_bytes,
@@ -527,19 +601,46 @@ pub(crate) mod tests {
 
     #[test]
     fn index_command_line() {
-        let args = index_args(
-            "regtest",
-            &IndexSource::BlkFiles("/c/blocks".into()),
-            Path::new("/d/db"),
-        );
-        let args: Vec<String> = args
+        let line = |silent_payments| {
+            index_args(
+                "regtest",
+                &IndexSource::BlkFiles("/c/blocks".into()),
+                Path::new("/d/db"),
+                silent_payments,
+            )
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+            .collect::<Vec<_>>()
+            .join(" ")
+        };
         assert_eq!(
-            args.join(" "),
+            line(false),
             "index --network regtest --blocks-dir /c/blocks --db-dir /d/db \
              --progress-json --log-filter warn"
+        );
+        assert_eq!(
+            line(true),
+            "index --network regtest --blocks-dir /c/blocks --db-dir /d/db \
+             --silent-payments --progress-json --log-filter warn"
+        );
+    }
+
+    #[test]
+    fn silent_payment_files_match_the_setting_and_the_chain() {
+        // The test chain's tip is 99: 100 blocks, 800 bytes of offsets.
+        let files = |offsets_bytes| SpFiles {
+            tweaks_bytes: 10_400,
+            offsets_bytes,
+        };
+        assert_eq!(check_sp_files(false, None, &chain()), Ok(()));
+        assert_eq!(check_sp_files(true, Some(files(800)), &chain()), Ok(()));
+        let err = check_sp_files(true, None, &chain()).unwrap_err();
+        assert!(err.contains("no sptweaks.dat"), "{err}");
+        let err = check_sp_files(false, Some(files(800)), &chain()).unwrap_err();
+        assert!(err.contains("not asked for"), "{err}");
+        assert_eq!(
+            check_sp_files(true, Some(files(792)), &chain()),
+            Err("spoffsets.dat holds 792 bytes, but the chain's 100 blocks need 800".to_owned())
         );
     }
 
@@ -553,6 +654,7 @@ pub(crate) mod tests {
             osprey: None,
             db_parent: "/o".into(),
             keep_db: false,
+            silent_payments: false,
         };
         let machine = Machine {
             hostname: "h".into(),
@@ -590,6 +692,7 @@ pub(crate) mod tests {
                     files: 12,
                 }),
                 db_dir: None,
+                sp_files: None,
                 peak_rss_bytes: Some(150_000_000),
                 cpu_user_seconds: Some(6.0),
                 cpu_system_seconds: Some(1.5),

@@ -181,6 +181,45 @@ pub fn disk_usage(dir: &Path) -> std::io::Result<DiskUsage> {
     Ok(usage)
 }
 
+/// The silent-payment files of an index (docs/silent-payments.md, 3.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpFiles {
+    /// `sptweaks.dat`: the records.
+    pub tweaks_bytes: u64,
+    /// `spoffsets.dat`: 8 bytes per block.
+    pub offsets_bytes: u64,
+}
+
+impl SpFiles {
+    pub fn total_bytes(&self) -> u64 {
+        self.tweaks_bytes + self.offsets_bytes
+    }
+}
+
+/// Sizes the silent-payment files of the index in `index_dir` (the
+/// network's directory inside `--db-dir`); `None` when it has neither.
+///
+/// # Errors
+/// When a file exists but its metadata cannot be read, or only one exists.
+pub fn sp_files(index_dir: &Path) -> std::io::Result<Option<SpFiles>> {
+    let size = |name: &str| match std::fs::metadata(index_dir.join(name)) {
+        Ok(meta) => Ok(Some(meta.len())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    };
+    match (size("sptweaks.dat")?, size("spoffsets.dat")?) {
+        (None, None) => Ok(None),
+        (Some(tweaks_bytes), Some(offsets_bytes)) => Ok(Some(SpFiles {
+            tweaks_bytes,
+            offsets_bytes,
+        })),
+        _ => Err(std::io::Error::other(format!(
+            "{}: one of sptweaks.dat and spoffsets.dat without the other",
+            index_dir.display()
+        ))),
+    }
+}
+
 #[cfg(unix)]
 fn add_file(seen: &mut HashSet<(u64, u64)>, meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -311,5 +350,17 @@ mod tests {
         assert_eq!(usage.files, 2);
         assert_eq!(usage.apparent_bytes, 10_005);
         assert!(disk_usage(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn sp_files_are_both_or_none() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(sp_files(dir.path()).unwrap(), None);
+        std::fs::write(dir.path().join("sptweaks.dat"), vec![0u8; 1_030]).unwrap();
+        assert!(sp_files(dir.path()).is_err(), "records without offsets");
+        std::fs::write(dir.path().join("spoffsets.dat"), vec![0u8; 80]).unwrap();
+        let files = sp_files(dir.path()).unwrap().unwrap();
+        assert_eq!((files.tweaks_bytes, files.offsets_bytes), (1_030, 80));
+        assert_eq!(files.total_bytes(), 1_110);
     }
 }

@@ -23,6 +23,10 @@ pub struct Batch {
     pub txs: u64,
     pub rows: u64,
     pub block_bytes: u64,
+    /// Silent-payment records the batch wrote (its eligible transactions):
+    /// 0 without silent payments, absent from an indexer that predates them.
+    #[serde(default)]
+    pub sp_records: u64,
     /// Time the indexer spent on this batch.
     pub batch_secs: f64,
     /// Seconds since the indexer started syncing, at this batch's commit.
@@ -242,6 +246,7 @@ mod tests {
             txs,
             rows: txs * 4,
             block_bytes: txs * 1000,
+            sp_records: 0,
             batch_secs: 0.0,
             elapsed_secs,
         }
@@ -255,6 +260,9 @@ mod tests {
         assert_eq!((b.txs, b.rows, b.block_bytes), (950, 4100, 123_456));
         assert_eq!((b.batch_secs, b.elapsed_secs), (0.25, 0.5));
         assert_eq!(b.first_height(), 8);
+        assert_eq!(b.sp_records, 0, "a line without silent payments");
+        let line = r#"{"height":9,"source_height":9,"blocks":10,"txs":30,"rows":90,"block_bytes":9000,"sp_records":7,"batch_secs":0.1,"elapsed_secs":0.1}"#;
+        assert_eq!(parse_line(1, line).unwrap().unwrap().sp_records, 7);
     }
 
     #[test]

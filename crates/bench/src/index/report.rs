@@ -3,7 +3,7 @@
 //! be recomputed) and a Markdown report with a column per run and the
 //! median. Renders and writes; measures nothing.
 
-use super::procfs::{DiskUsage, Io};
+use super::procfs::{DiskUsage, Io, SpFiles};
 use super::progress::{Batch, Tenth, TENTHS};
 use crate::machine::Machine;
 use crate::report::{escape_cell, fmt_significant};
@@ -80,6 +80,15 @@ pub struct IndexRunRecord {
     /// Last tenth's transaction rate over the median tenth's.
     #[serde(default)]
     pub last_over_median_txs: Option<f64>,
+    /// Whether the indexer kept silent-payment records (`--silent-payments`).
+    #[serde(default)]
+    pub silent_payments: bool,
+    /// Records the indexer wrote, by its batches: the eligible transactions.
+    #[serde(default)]
+    pub sp_records: u64,
+    /// Its `sptweaks.dat` and `spoffsets.dat`; `None` without silent payments.
+    #[serde(default)]
+    pub sp_files: Option<SpFiles>,
     /// The database directory after the exit; `None` if it could not be read.
     pub db: Option<DiskUsage>,
     /// Where the database was kept (`--keep-db`); it is deleted otherwise.
@@ -108,6 +117,19 @@ impl IndexRunRecord {
     /// CPU seconds, user plus system.
     pub fn cpu_seconds(&self) -> Option<f64> {
         Some(self.cpu_user_seconds? + self.cpu_system_seconds?)
+    }
+
+    /// CPU microseconds per transaction of the chain: an index with silent
+    /// payments on costs this much more than one without, over its
+    /// eligible transactions.
+    pub fn cpu_us_per_tx(&self) -> Option<f64> {
+        Some(self.cpu_seconds()? * 1e6 / self.txs as f64).filter(|v| v.is_finite())
+    }
+
+    /// Bytes of the silent-payment files per eligible transaction.
+    pub fn sp_bytes_per_record(&self) -> Option<f64> {
+        let files = self.sp_files?;
+        (self.sp_records > 0).then(|| files.total_bytes() as f64 / self.sp_records as f64)
     }
 
     /// Returns the file name of this record: `index.run<N>.json`.
@@ -187,8 +209,14 @@ impl IndexReport {
         );
         let _ = writeln!(
             md,
-            "- Settings: {} runs, each from an empty database, {}",
-            self.runs_planned, self.source
+            "- Settings: {} runs, each from an empty database, {}{}",
+            self.runs_planned,
+            self.source,
+            if self.runs.iter().any(|r| r.silent_payments) {
+                ", silent payments on (`--silent-payments`)"
+            } else {
+                ""
+            }
         );
         let _ = writeln!(md, "- Tool: osprey-bench {}\n", env!("CARGO_PKG_VERSION"));
         let _ = writeln!(
@@ -217,7 +245,7 @@ impl IndexReport {
         let _ = writeln!(md, "{header}\n{rule}");
 
         type Row = (&'static str, fn(&IndexRunRecord) -> Option<f64>, Fmt);
-        let rows: [Row; 14] = [
+        let mut rows: Vec<Row> = vec![
             ("Wall time, s", |r| Some(r.wall_seconds), Fmt::Sig3),
             ("Of which syncing, s", |r| r.sync_seconds, Fmt::Sig3),
             ("Transactions/s", |r| Some(r.txs_per_second), Fmt::Whole),
@@ -257,6 +285,11 @@ impl IndexReport {
                 Fmt::Sig3,
             ),
             (
+                "CPU per transaction, µs",
+                IndexRunRecord::cpu_us_per_tx,
+                Fmt::Sig3,
+            ),
+            (
                 "CPU use, cores",
                 |r| Some(r.cpu_seconds()? / r.wall_seconds).filter(|v| v.is_finite()),
                 Fmt::Ratio,
@@ -277,6 +310,30 @@ impl IndexReport {
                 Fmt::Whole,
             ),
         ];
+        if self.runs.iter().any(|r| r.silent_payments) {
+            rows.extend::<[Row; 4]>([
+                (
+                    "Eligible transactions (sp records)",
+                    |r| Some(r.sp_records as f64),
+                    Fmt::Whole,
+                ),
+                (
+                    "Eligible share of transactions",
+                    |r| Some(r.sp_records as f64 / r.txs as f64).filter(|v| v.is_finite()),
+                    Fmt::Ratio,
+                ),
+                (
+                    "sptweaks.dat + spoffsets.dat, MB",
+                    |r| r.sp_files.map(|f| f.total_bytes() as f64 / MB),
+                    Fmt::Sig3,
+                ),
+                (
+                    "Bytes per eligible transaction",
+                    IndexRunRecord::sp_bytes_per_record,
+                    Fmt::Sig3,
+                ),
+            ]);
+        }
         for (label, value, fmt) in rows {
             let mut line = format!("| {label} |");
             for run in 1..=self.runs_planned {
@@ -546,6 +603,56 @@ mod tests {
             "{md}"
         );
         assert!(!md.contains("Failures"), "{md}");
+    }
+
+    #[test]
+    fn silent_payment_rows_only_when_on() {
+        let md = report(vec![record(1, 5.0, &lines())]).to_markdown();
+        // 7.5 CPU-seconds over 300 transactions.
+        assert!(
+            md.contains("| CPU per transaction, µs | 25000 | – | – | **25000** |"),
+            "{md}"
+        );
+        assert!(!md.contains("silent payments on"), "{md}");
+        assert!(!md.contains("Eligible"), "{md}");
+
+        let on = |run, sp_records| {
+            let mut r = record(run, 5.0, &lines());
+            r.silent_payments = true;
+            r.sp_records = sp_records;
+            r.sp_files = Some(SpFiles {
+                tweaks_bytes: sp_records * 104,
+                offsets_bytes: 800,
+            });
+            r
+        };
+        let r = on(1, 60);
+        assert_eq!(r.sp_bytes_per_record(), Some(7_040.0 / 60.0));
+        let md = report(vec![r, on(2, 60)]).to_markdown();
+        assert!(
+            md.contains(", silent payments on (`--silent-payments`)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| Eligible transactions (sp records) | 60 | 60 | – | **60** |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| Eligible share of transactions | 0.20 | 0.20 | – | **0.20** |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| sptweaks.dat + spoffsets.dat, MB | 0.00704 | 0.00704 | – | **0.00704** |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| Bytes per eligible transaction | 117 | 117 | – | **117** |"),
+            "{md}"
+        );
+        // No record, no bytes per record.
+        assert_eq!(on(1, 0).sp_bytes_per_record(), None);
     }
 
     #[test]
