@@ -39,12 +39,7 @@ impl SpMempool {
     pub fn of(tx: &Transaction, spent: &[bitcoin::TxOut]) -> Option<SpMempool> {
         // A malformed transaction (it cannot be, from the node) pays no one.
         let tweak = osprey_sp::tweak_data(tx, spent).ok()??;
-        let output_keys = tx
-            .output
-            .iter()
-            .filter(|output| output.script_pubkey.is_p2tr())
-            .filter_map(|output| output.script_pubkey.as_bytes()[2..34].try_into().ok())
-            .collect();
+        let output_keys = osprey_sp::taproot_output_keys(tx).collect();
         Some(SpMempool { tweak, output_keys })
     }
 }

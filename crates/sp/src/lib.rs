@@ -26,7 +26,9 @@ use bitcoin::secp256k1::{All, Secp256k1};
 pub use address::address;
 pub use hash::{input_hash, shared_secret_tweak};
 pub use input::{input_public_key, tweak_data, TweakData};
-pub use record::{append_block_records, BlockRecords, Record, OUTPUT_PREFIX_LEN};
+pub use record::{
+    append_block_records, taproot_output_keys, BlockRecords, Record, OUTPUT_PREFIX_LEN,
+};
 pub use scan::{Candidates, FoundOutput, ScanKeys};
 
 /// BIP-352 "Scanning": a receiver stops at `k == K_max`; senders never put

@@ -64,6 +64,16 @@ impl<'a> Record<'a> {
     }
 }
 
+/// The x-only keys of `tx`'s taproot outputs, in output order: what a
+/// scan's candidate keys are compared with (the record keeps their
+/// prefixes, the mempool the whole keys).
+pub fn taproot_output_keys(tx: &Transaction) -> impl Iterator<Item = [u8; 32]> + '_ {
+    tx.output
+        .iter()
+        .filter(|output| output.script_pubkey.is_p2tr())
+        .filter_map(|output| output.script_pubkey.as_bytes()[2..34].try_into().ok())
+}
+
 /// Appends the records of a block's eligible transactions to `out` and
 /// returns how many it wrote. `spent` holds the outputs spent by every
 /// input of every transaction but the coinbase, in block order (what the
@@ -100,12 +110,7 @@ pub fn append_block_records(
         previous_position = position;
         out.extend_from_slice(&tweak.input_key_sum_bytes());
         out.extend_from_slice(&tweak.input_hash().secret_bytes());
-        let taproot_keys: Vec<&[u8]> = tx
-            .output
-            .iter()
-            .filter(|output| output.script_pubkey.is_p2tr())
-            .map(|output| &output.script_pubkey.as_bytes()[2..34])
-            .collect();
+        let taproot_keys: Vec<[u8; 32]> = taproot_output_keys(tx).collect();
         // At most 4M / 43 taproot outputs fit in a block: always a u32.
         write_varint(out, taproot_keys.len() as u32);
         for key in taproot_keys {
