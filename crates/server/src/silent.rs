@@ -712,14 +712,15 @@ enum Mempool<'a> {
 }
 
 /// Runs `work` on a blocking thread holding a scan slot; returns how long
-/// it held the slot.
+/// it held the slot, on tokio's clock (the wall clock, except in tests
+/// that pause it and hold a chunk as long as they like).
 async fn on_scan_slot<T: Send + 'static>(
     ctx: &HubContext,
     scan_cost: u64,
     work: impl FnOnce(&dyn Backend) -> Result<T, Error> + Send + 'static,
 ) -> (Result<T, Error>, Duration) {
     let slot = ctx.scheduler.acquire_scan(scan_cost).await;
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let backend = Arc::clone(&ctx.backend);
     let done = tokio::task::spawn_blocking(move || work(&*backend)).await;
     drop(slot);
@@ -820,6 +821,12 @@ mod tests {
     /// A hub on a fake chain of `tip + 1` blocks, its notifier attached,
     /// on a two-core scheduler (one greedy slot).
     fn rig(tip: u32) -> Rig {
+        rig_with(tip, ByteBudget::new(usize::MAX), Arc::new(Notify::new()))
+    }
+
+    /// `rig`, its lines charged to `client_memory`, `kick`ing its session
+    /// when they do not fit.
+    fn rig_with(tip: u32, client_memory: Arc<ByteBudget>, kick: Arc<Notify>) -> Rig {
         let backend = Arc::new(FakeBackend::with_tip(tip));
         backend.update(|s| s.sp_enabled = true);
         let scheduler = Scheduler::with_slots(8, 2, None);
@@ -827,11 +834,11 @@ mod tests {
         let ctx = Arc::new(HubContext {
             backend: backend.clone(),
             scheduler: Arc::clone(&scheduler),
-            client_memory: ByteBudget::new(usize::MAX),
+            client_memory,
             metrics: Arc::clone(&metrics),
         });
         let (tx, queue) = mpsc::channel(64);
-        let hub = SpHub::start(ctx, tx, Arc::new(Notify::new()), 64);
+        let hub = SpHub::start(ctx, tx, kick, 64);
         assert!(hub.send(HubInput::Attached));
         Rig {
             backend,
@@ -1179,6 +1186,54 @@ mod tests {
         assert!(second_keys.upgrade().is_none(), "dropped with the session");
         assert_eq!(metrics.silent_payments.subscriptions.get(), 0);
         drop(held);
+    }
+
+    /// A notification the client memory budget cannot hold closes the
+    /// session, as the notifier does: the hub kicks it and ends, its keys
+    /// with it, rather than wait or hold more than the budget. A budget
+    /// with room for it gets it.
+    #[tokio::test(start_paused = true)]
+    async fn a_notification_over_the_memory_budget_closes_the_session() {
+        let keys = scan_keys("mallory");
+        let notification_bytes = {
+            let mut rig = rig(10);
+            rig.backend
+                .update(|s| s.sp_blocks.insert(4, vec![paying(&keys, 4)]));
+            let sub = subscription(scan_keys("mallory"), 0, 10);
+            assert!(rig.hub.send(HubInput::Subscribe(sub)));
+            let v = rig.next().await;
+            assert_eq!(history(&v), [(4, txid(4).to_string())]);
+            v.to_string().len()
+        };
+        for (budget_bytes, fits) in [
+            (notification_bytes * 2, true),
+            (notification_bytes / 2, false),
+        ] {
+            let budget = ByteBudget::new(budget_bytes);
+            let kick = Arc::new(Notify::new());
+            let mut rig = rig_with(10, Arc::clone(&budget), Arc::clone(&kick));
+            rig.backend
+                .update(|s| s.sp_blocks.insert(4, vec![paying(&keys, 4)]));
+            let sub = subscription(scan_keys("mallory"), 0, 10);
+            let held_keys = Arc::downgrade(&sub.keys);
+            assert!(rig.hub.send(HubInput::Subscribe(sub)));
+            if fits {
+                assert_eq!(history(&rig.next().await), [(4, txid(4).to_string())]);
+                assert!(held_keys.upgrade().is_some(), "still subscribed");
+                continue;
+            }
+            tokio::time::timeout(Duration::from_secs(60), kick.notified())
+                .await
+                .expect("the session is kicked");
+            settle().await;
+            assert!(
+                held_keys.upgrade().is_none(),
+                "the hub ended, its keys with it"
+            );
+            assert!(rig.queue.try_recv().is_err(), "nothing queued");
+            assert_eq!(budget.used(), 0, "nothing held against the budget");
+            assert_eq!(rig.metrics.silent_payments.subscriptions.get(), 0);
+        }
     }
 
     /// The session's lines that follow a change wait until the hub has

@@ -1799,3 +1799,58 @@ async fn silent_payments_are_served_in_order() {
     );
     server.stop().await;
 }
+
+/// A session whose scan holds a handler slot for a minute, three times the
+/// 20 s of cost that disconnect a session, is still served: a scan is
+/// charged to its own cost, which orders scan chunks, never to the
+/// session's, which would disconnect every wallet scanning a long chain.
+#[tokio::test(start_paused = true)]
+async fn a_session_is_not_disconnected_for_what_its_scans_cost() {
+    use bitcoin::secp256k1::{PublicKey, Secp256k1, SecretKey};
+    use osprey_electrum::fake::{made_up_txid, FakeSpTx, Gate};
+    use osprey_sp::ScanKeys;
+
+    let server = TestServer::start(Limits::default(), 16).await;
+    let mut scan = [0u8; 32];
+    scan[31] = 7;
+    let spend =
+        PublicKey::from_secret_key(&Secp256k1::new(), &SecretKey::from_slice(&[3; 32]).unwrap());
+    let keys = ScanKeys::from_slices(&scan, &spend.serialize(), []).unwrap();
+    let gate = Arc::new(Gate::default());
+    server.backend.update(|s| {
+        s.sp_enabled = true;
+        s.sp_blocks.insert(40, vec![FakeSpTx::paying(&keys, 40)]);
+        s.sp_scan_gate = Some(Arc::clone(&gate));
+    });
+    let mut c = server.client().await;
+    let params = json!([hex::encode(scan), spend.to_string(), 0, []]);
+    let r = c.call("blockchain.silentpayments.subscribe", params).await;
+    assert!(r.get("result").is_some(), "{r}");
+    let reached = {
+        let gate = Arc::clone(&gate);
+        tokio::task::spawn_blocking(move || gate.wait_reached(Duration::from_secs(30)))
+            .await
+            .unwrap()
+    };
+    assert!(reached, "the scan's chunk runs");
+    tokio::time::advance(Duration::from_secs(60)).await;
+    gate.open();
+    let found = loop {
+        let n = c.read().await.expect("a notification");
+        assert_eq!(n["method"], "blockchain.silentpayments.subscribe", "{n}");
+        if n["params"][1] == 1.0 {
+            break n["params"][2].clone();
+        }
+    };
+    assert_eq!(found[0]["tx_hash"], made_up_txid(40).to_string());
+    let scanned = server.metrics.silent_payments.scan_seconds.get();
+    assert!(scanned >= 60.0, "the chunk held its slot {scanned} s");
+    let pong = c.call("server.ping", json!([])).await;
+    assert_eq!(
+        pong.get("result"),
+        Some(&Value::Null),
+        "served, not disconnected: {pong}"
+    );
+    assert!(server.client().await.is_served().await);
+    server.stop().await;
+}
