@@ -111,11 +111,11 @@ fn entry_of(entry: &Value) -> (u64, String, String) {
 
 /// Key family of the Core test's two receivers (apart from every other
 /// family of test keys).
-const RECEIVER_KEY_SEED: u64 = 0x5e_5111_e7;
+const RECEIVER_KEY_SEED: u64 = 0x5e51_11e7;
 
 /// Key family of the decoys' random taproot keys (its index is the test's
 /// seed).
-const DECOY_KEY_SEED: u64 = 0xdec0_4;
+const DECOY_KEY_SEED: u64 = 0xdec0_0004;
 
 /// What each funding output holds.
 const FUNDING_SATS: u64 = 1_000_000;
@@ -200,6 +200,10 @@ struct Sent {
 
 /// One history entry: height, txid, tweak key.
 type Entry = (u64, String, String);
+
+/// The outputs of one transaction paid to a receiver through a label it
+/// scans: sats and label (`None`: unlabelled) by vout.
+type Paid = BTreeMap<u32, (u64, Option<u32>)>;
 
 /// Pays `outputs` from the wallet's coins of `kinds` (each taken from
 /// `coins`, the unspent funding coins), the silent outputs' keys made by
@@ -307,7 +311,11 @@ fn scan_to_end(session: &mut Session, subscriptions: &[Value]) -> Vec<BTreeSet<E
         let n = session.wait_notification(SP_METHOD, SCAN_TIMEOUT);
         let (which, p, entries) = read_notification(&n, subscriptions);
         assert!(progress[which] < 1.0, "a second end of the scan: {n}");
-        assert!(p >= progress[which], "progress {p} after {}", progress[which]);
+        assert!(
+            p >= progress[which],
+            "progress {p} after {}",
+            progress[which]
+        );
         progress[which] = p;
         for entry in entries {
             assert!(found[which].insert(entry), "listed twice: {n}");
@@ -378,7 +386,7 @@ fn check_with_spdk(
     entry: &Entry,
     payee: &Payee,
     prevouts: &BTreeMap<OutPoint, TxOut>,
-    expected: &BTreeMap<u32, (u64, Option<u32>)>,
+    expected: &Paid,
 ) {
     let raw = session.call("blockchain.transaction.get", json!([entry.1]));
     let tx: Transaction =
@@ -410,7 +418,12 @@ fn check_with_spdk(
         .collect();
     let tweak = calculate_tweak_data(&keys.iter().collect::<Vec<_>>(), &outpoints)
         .expect("the tweak of an eligible transaction");
-    assert_eq!(hex::encode(tweak.serialize()), entry.2, "tweak of {}", entry.1);
+    assert_eq!(
+        hex::encode(tweak.serialize()),
+        entry.2,
+        "tweak of {}",
+        entry.1
+    );
     let shared_secret = calculate_ecdh_shared_secret(&tweak, payee.scan.secret_key());
     let taproot: Vec<(u32, XOnlyPublicKey)> = tx
         .output
@@ -623,9 +636,9 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
         node.send_raw_transaction(&s.tx).expect("broadcast");
     }
     // What each payee must be told, and what spdk must find in each
-    // transaction: the outputs paid through the labels it scans.
-    let mut expected: Vec<BTreeMap<String, (String, BTreeMap<u32, (u64, Option<u32>)>)>> =
-        vec![BTreeMap::new(); payees.len()];
+    // transaction (by payee, by txid: the tweak and the outputs paid
+    // through the labels it scans).
+    let mut expected: Vec<BTreeMap<String, (String, Paid)>> = vec![BTreeMap::new(); payees.len()];
     for s in sent {
         for &(vout, payee, label, sats) in &s.silent {
             let scanned = label.is_none_or(|m| m == 0 || payees[payee].subscribed.contains(&m));
@@ -651,7 +664,12 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
     session.wait_notification(SCRIPTHASH_METHOD, NOTIFY_TIMEOUT);
     let received = take_received(&mut session, &subscriptions);
     for (payee, got) in received.iter().enumerate() {
-        assert_eq!(*got, at_height(payee, &|_| 0), "{}", payees[payee].receiver.address());
+        assert_eq!(
+            *got,
+            at_height(payee, &|_| 0),
+            "{}",
+            payees[payee].receiver.address()
+        );
         for entry in got {
             check_with_spdk(
                 &mut session,
