@@ -58,7 +58,7 @@ fn subscriptions_report_the_manifests_payments() {
     assert_eq!(features["silent_payments"], json!([0]));
     for receiver in &receivers {
         let subscription = session.call(
-            "blockchain.silentpayments.subscribe",
+            SP_METHOD,
             json!([
                 receiver.scan_private_key,
                 receiver.spend_public_key,
@@ -68,30 +68,8 @@ fn subscriptions_report_the_manifests_payments() {
         );
         assert_eq!(subscription["address"], receiver.address);
         assert_eq!(subscription["start_height"], 0);
-        let mut found = BTreeSet::new();
-        let mut progress = 0.0;
-        loop {
-            let n = session.wait_notification("blockchain.silentpayments.subscribe", SCAN_TIMEOUT);
-            let params = &n["params"];
-            assert_eq!(params[0], subscription, "{n}");
-            let p = params[1].as_f64().expect("progress");
-            assert!(p >= progress, "progress {p} after {progress}");
-            progress = p;
-            for entry in params[2].as_array().expect("history") {
-                let keys: BTreeSet<&str> = entry
-                    .as_object()
-                    .expect("entry")
-                    .keys()
-                    .map(String::as_str)
-                    .collect();
-                assert_eq!(keys, BTreeSet::from(["height", "tweak_key", "tx_hash"]));
-                found.insert(entry_of(entry));
-            }
-            if p >= 1.0 {
-                break;
-            }
-        }
-        let expected: BTreeSet<(u64, String, String)> = receiver
+        let found = scan_to_end(&mut session, std::slice::from_ref(&subscription)).remove(0);
+        let expected: BTreeSet<Entry> = receiver
             .payments
             .iter()
             .map(|p| (u64::from(p.height), p.txid.clone(), p.tweak_key.clone()))
@@ -205,68 +183,74 @@ type Entry = (u64, String, String);
 /// scans: sats and label (`None`: unlabelled) by vout.
 type Paid = BTreeMap<u32, (u64, Option<u32>)>;
 
-/// Pays `outputs` from the wallet's coins of `kinds` (each taken from
-/// `coins`, the unspent funding coins), the silent outputs' keys made by
-/// spdk's sender for the inputs as signed.
-fn pay(
-    wallet: &mut TestWallet,
-    coins: &mut Vec<WalletCoin>,
-    kinds: &[ScriptKind],
-    outputs: Vec<(To, u64)>,
-    payees: &[Payee],
-) -> Sent {
-    let outpoints: Vec<OutPoint> = kinds
-        .iter()
-        .map(|kind| {
-            let i = coins
-                .iter()
-                .position(|c| c.spend.kind == *kind)
-                .unwrap_or_else(|| panic!("no {kind} coin left"));
-            coins.swap_remove(i).outpoint
-        })
-        .collect();
-    // A silent output's place is held by a taproot script of the same
-    // length until spdk gives its key.
-    let placeholder = Key::from_seed(DECOY_KEY_SEED, 0).script_pubkey(ScriptKind::P2tr);
-    let scripts: Vec<(ScriptBuf, Amount)> = outputs
-        .iter()
-        .map(|(to, sats)| {
-            let script = match to {
-                To::Silent(..) => placeholder.clone(),
-                To::Plain(script) => script.clone(),
-            };
-            (script, Amount::from_sat(*sats))
-        })
-        .collect();
-    let silent: Vec<(u32, usize, Option<u32>, u64)> = outputs
-        .iter()
-        .enumerate()
-        .filter_map(|(vout, (to, sats))| match to {
-            To::Silent(payee, label) => Some((vout as u32, *payee, *label, *sats)),
-            To::Plain(_) => None,
-        })
-        .collect();
-    let recipients: Vec<SilentPaymentKeyMaterial> = silent
-        .iter()
-        .map(|&(_, payee, label, _)| payees[payee].receiver.key_material(label))
-        .collect();
-    let (tx, tweak_key) = wallet
-        .spend_shaped(&outpoints, &scripts, |tx, spent| {
-            if recipients.is_empty() {
-                return Ok(None);
-            }
-            let made = pay_spends(tx, spent, &recipients)?;
-            for (&(vout, ..), (key, _k)) in silent.iter().zip(&made.outputs) {
-                tx.output[vout as usize].script_pubkey =
-                    ScriptBuf::new_p2tr_tweaked(TweakedPublicKey::dangerous_assume_tweaked(*key));
-            }
-            Ok(Some(hex::encode(made.tweak_key)))
-        })
-        .expect("a payment from the wallet's coins");
-    Sent {
-        tx,
-        tweak_key,
-        silent,
+/// The test's sending wallet: its keys, its unspent funding coins, and
+/// the payees it pays.
+struct Sender<'a> {
+    wallet: TestWallet,
+    coins: Vec<WalletCoin>,
+    payees: &'a [Payee],
+}
+
+impl Sender<'_> {
+    /// Pays `outputs` from funding coins of `kinds` (each spent once), the
+    /// silent outputs' keys made by spdk's sender for the inputs as signed.
+    fn pay(&mut self, kinds: &[ScriptKind], outputs: Vec<(To, u64)>) -> Sent {
+        let outpoints: Vec<OutPoint> = kinds
+            .iter()
+            .map(|kind| {
+                let i = self
+                    .coins
+                    .iter()
+                    .position(|c| c.spend.kind == *kind)
+                    .unwrap_or_else(|| panic!("no {kind} coin left"));
+                self.coins.swap_remove(i).outpoint
+            })
+            .collect();
+        // A silent output's place is held by a taproot script of the same
+        // length until spdk gives its key.
+        let placeholder = Key::from_seed(DECOY_KEY_SEED, 0).script_pubkey(ScriptKind::P2tr);
+        let scripts: Vec<(ScriptBuf, Amount)> = outputs
+            .iter()
+            .map(|(to, sats)| {
+                let script = match to {
+                    To::Silent(..) => placeholder.clone(),
+                    To::Plain(script) => script.clone(),
+                };
+                (script, Amount::from_sat(*sats))
+            })
+            .collect();
+        let silent: Vec<(u32, usize, Option<u32>, u64)> = outputs
+            .iter()
+            .enumerate()
+            .filter_map(|(vout, (to, sats))| match to {
+                To::Silent(payee, label) => Some((vout as u32, *payee, *label, *sats)),
+                To::Plain(_) => None,
+            })
+            .collect();
+        let recipients: Vec<SilentPaymentKeyMaterial> = silent
+            .iter()
+            .map(|&(_, payee, label, _)| self.payees[payee].receiver.key_material(label))
+            .collect();
+        let (tx, tweak_key) = self
+            .wallet
+            .spend_shaped(&outpoints, &scripts, |tx, spent| {
+                if recipients.is_empty() {
+                    return Ok(None);
+                }
+                let made = pay_spends(tx, spent, &recipients)?;
+                for (&(vout, ..), (key, _k)) in silent.iter().zip(&made.outputs) {
+                    tx.output[vout as usize].script_pubkey = ScriptBuf::new_p2tr_tweaked(
+                        TweakedPublicKey::dangerous_assume_tweaked(*key),
+                    );
+                }
+                Ok(Some(hex::encode(made.tweak_key)))
+            })
+            .expect("a payment from the wallet's coins");
+        Sent {
+            tx,
+            tweak_key,
+            silent,
+        }
     }
 }
 
@@ -361,6 +345,40 @@ fn wait_tip(session: &mut Session, node: &dyn Node, height: u32, hash: BlockHash
     }
 }
 
+/// Waits for the block `hash` at `height` to reach `session`, and asserts
+/// that no silent-payment notification came before it: the block confirms
+/// only payments the session was sent from the mempool, which are not sent
+/// again (docs/silent-payments.md, 1.3 rule 5).
+fn assert_block_brings_nothing(
+    session: &mut Session,
+    subscriptions: &[Value],
+    node: &dyn Node,
+    height: u32,
+    hash: BlockHash,
+) {
+    wait_tip(session, node, height, hash);
+    let again = take_received(session, subscriptions);
+    assert!(
+        again.iter().all(BTreeSet::is_empty),
+        "payments sent from the mempool are not sent again when they confirm: {again:?}"
+    );
+}
+
+/// A new session in which every payee subscribes from height 0: the
+/// session, its subscriptions and what each historical scan listed.
+fn subscribe_from_genesis(
+    osprey: &Osprey,
+    payees: &[Payee],
+) -> (Session, Vec<Value>, Vec<BTreeSet<Entry>>) {
+    let mut session = osprey.session();
+    let subscriptions: Vec<Value> = payees
+        .iter()
+        .map(|payee| session.call(SP_METHOD, payee.subscribe_params(0)))
+        .collect();
+    let listed = scan_to_end(&mut session, &subscriptions);
+    (session, subscriptions, listed)
+}
+
 /// Mines a block of exactly `txs` (in the node's mempool) paying its
 /// coinbase to `to`; returns its hash.
 fn mine_block(node: &dyn Node, to: &Address, txs: &[&Sent]) -> BlockHash {
@@ -373,6 +391,69 @@ fn mine_block(node: &dyn Node, to: &Address, txs: &[&Sent]) -> BlockHash {
         .call("generateblock", &[json!(to.to_string()), json!(txids)])
         .expect("generateblock");
     BlockHash::from_str(mined["hash"].as_str().expect("a block hash")).expect("a block hash")
+}
+
+/// What each payee must be told of the payments sent, and what spdk must
+/// find: by payee, by txid, the tweak key and the outputs paid through
+/// the labels it scans.
+struct Expected(Vec<BTreeMap<String, (String, Paid)>>);
+
+impl Expected {
+    fn new(sent: &[&Sent], payees: &[Payee]) -> Expected {
+        let mut expected = vec![BTreeMap::new(); payees.len()];
+        for s in sent {
+            for &(vout, payee, label, sats) in &s.silent {
+                let scanned = label.is_none_or(|m| m == 0 || payees[payee].subscribed.contains(&m));
+                if !scanned {
+                    continue;
+                }
+                let tweak = s.tweak_key.clone().expect("a silent payment's tweak");
+                expected[payee]
+                    .entry(s.tx.compute_txid().to_string())
+                    .or_insert_with(|| (tweak, BTreeMap::new()))
+                    .1
+                    .insert(vout, (sats, label));
+            }
+        }
+        Expected(expected)
+    }
+
+    /// The entries `payee` must be told, each at `height(txid)`.
+    fn entries(&self, payee: usize, height: impl Fn(&str) -> u64) -> BTreeSet<Entry> {
+        self.0[payee]
+            .iter()
+            .map(|(txid, (tweak, _))| (height(txid), txid.clone(), tweak.clone()))
+            .collect()
+    }
+
+    /// Asserts that each payee was `told` exactly its entries at
+    /// `height(txid)`, and that spdk agrees with each ([`check_with_spdk`]).
+    fn assert_told(
+        &self,
+        session: &mut Session,
+        told: &[BTreeSet<Entry>],
+        height: impl Fn(&str) -> u64 + Copy,
+        payees: &[Payee],
+        prevouts: &BTreeMap<OutPoint, TxOut>,
+    ) {
+        for (payee, got) in told.iter().enumerate() {
+            assert_eq!(
+                *got,
+                self.entries(payee, height),
+                "{}",
+                payees[payee].receiver.address()
+            );
+            for entry in got {
+                check_with_spdk(
+                    session,
+                    entry,
+                    &payees[payee],
+                    prevouts,
+                    &self.0[payee][&entry.1].1,
+                );
+            }
+        }
+    }
 }
 
 /// The checks of docs/silent-payments.md 4.4 that need no server state:
@@ -507,7 +588,7 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
     node.generate(1).expect("mining the funding");
     wallet.sync(&node).expect("wallet sync");
     let funding_txid = funding.compute_txid();
-    let mut coins: Vec<WalletCoin> = wallet
+    let coins: Vec<WalletCoin> = wallet
         .coins()
         .filter(|c| c.outpoint.txid == funding_txid && c.spend.txout.value.to_sat() == FUNDING_SATS)
         .cloned()
@@ -517,6 +598,15 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
         .iter()
         .map(|c| (c.outpoint, c.spend.txout.clone()))
         .collect();
+    // The last transaction sent pays this script: its notification comes
+    // after the silent-payment notifications of everything sent before.
+    let sentinel_script = wallet.new_script(ScriptKind::P2wpkh);
+    let coinbase_to = wallet.address(ScriptKind::P2wpkh);
+    let mut sender = Sender {
+        wallet,
+        coins,
+        payees: &payees,
+    };
     let (tip, _) = node.tip().expect("tip");
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -554,74 +644,49 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
         "nothing paid yet: {history:?}"
     );
     session.call(HEADERS_METHOD, json!([]));
-    // The last transaction sent pays this script: its notification comes
-    // after the silent-payment notifications of everything sent before.
-    let sentinel_script = wallet.new_script(ScriptKind::P2wpkh);
-    let sentinel_hash = scripthash(&sentinel_script);
     assert_eq!(
-        session.call(SCRIPTHASH_METHOD, json!([sentinel_hash])),
+        session.call(SCRIPTHASH_METHOD, json!([scripthash(&sentinel_script)])),
         Value::Null
     );
 
     // 2.
-    let alice_twice = pay(
-        &mut wallet,
-        &mut coins,
+    let alice_twice = sender.pay(
         &[ScriptKind::P2wpkh, ScriptKind::P2tr, ScriptKind::P2wsh],
         vec![
             (To::Silent(ALICE, None), 30_000),
             (To::Silent(ALICE, None), 40_000),
         ],
-        &payees,
     );
-    let bob_label_1_and_alice = pay(
-        &mut wallet,
-        &mut coins,
+    let bob_label_1_and_alice = sender.pay(
         &[ScriptKind::P2pkh, ScriptKind::P2shP2wpkh],
         vec![
             (To::Silent(BOB, Some(1)), 50_000),
             (To::Plain(decoy(1).script_pubkey(ScriptKind::P2tr)), 55_000),
             (To::Silent(ALICE, None), 60_000),
         ],
-        &payees,
     );
-    let bob_change = pay(
-        &mut wallet,
-        &mut coins,
+    let bob_change = sender.pay(
         &[ScriptKind::P2wsh, ScriptKind::P2tr],
         vec![(To::Silent(BOB, Some(0)), 70_000)],
-        &payees,
     );
-    let bob_label_2 = pay(
-        &mut wallet,
-        &mut coins,
+    let bob_label_2 = sender.pay(
         &[ScriptKind::P2wpkh, ScriptKind::P2shP2wpkh],
         vec![(To::Silent(BOB, Some(2)), 80_000)],
-        &payees,
     );
-    let taproot_decoy = pay(
-        &mut wallet,
-        &mut coins,
+    let taproot_decoy = sender.pay(
         &[ScriptKind::P2wpkh, ScriptKind::P2pkh, ScriptKind::P2tr],
         vec![
             (To::Plain(decoy(2).script_pubkey(ScriptKind::P2tr)), 90_000),
             (To::Plain(decoy(3).script_pubkey(ScriptKind::P2tr)), 10_000),
         ],
-        &payees,
     );
-    let p2wsh_only = pay(
-        &mut wallet,
-        &mut coins,
+    let p2wsh_only = sender.pay(
         &[ScriptKind::P2wsh],
         vec![(To::Plain(decoy(4).script_pubkey(ScriptKind::P2tr)), 20_000)],
-        &payees,
     );
-    let sentinel = pay(
-        &mut wallet,
-        &mut coins,
+    let sentinel = sender.pay(
         &[ScriptKind::P2wpkh],
         vec![(To::Plain(sentinel_script), 20_000)],
-        &payees,
     );
     let sent = [
         &alice_twice,
@@ -635,54 +700,15 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
     for s in sent {
         node.send_raw_transaction(&s.tx).expect("broadcast");
     }
-    // What each payee must be told, and what spdk must find in each
-    // transaction (by payee, by txid: the tweak and the outputs paid
-    // through the labels it scans).
-    let mut expected: Vec<BTreeMap<String, (String, Paid)>> = vec![BTreeMap::new(); payees.len()];
-    for s in sent {
-        for &(vout, payee, label, sats) in &s.silent {
-            let scanned = label.is_none_or(|m| m == 0 || payees[payee].subscribed.contains(&m));
-            if !scanned {
-                continue;
-            }
-            let tweak = s.tweak_key.clone().expect("a silent payment's tweak");
-            expected[payee]
-                .entry(s.tx.compute_txid().to_string())
-                .or_insert_with(|| (tweak, BTreeMap::new()))
-                .1
-                .insert(vout, (sats, label));
-        }
-    }
-    let at_height = |payee: usize, height: &dyn Fn(&str) -> u64| -> BTreeSet<Entry> {
-        expected[payee]
-            .iter()
-            .map(|(txid, (tweak, _))| (height(txid), txid.clone(), tweak.clone()))
-            .collect()
-    };
-    assert_eq!(expected[ALICE].len(), 2);
-    assert_eq!(expected[BOB].len(), 2);
+    let expected = Expected::new(&sent, &payees);
+    let in_mempool = |_: &str| 0;
+    assert_eq!(expected.entries(ALICE, in_mempool).len(), 2);
+    assert_eq!(expected.entries(BOB, in_mempool).len(), 2);
     session.wait_notification(SCRIPTHASH_METHOD, NOTIFY_TIMEOUT);
-    let received = take_received(&mut session, &subscriptions);
-    for (payee, got) in received.iter().enumerate() {
-        assert_eq!(
-            *got,
-            at_height(payee, &|_| 0),
-            "{}",
-            payees[payee].receiver.address()
-        );
-        for entry in got {
-            check_with_spdk(
-                &mut session,
-                entry,
-                &payees[payee],
-                &prevouts,
-                &expected[payee][&entry.1].1,
-            );
-        }
-    }
+    let told = take_received(&mut session, &subscriptions);
+    expected.assert_told(&mut session, &told, in_mempool, &payees, &prevouts);
 
     // 3.
-    let coinbase_to = wallet.address(ScriptKind::P2wpkh);
     let first = mine_block(&node, &coinbase_to, &[&alice_twice, &p2wsh_only]);
     let second = mine_block(
         &node,
@@ -695,38 +721,12 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
             &sentinel,
         ],
     );
-    wait_tip(&mut session, &node, tip + 2, second);
-    let again = take_received(&mut session, &subscriptions);
-    assert!(
-        again.iter().all(BTreeSet::is_empty),
-        "payments sent from the mempool are not sent again when they confirm: {again:?}"
-    );
+    assert_block_brings_nothing(&mut session, &subscriptions, &node, tip + 2, second);
     let heights = confirmed_heights(&node, tip + 1);
     assert_eq!(heights[&alice_twice.tx.compute_txid().to_string()], tip + 1);
-    let height_of = |txid: &str| u64::from(heights[txid]);
-    let mut later = osprey.session();
-    let later_subscriptions: Vec<Value> = payees
-        .iter()
-        .map(|payee| later.call(SP_METHOD, payee.subscribe_params(0)))
-        .collect();
-    let listed = scan_to_end(&mut later, &later_subscriptions);
-    for (payee, got) in listed.iter().enumerate() {
-        assert_eq!(
-            *got,
-            at_height(payee, &height_of),
-            "{}",
-            payees[payee].receiver.address()
-        );
-        for entry in got {
-            check_with_spdk(
-                &mut later,
-                entry,
-                &payees[payee],
-                &prevouts,
-                &expected[payee][&entry.1].1,
-            );
-        }
-    }
+    let height_of = |txid: &str| heights.get(txid).map_or(0, |h| u64::from(*h));
+    let (mut later, later_subscriptions, listed) = subscribe_from_genesis(&osprey, &payees);
+    expected.assert_told(&mut later, &listed, height_of, &payees, &prevouts);
     later.call(HEADERS_METHOD, json!([]));
 
     // 4.
@@ -734,7 +734,8 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
     // The second block's payments, back in the mempool.
     let returned: Vec<BTreeSet<Entry>> = (0..payees.len())
         .map(|payee| {
-            at_height(payee, &|_| 0)
+            expected
+                .entries(payee, in_mempool)
                 .into_iter()
                 .filter(|(_, txid, _)| heights[txid] == tip + 2)
                 .collect()
@@ -770,13 +771,10 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
         (&mut session, &subscriptions),
         (&mut later, &later_subscriptions),
     ] {
-        wait_tip(s, &node, tip + 2, other);
-        let again = take_received(s, subs);
-        assert!(
-            again.iter().all(BTreeSet::is_empty),
-            "payments sent from the mempool are not sent again when they confirm: {again:?}"
-        );
+        assert_block_brings_nothing(s, subs, &node, tip + 2, other);
     }
+    // The first block was never undone.
+    assert_eq!(node.block_hash(tip + 1).expect("hash"), first);
     let heights = confirmed_heights(&node, tip + 1);
     assert_eq!(
         heights.get(&bob_label_1_and_alice.tx.compute_txid().to_string()),
@@ -784,22 +782,8 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
         "left in the mempool"
     );
     let height_of = |txid: &str| heights.get(txid).map_or(0, |h| u64::from(*h));
-    let mut last = osprey.session();
-    let last_subscriptions: Vec<Value> = payees
-        .iter()
-        .map(|payee| last.call(SP_METHOD, payee.subscribe_params(0)))
-        .collect();
-    let listed = scan_to_end(&mut last, &last_subscriptions);
-    for (payee, got) in listed.iter().enumerate() {
-        assert_eq!(
-            *got,
-            at_height(payee, &height_of),
-            "{}",
-            payees[payee].receiver.address()
-        );
-    }
-    // The first block was never undone.
-    assert_eq!(node.block_hash(tip + 1).expect("hash"), first);
+    let (mut last, _, listed) = subscribe_from_genesis(&osprey, &payees);
+    expected.assert_told(&mut last, &listed, height_of, &payees, &prevouts);
 }
 
 /// The height of each transaction in the node's blocks from `from` to the
