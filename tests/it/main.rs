@@ -22,7 +22,7 @@
 //! | `listeners`   | TLS (a kept self-signed certificate) and WebSocket listeners serve the node's chain |
 //! | `monitoring`  | the startup lines, the sync summary and `/metrics` say what is true |
 //! | `startup`     | unworkable nodes refused in one line; another index format rebuilt, nothing else deleted |
-//! | `silent_payments` | a chaingen chain's silent payments reach each receiver's subscription, as its manifest lists them |
+//! | `silent_payments` | a chaingen chain's silent payments reach each receiver's subscription, as its manifest lists them; on Bitcoin Core, spdk's payments reach their receivers from the mempool, once, and through a reorg, and nothing else does |
 //!
 //! btcd is found through `$OSPREY_BTCD`, the PATH or `~/go/bin/btcd`; a test
 //! that cannot find it fails with the command that installs it. bitcoind is

@@ -47,7 +47,7 @@ use crate::sign::{
     sign_placeholders, sign_transaction, size_max, vsize_max, Holder, Key, PlaceholderKey,
     ScriptKind, Spend,
 };
-use crate::silent::{self, Receiver, SenderInput};
+use crate::silent::{self, Receiver};
 use crate::stats::{ChainStats, OutputClass, SilentPaymentStats, STATS_FILE};
 use crate::wallet::{BigWallet, CHANGE, RECEIVE};
 
@@ -385,8 +385,9 @@ fn build_tx(
 }
 
 /// Gives the [`Dest::Silent`] outputs of `tx` their keys, made by the
-/// sender ([`silent::pay`]) from the inputs as they will be signed, and
-/// returns what was paid (`None` when the plan pays no silent payment).
+/// sender ([`silent::pay_spends`]) from the inputs as they will be
+/// signed, and returns what was paid (`None` when the plan pays no silent
+/// payment).
 fn pay_silently(
     tx: &mut Transaction,
     plan: &TxPlan,
@@ -404,23 +405,6 @@ fn pay_silently(
     if paid.is_empty() {
         return None;
     }
-    // BIP-352 reads the keys and scripts an input shows, never its
-    // signature: placeholders show the same ones, at no cost, before the
-    // outputs the real signatures commit to are known.
-    let mut shaped = tx.clone();
-    sign_placeholders(&mut shaped, &plan.inputs).expect("plans carry one spent output per input");
-    let inputs: Vec<SenderInput<'_>> = shaped
-        .input
-        .iter()
-        .zip(&plan.inputs)
-        .map(|(input, coin)| SenderInput {
-            outpoint: input.previous_output,
-            spent_script: &coin.spend.txout.script_pubkey,
-            script_sig: &input.script_sig,
-            witness: &input.witness,
-            secret: silent::spending_secret(&coin.spend.holder, coin.spend.kind),
-        })
-        .collect();
     let recipients: Vec<_> = paid
         .iter()
         .map(|&(_, receiver, label)| receivers[usize::from(receiver)].key_material(label))
@@ -428,7 +412,7 @@ fn pay_silently(
     // Planning gives silent payments only to inputs whose keys are known,
     // one of which counts; spdk fails otherwise only on keys summing to
     // zero or a hash out of range, each of probability about 2^-128.
-    let sent = silent::pay(&inputs, &recipients)
+    let sent = silent::pay_spends(tx, &plan.inputs, &recipients)
         .expect("silent payments are planned for inputs the sender has every key of");
     let mut outputs = Vec::with_capacity(paid.len());
     for (&(vout, receiver, label), &(key, k)) in paid.iter().zip(&sent.outputs) {

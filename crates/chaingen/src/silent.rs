@@ -18,14 +18,14 @@
 
 use bitcoin::hashes::Hash;
 use bitcoin::secp256k1::{Parity, PublicKey, Scalar, SecretKey, XOnlyPublicKey};
-use bitcoin::{OutPoint, Script, Witness};
+use bitcoin::{OutPoint, Script, Transaction, Witness};
 use silentpayments::receiving::{Label, Receiver as SpdkReceiver};
 use silentpayments::sending::generate_recipient_pubkeys;
 use silentpayments::utils::receiving::get_pubkey_from_input;
 use silentpayments::utils::sending::calculate_partial_secret;
 use silentpayments::{SilentPaymentCode, SilentPaymentKeyMaterial, SpVersion};
 
-use crate::sign::{Holder, Key, ScriptKind, SECP};
+use crate::sign::{sign_placeholders, Holder, Key, ScriptKind, SignError, Spend, SECP};
 
 /// Receivers a chain with silent payments pays.
 pub const RECEIVERS: usize = 8;
@@ -60,12 +60,21 @@ impl Receiver {
     /// Receiver number `index` of the chain of `seed`.
     pub fn new(seed: u64, index: usize) -> Receiver {
         let base = RECEIVER_KEYS + 2 * index as u64;
-        let (scan, spend) = (Key::from_seed(seed, base), Key::from_seed(seed, base + 1));
         let labels: &[u32] = match index {
             0 => &RECEIVER_0_LABELS,
             1 => &[CHANGE_LABEL],
             _ => &[],
         };
+        Receiver::with_keys(
+            Key::from_seed(seed, base),
+            Key::from_seed(seed, base + 1),
+            labels,
+        )
+    }
+
+    /// The receiver of scan key `scan` and spend key `spend`, paid through
+    /// its unlabelled address and each of `labels`.
+    pub fn with_keys(scan: Key, spend: Key, labels: &[u32]) -> Receiver {
         // spdk derives the labelled spend keys too: the sender's side of
         // the test oracle stays spdk's.
         let change = Label::new(*scan.secret_key(), CHANGE_LABEL);
@@ -204,6 +213,8 @@ pub enum SendError {
     NoSecret { index: usize },
     #[error("input {index}: the secret key given is not the key the input shows")]
     WrongSecret { index: usize },
+    #[error(transparent)]
+    Spends(#[from] SignError),
     #[error("no input counts for silent payments")]
     NoInputs,
     #[error("more than K_max = {} outputs to one scan key", osprey_sp::K_MAX)]
@@ -215,6 +226,36 @@ pub enum SendError {
     /// infinity (each of probability about 2^-128).
     #[error("BIP-352 derivation failed: {0}")]
     Derivation(String),
+}
+
+/// Makes the output keys of `tx`, which spends `spends` (one per input, in
+/// order), paying `recipients` (as [`pay`]): from its inputs as they will
+/// be signed. BIP-352 reads the keys and scripts an input shows, never its
+/// signature: placeholders show the same ones, at no cost, before the
+/// outputs the real signatures commit to are known.
+///
+/// # Errors
+/// When `spends` does not line up with the inputs, or as [`pay`].
+pub fn pay_spends<S: AsRef<Spend>>(
+    tx: &Transaction,
+    spends: &[S],
+    recipients: &[SilentPaymentKeyMaterial],
+) -> Result<Sent, SendError> {
+    let mut shaped = tx.clone();
+    sign_placeholders(&mut shaped, spends)?;
+    let inputs: Vec<SenderInput<'_>> = shaped
+        .input
+        .iter()
+        .zip(spends.iter().map(AsRef::as_ref))
+        .map(|(input, spend)| SenderInput {
+            outpoint: input.previous_output,
+            spent_script: &spend.txout.script_pubkey,
+            script_sig: &input.script_sig,
+            witness: &input.witness,
+            secret: spending_secret(&spend.holder, spend.kind),
+        })
+        .collect();
+    pay(&inputs, recipients)
 }
 
 /// Makes the output keys of a transaction spending `inputs` (every input,

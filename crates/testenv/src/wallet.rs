@@ -266,7 +266,9 @@ impl TestWallet {
             total += coin.spend.txout.value.to_sat();
             selected.push(coin);
             if total >= wanted + self.fee(&selected, outputs, true) {
-                return self.build(selected, outputs);
+                return self
+                    .build(selected, outputs, |_, _| Ok(()))
+                    .map(|(tx, ())| tx);
             }
         }
         bail!(
@@ -286,6 +288,25 @@ impl TestWallet {
         outpoints: &[OutPoint],
         outputs: &[(ScriptBuf, Amount)],
     ) -> Result<Transaction> {
+        self.spend_shaped(outpoints, outputs, |_, _| Ok(()))
+            .map(|(tx, ())| tx)
+    }
+
+    /// Like [`TestWallet::spend`], but `shape` may rewrite the scripts of
+    /// `outputs` (the first outputs of the transaction, in order; keeping
+    /// their lengths keeps the fee right) before it is signed, given the
+    /// unsigned transaction and the coins it spends: for outputs whose keys
+    /// depend on the inputs, as silent payments' do. Returns the signed
+    /// transaction and what `shape` returned.
+    ///
+    /// # Errors
+    /// As [`TestWallet::spend`], or `shape`'s error.
+    pub fn spend_shaped<T>(
+        &mut self,
+        outpoints: &[OutPoint],
+        outputs: &[(ScriptBuf, Amount)],
+        shape: impl FnOnce(&mut Transaction, &[WalletCoin]) -> Result<T>,
+    ) -> Result<(Transaction, T)> {
         let selected = outpoints
             .iter()
             .map(|o| {
@@ -295,7 +316,7 @@ impl TestWallet {
                     .with_context(|| format!("{o} is not a coin of this wallet"))
             })
             .collect::<Result<Vec<_>>>()?;
-        self.build(selected, outputs)
+        self.build(selected, outputs, shape)
     }
 
     fn fee(&self, inputs: &[WalletCoin], outputs: &[(ScriptBuf, Amount)], change: bool) -> u64 {
@@ -307,11 +328,12 @@ impl TestWallet {
         self.fee_rate * vsize_max(&kinds, lens)
     }
 
-    fn build(
+    fn build<T>(
         &mut self,
         inputs: Vec<WalletCoin>,
         outputs: &[(ScriptBuf, Amount)],
-    ) -> Result<Transaction> {
+        shape: impl FnOnce(&mut Transaction, &[WalletCoin]) -> Result<T>,
+    ) -> Result<(Transaction, T)> {
         ensure!(!inputs.is_empty(), "a transaction needs at least one input");
         let total: u64 = inputs.iter().map(|c| c.spend.txout.value.to_sat()).sum();
         let wanted: u64 = outputs.iter().map(|(_, a)| a.to_sat()).sum();
@@ -352,10 +374,11 @@ impl TestWallet {
                 .collect(),
             output: txouts,
         };
+        let shaped = shape(&mut tx, &inputs)?;
         sign_transaction(&mut tx, &inputs)?;
         apply(&self.scripts, &mut self.coins, &tx, None);
         self.pending.push(tx.clone());
-        Ok(tx)
+        Ok((tx, shaped))
     }
 }
 
