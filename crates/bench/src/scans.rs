@@ -301,7 +301,6 @@ async fn scan_forever(
     loop {
         let mut found = BTreeSet::new();
         let mut reached = 0.0_f64;
-        progress.store(reached.to_bits(), Ordering::Relaxed);
         while reached < 1.0 {
             let notification = session.next_notification(SP_SUBSCRIBE).await?;
             let entries_before = found.len();
@@ -317,6 +316,8 @@ async fn scan_forever(
             .check(&found)
             .map_err(|detail| wrong(&session, expected, detail))?;
         counters.completed.fetch_add(1, Ordering::Relaxed);
+        // The next scan has not begun until the subscribe is answered.
+        progress.store(0.0_f64.to_bits(), Ordering::Relaxed);
         subscription = subscribe(&mut session, expected, counters).await?;
     }
 }
