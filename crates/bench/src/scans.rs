@@ -117,7 +117,7 @@ impl ScanActivity {
 }
 
 /// Everything the scans did during one server's bench.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ScanSummary {
     pub activity: ScanActivity,
     /// Progress of each session's unfinished scan when the workloads ended.
