@@ -250,3 +250,106 @@ fn bench_index_and_sp_scan_with_silent_payments() {
     let md = std::fs::read_to_string(scan_out.join("sp-scan.md")).expect("sp-scan.md written");
     assert!(md.contains("records per CPU-second"), "{md}");
 }
+
+/// 1. `osprey chaingen --preset tiny --seed 5 --sp-share 0.5` writes a
+///    chain paying silent payments; btcd gets it, osprey serves it with
+///    `--silent-payments`.
+/// 2. `osprey bench --workload many-wallets --runs 3 --sp-scans 2` runs the
+///    wallets while two sessions scan for the manifest's receivers, each
+///    subscribing again when its scan ends, and succeeds: every scan that
+///    reached progress 1.0 listed exactly its receiver's payments.
+/// 3. Each run's record says two scan sessions ran during it; the report's
+///    scan table shows completed scans and the entries received, which a
+///    completed scan of either receiver brings.
+#[test]
+fn bench_with_silent_payment_scans_running() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 1.
+    let (chain, manifest) = generate_chain(
+        dir.path(),
+        &["--preset", "tiny", "--seed", "5", "--sp-share", "0.5"],
+    );
+    let receivers = manifest
+        .silent_payments
+        .expect("a chain with silent payments");
+    let fewest_payments = receivers[..2.min(receivers.len())]
+        .iter()
+        .map(|r| r.payments.len() as u64)
+        .min()
+        .expect("receivers");
+    assert!(fewest_payments > 0, "both scanned receivers are paid");
+    let node = start_btcd();
+    submit_chain(dir.path(), &chain, &node);
+    let osprey = Osprey::start(
+        &node,
+        &dir.path().join("db"),
+        OspreyConfig::with_args(&["--silent-payments"]),
+    );
+    // 2.
+    let server = osprey.addr.to_string();
+    let out = dir.path().join("bench");
+    let manifest_path = chain.join("manifest.json");
+    let output = run_osprey(
+        dir.path(),
+        &[
+            "bench",
+            "--server",
+            &server,
+            "--manifest",
+            manifest_path.to_str().expect("utf-8 path"),
+            "--out",
+            out.to_str().expect("utf-8 path"),
+            "--workload",
+            "many-wallets",
+            "--runs",
+            "3",
+            "--wallets",
+            "2",
+            // One request per batch: runs long enough for a scan of the
+            // tiny chain (a few hundred records, milliseconds) to end in.
+            "--batch",
+            "1",
+            "--sp-scans",
+            "2",
+        ],
+        Duration::from_secs(300),
+        true,
+    );
+    assert!(output.status.success());
+    // 3.
+    let slug = server.replace(':', "-");
+    for run in ["cold", "run1", "run2", "run3"] {
+        let record = read_json(&out.join(format!("{slug}.many-wallets.{run}.json")));
+        assert_eq!(record["ok"], Value::Bool(true), "{record}");
+        assert_eq!(record["sp_scans"]["sessions"], 2, "{record}");
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).expect("reading the report");
+    assert!(
+        report.contains("- Silent-payment scans: 2 sessions"),
+        "{report}"
+    );
+    let row = report
+        .lines()
+        .skip_while(|l| !l.starts_with("## Silent-payment scans during the runs"))
+        .find(|l| l.starts_with('|') && l.contains(&server))
+        .unwrap_or_else(|| panic!("no scan row for {server}:\n{report}"));
+    // | Server | Subscribes | Scans completed | Per run | Notifications | Entries | Progress at stop |
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    let number = |i: usize| -> u64 {
+        cells[i]
+            .parse()
+            .unwrap_or_else(|e| panic!("cell {i} of {row}: {e}"))
+    };
+    let (subscribes, completed, entries) = (number(2), number(3), number(6));
+    assert!(completed >= 1, "no scan completed: {row}");
+    // Each session subscribes once, then again after each completed scan
+    // (the last answer may be cut off by the end of the runs).
+    assert!(
+        (completed + 1..=completed + 2).contains(&subscribes),
+        "{subscribes} subscribes for {completed} completed scans: {row}"
+    );
+    assert!(
+        entries >= completed * fewest_payments,
+        "{entries} entries for {completed} completed scans: {row}"
+    );
+}

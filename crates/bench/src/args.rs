@@ -1,6 +1,7 @@
 //! The command line of `osprey bench`: raw flags as clap parses them, and
 //! their validation into the settings a bench runs on.
 
+use crate::scans::SP_SCANS_MAX;
 use crate::workload::Workload;
 use anyhow::{bail, Context};
 use std::path::PathBuf;
@@ -59,6 +60,13 @@ pub struct BenchArgs {
     /// Longest response line accepted, in bytes.
     #[arg(long, default_value_t = 64 << 20)]
     pub max_response_bytes: usize,
+
+    /// Silent-payment scans kept running on each server during its runs:
+    /// N extra sessions, each subscribing a receiver of the manifest from
+    /// height 0 and subscribing again when its scan ends (the server must
+    /// list `silent_payments` in server.features; at most 16).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub sp_scans: usize,
 }
 
 /// Subcommands of `osprey bench`.
@@ -253,6 +261,7 @@ pub(crate) struct Plan {
     pub workloads: Vec<Workload>,
     pub timeout_secs: u64,
     pub response_bytes_max: usize,
+    pub sp_scans: usize,
 }
 
 impl Plan {
@@ -289,6 +298,9 @@ impl Plan {
         if args.max_response_bytes < 1024 {
             bail!("--max-response-bytes must be at least 1024");
         }
+        if args.sp_scans > SP_SCANS_MAX {
+            bail!("--sp-scans must be at most {SP_SCANS_MAX}");
+        }
         Ok(Plan {
             servers: args.servers.clone(),
             manifest,
@@ -300,6 +312,7 @@ impl Plan {
             workloads: args.workload.workloads(),
             timeout_secs: args.timeout_secs,
             response_bytes_max: args.max_response_bytes,
+            sp_scans: args.sp_scans,
         })
     }
 }
@@ -344,6 +357,8 @@ mod tests {
             "initial-load",
             "--timeout-secs",
             "7",
+            "--sp-scans",
+            "4",
         ])
         .unwrap();
         let plan = Plan::from_args(&cli.bench).unwrap();
@@ -358,6 +373,7 @@ mod tests {
             ),
             (5, 20, 4, 9, 7)
         );
+        assert_eq!(plan.sp_scans, 4);
         assert_eq!(plan.workloads, [Workload::InitialLoad]);
 
         let defaults =
@@ -369,6 +385,7 @@ mod tests {
             (3, 50, 50, 60)
         );
         assert_eq!(plan.workloads, Workload::ALL);
+        assert_eq!(plan.sp_scans, 0, "no scans unless asked");
     }
 
     #[test]
@@ -402,6 +419,17 @@ mod tests {
             "0"
         ])
         .is_err());
+        let err = plan(&[
+            "bench",
+            "--server",
+            "h:1",
+            "--manifest",
+            "m",
+            "--sp-scans",
+            "17",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("--sp-scans"), "{err}");
         for flag in ["--wallets", "--slice"] {
             let err =
                 plan(&["bench", "--server", "h:1", "--manifest", "m", flag, "0"]).unwrap_err();

@@ -116,6 +116,50 @@ impl Session {
         std::mem::take(&mut self.notifications)
     }
 
+    /// Returns the next notification: one received while a batch was in
+    /// flight, else the next line the server sends, which must be one.
+    /// `method` names what the session waits on in errors.
+    ///
+    /// # Errors
+    /// When none comes within the timeout, the connection breaks, or the
+    /// line is not a notification (a response nobody asked for).
+    pub async fn next_notification(&mut self, method: &str) -> Result<Value, BenchError> {
+        if !self.notifications.is_empty() {
+            return Ok(self.notifications.remove(0));
+        }
+        let timeout = self.limits.timeout;
+        let line = loop {
+            let line = match tokio::time::timeout(timeout, self.read_line(method, 0)).await {
+                Ok(line) => line?,
+                Err(_) => {
+                    return Err(BenchError::NotificationTimeout {
+                        server: self.server.clone(),
+                        method: method.to_owned(),
+                        secs: timeout.as_secs(),
+                    })
+                }
+            };
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                break line;
+            }
+        };
+        let text = String::from_utf8_lossy(&line);
+        match serde_json::from_slice::<Value>(&line) {
+            Ok(value) if value.get("method").is_some() && value["id"].is_null() => Ok(value),
+            Ok(_) => Err(self.protocol_error(
+                method,
+                format!(
+                    "expected a notification, got {}",
+                    excerpt(&text, EXCERPT_CHARS)
+                ),
+            )),
+            Err(e) => Err(self.protocol_error(
+                method,
+                format!("invalid JSON ({e}): {}", excerpt(&text, EXCERPT_CHARS)),
+            )),
+        }
+    }
+
     /// Sends one request as a single JSON object and returns its result.
     ///
     /// # Errors

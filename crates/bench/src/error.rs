@@ -32,6 +32,14 @@ pub enum BenchError {
         expected: usize,
     },
 
+    /// A subscription the bench waits on went quiet.
+    #[error("{server}: no {method} notification within {secs} s")]
+    NotificationTimeout {
+        server: String,
+        method: String,
+        secs: u64,
+    },
+
     #[error(
         "{server}: connection closed by the server during {method} \
          ({answered} of {expected} responses of the batch received)"

@@ -14,6 +14,8 @@
 //! - [`server_process`]: the local process listening on a server's port,
 //!   whose RSS is sampled during the many-wallets runs;
 //! - [`stats`], [`machine`], [`report`], [`svg`]: numbers, context and output;
+//! - [`scans`]: `--sp-scans N`, silent-payment scans kept running during
+//!   the runs, to measure what they cost the wallets;
 //! - [`index`]: `osprey bench index`, the index build (workload 3), which
 //!   runs Osprey's indexer as a child process instead of talking to a server.
 //!
@@ -31,7 +33,7 @@
 //! osprey bench --server 127.0.0.1:50001 --server 127.0.0.1:50002 \
 //!     --manifest chain/manifest.json --out runs/today [--runs 3] [--batch 50] \
 //!     [--wallets 50] [--slice 60] [--workload initial-load|refresh|many-wallets|all] \
-//!     [--timeout-secs 60] [--max-response-bytes 67108864]
+//!     [--timeout-secs 60] [--max-response-bytes 67108864] [--sp-scans N]
 //! ```
 //!
 //! The single-session workloads cover the whole wallet; many wallets runs
@@ -54,6 +56,7 @@ pub mod error;
 pub mod index;
 pub mod machine;
 pub mod report;
+pub mod scans;
 pub mod server_process;
 pub mod stats;
 pub mod svg;
@@ -70,6 +73,7 @@ use client::Limits;
 use machine::Machine;
 use osprey_chaingen::manifest::Manifest;
 use report::{RecordContext, Report, RunRecord, ServerRef, ServerReport, WalletSummary};
+use scans::{ExpectedScan, ScanLoad};
 use server_process::PeakRssSampler;
 use std::path::Path;
 use std::sync::Arc;
@@ -107,6 +111,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let manifest = Manifest::load(&plan.manifest)
         .with_context(|| format!("loading manifest {}", plan.manifest.display()))?;
     let expected = Arc::new(Expected::from_manifest(&manifest)?);
+    let sp_receivers = manifest.silent_payments.as_deref().unwrap_or_default();
+    if plan.sp_scans > 0 && sp_receivers.is_empty() {
+        bail!(
+            "--sp-scans {} needs silent-payment receivers to scan for, and manifest {} has none \
+             (generate the chain with `osprey chaingen --sp-share`)",
+            plan.sp_scans,
+            plan.manifest.display()
+        );
+    }
+    let sp_scans = Arc::new(ExpectedScan::of_receivers(sp_receivers));
     std::fs::create_dir_all(&plan.out)
         .with_context(|| format!("creating {}", plan.out.display()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -132,7 +146,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     };
     let mut servers = Vec::with_capacity(plan.servers.len());
     for address in &plan.servers {
-        let server = runtime.block_on(bench_server(address, &plan, &expected, config, &context))?;
+        let server = runtime.block_on(bench_server(
+            address, &plan, &expected, &sp_scans, config, &context,
+        ))?;
         servers.push(server);
     }
 
@@ -153,6 +169,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         wallets: plan.wallets,
         slice: plan.slice,
         workloads: plan.workloads.clone(),
+        sp_scans: plan.sp_scans,
         servers,
     };
     let markdown = report.to_markdown();
@@ -180,7 +197,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 /// Measures one server on every planned workload, writing each run's record
 /// as soon as it is done, so a bench stopped midway keeps what it measured.
 /// The first failure ends the server's bench: its later numbers would mean
-/// nothing.
+/// nothing. With `--sp-scans`, the scans run from before the first run to
+/// after the last.
 ///
 /// # Errors
 /// Only when a record cannot be written; server failures go in the report.
@@ -188,6 +206,7 @@ async fn bench_server(
     address: &str,
     plan: &Plan,
     expected: &Arc<Expected>,
+    sp_scans: &Arc<Vec<ExpectedScan>>,
     config: Config,
     context: &RecordContext<'_>,
 ) -> anyhow::Result<ServerReport> {
@@ -195,6 +214,7 @@ async fn bench_server(
         address: address.to_owned(),
         info: None,
         runs: Vec::new(),
+        scans: None,
         failure: None,
     };
     tracing::info!(server = address, "checking the server's tip");
@@ -216,6 +236,23 @@ async fn bench_server(
     } else {
         None
     };
+    let scan_load = if plan.sp_scans > 0 {
+        tracing::info!(
+            server = address,
+            sessions = plan.sp_scans,
+            "starting silent-payment scans"
+        );
+        match ScanLoad::start(address, sp_scans, plan.sp_scans, config.limits).await {
+            Ok(load) => Some(load),
+            Err(e) => {
+                tracing::warn!(server = address, error = %e, "server failed");
+                report.failure = Some(e.to_string());
+                return Ok(report);
+            }
+        }
+    } else {
+        None
+    };
     'workloads: for &workload in &plan.workloads {
         for run_index in 0..=plan.runs {
             // Only many wallets is sampled: the server's memory under many
@@ -224,9 +261,13 @@ async fn bench_server(
                 Workload::ManyWallets => server_pid.and_then(PeakRssSampler::start),
                 Workload::InitialLoad | Workload::Refresh => None,
             };
+            let scans_before = scan_load.as_ref().map(ScanLoad::activity);
             let mut outcome =
                 workload::run_once(address, workload, Arc::clone(expected), config).await;
             outcome.measured.server_rss_peak_bytes = rss_sampler.and_then(PeakRssSampler::finish);
+            if let (Some(load), Some(before)) = (&scan_load, scans_before) {
+                outcome.measured.sp_scans = Some(load.activity().since(&before));
+            }
             let error = outcome.error.map(|e| e.to_string());
             let record = RunRecord::new(
                 context,
@@ -248,6 +289,26 @@ async fn bench_server(
                 ));
                 break 'workloads;
             }
+            // A run measured without all its scans did not measure what was
+            // asked: stop here, and the scan's error says why.
+            if scan_load.as_ref().is_some_and(ScanLoad::broken) {
+                break 'workloads;
+            }
+        }
+    }
+    if let Some(load) = scan_load {
+        let (summary, error) = load.stop(address).await;
+        tracing::info!(
+            server = address,
+            completed = summary.activity.completed,
+            entries = summary.activity.entries,
+            "silent-payment scans stopped"
+        );
+        report.scans = Some(summary);
+        if let Some(error) = error {
+            report
+                .failure
+                .get_or_insert(format!("silent-payment scans: {error}"));
         }
     }
     Ok(report)

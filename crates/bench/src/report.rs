@@ -4,6 +4,7 @@
 //! ratios between servers. Renders text and writes files; measures nothing.
 
 use crate::machine::Machine;
+use crate::scans::{ScanActivity, ScanSummary};
 use crate::stats::{histogram, median, Bucket, LatencySummary};
 use crate::workload::{Measured, ServerInfo, Workload};
 use anyhow::Context;
@@ -60,6 +61,10 @@ pub struct RunRecord {
     /// the process could not be found or read (remote server, another
     /// user's process).
     pub server_rss_peak_bytes: Option<u64>,
+    /// What the `--sp-scans` sessions did during this run (`None`: no scans
+    /// ran; absent in records of benches before the option).
+    #[serde(default)]
+    pub sp_scans: Option<ScanActivity>,
 }
 
 /// Context shared by every record of a bench.
@@ -111,6 +116,7 @@ impl RunRecord {
                 .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
                 .collect(),
             server_rss_peak_bytes: measured.server_rss_peak_bytes,
+            sp_scans: measured.sp_scans,
         }
     }
 
@@ -163,6 +169,8 @@ pub struct ServerReport {
     pub address: String,
     pub info: Option<ServerInfo>,
     pub runs: Vec<RunRecord>,
+    /// What the `--sp-scans` sessions did over all its runs.
+    pub scans: Option<ScanSummary>,
     /// Why the server's bench stopped early, if it did.
     pub failure: Option<String>,
 }
@@ -224,6 +232,8 @@ pub struct Report {
     /// Addresses per many-wallets session.
     pub slice: usize,
     pub workloads: Vec<Workload>,
+    /// Silent-payment scan sessions kept running during every run.
+    pub sp_scans: usize,
     pub servers: Vec<ServerReport>,
 }
 
@@ -307,6 +317,14 @@ impl Report {
              many wallets; every answer checked against the manifest",
             self.batch, self.runs, self.wallets, self.slice
         );
+        if self.sp_scans > 0 {
+            let _ = writeln!(
+                md,
+                "- Silent-payment scans: {} sessions scanning the whole chain during every run \
+                 (receivers of the manifest, subscribed again at each scan's end; see below)",
+                self.sp_scans
+            );
+        }
         let _ = writeln!(md, "- Tool: osprey-bench {}\n", env!("CARGO_PKG_VERSION"));
         let _ = writeln!(
             md,
@@ -317,6 +335,9 @@ impl Report {
         );
         for &workload in &self.workloads {
             self.workload_table(&mut md, workload);
+        }
+        if self.sp_scans > 0 {
+            self.scans_table(&mut md);
         }
         let comparisons = self.comparisons();
         if !comparisons.is_empty() {
@@ -443,6 +464,62 @@ impl Report {
         }
         md.push('\n');
     }
+
+    /// The `--sp-scans` sessions' work per server: proof that the scans ran
+    /// while the runs above were measured, and how far they got.
+    fn scans_table(&self, md: &mut String) {
+        let _ = writeln!(
+            md,
+            "## Silent-payment scans during the runs\n\n{} sessions, each subscribing one \
+             receiver from height 0 and again whenever its scan reached progress 1.0 with \
+             exactly the receiver's payments of the manifest. Per run, in order (cold, run \
+             1..N, workload by workload): scans completed / notifications received during \
+             it. Progress at stop: each session's unfinished scan when the last run ended.\n",
+            self.sp_scans
+        );
+        let _ = writeln!(
+            md,
+            "| Server | Subscribes | Scans completed | Per run | Notifications | Entries | \
+             Progress at stop |\n|---|---:|---:|---|---:|---:|---|"
+        );
+        for server in &self.servers {
+            let Some(scans) = &server.scans else {
+                let _ = writeln!(
+                    md,
+                    "| {} | – | – | – | – | – | – |",
+                    escape_cell(&server.name())
+                );
+                continue;
+            };
+            let per_run: Vec<String> = server
+                .runs
+                .iter()
+                .map(|r| {
+                    r.sp_scans.map_or("–".to_owned(), |a| {
+                        format!("{}/{}", a.completed, a.notifications)
+                    })
+                })
+                .collect();
+            let progress: Vec<String> = scans
+                .progress_at_stop
+                .iter()
+                .map(|p| format!("{p:.2}"))
+                .collect();
+            let a = &scans.activity;
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                escape_cell(&server.name()),
+                a.subscribes,
+                a.completed,
+                per_run.join(", "),
+                a.notifications,
+                a.entries,
+                progress.join(", ")
+            );
+        }
+        md.push('\n');
+    }
 }
 
 /// Formats seconds with three significant digits ("382", "1.61", "0.000234").
@@ -523,6 +600,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, s)| record(address, Workload::InitialLoad, i, *s, true))
                 .collect(),
+            scans: None,
             failure: None,
         }
     }
@@ -537,6 +615,7 @@ mod tests {
             wallets: 10,
             slice: 60,
             workloads: vec![Workload::InitialLoad],
+            sp_scans: 0,
             servers,
         }
     }
@@ -609,6 +688,46 @@ mod tests {
         );
         assert!(
             md.contains("| **1.00** | 100 | 2.00 | 2.00 | 2.00 | n/a |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn scans_during_the_runs_are_reported() {
+        let mut scanned = server("osprey 0.1.0", "a:1", [1.0; 4]);
+        for (i, run) in scanned.runs.iter_mut().enumerate() {
+            run.sp_scans = Some(ScanActivity {
+                sessions: 2,
+                completed: i as u64,
+                notifications: 10 + i as u64,
+                ..ScanActivity::default()
+            });
+        }
+        scanned.scans = Some(ScanSummary {
+            activity: ScanActivity {
+                sessions: 2,
+                subscribes: 8,
+                completed: 6,
+                notifications: 46,
+                entries: 1234,
+            },
+            progress_at_stop: vec![0.25, 0.5],
+        });
+        let mut r = report(vec![scanned, server("other", "b:2", [1.0; 4])]);
+        let md = r.to_markdown();
+        assert!(!md.contains("Silent-payment scans"), "none asked: {md}");
+        r.sp_scans = 2;
+        let md = r.to_markdown();
+        assert!(md.contains("- Silent-payment scans: 2 sessions"), "{md}");
+        assert!(
+            md.contains(
+                "| osprey 0.1.0 (a:1) | 8 | 6 | 0/10, 1/11, 2/12, 3/13 | 46 | 1234 | 0.25, 0.50 |"
+            ),
+            "{md}"
+        );
+        // A server whose scans never started says so instead of zeros.
+        assert!(
+            md.contains("| other (b:2) | – | – | – | – | – | – |"),
             "{md}"
         );
     }

@@ -8,6 +8,7 @@
 use crate::check::{Expected, ExpectedAddress, WrongExt};
 use crate::client::{Limits, Session, SessionStats};
 use crate::error::{excerpt, BenchError};
+use crate::scans::ScanActivity;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashSet};
@@ -107,6 +108,8 @@ pub struct Measured {
     /// Highest RSS of the server's process sampled during the run, in bytes;
     /// `None` when not sampled (see `server_process`).
     pub server_rss_peak_bytes: Option<u64>,
+    /// What the `--sp-scans` sessions did during the run; `None` without them.
+    pub sp_scans: Option<ScanActivity>,
 }
 
 impl Measured {
@@ -135,6 +138,7 @@ impl Measured {
                 .flat_map(|(s, _)| s.batch_latencies.iter().copied())
                 .collect(),
             server_rss_peak_bytes: None,
+            sp_scans: None,
         }
     }
 }

@@ -7,6 +7,7 @@ mod common;
 
 use common::{chain, closed_port, start, Chain, Lie};
 use osprey_bench::{run, BenchArgs, WorkloadArg};
+use osprey_chaingen::manifest::SilentPaymentReceiver;
 use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ fn args(servers: Vec<String>, manifest: &Path, out: &Path, workload: WorkloadArg
         workload,
         timeout_secs: 5,
         max_response_bytes: 1 << 20,
+        sp_scans: 0,
     }
 }
 
@@ -448,4 +450,62 @@ fn bad_manifest_is_refused_before_connecting() {
         error.contains("manifest") && error.contains("height 99"),
         "{error}"
     );
+}
+
+#[test]
+fn sp_scans_need_receivers_in_the_manifest() {
+    let chain = chain();
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = chain.save_manifest(dir.path());
+    let mut args = args(
+        vec![closed_port()],
+        &manifest,
+        &dir.path().join("out"),
+        WorkloadArg::ManyWallets,
+    );
+    args.sp_scans = 2;
+    let error = format!("{:#}", run(args).unwrap_err());
+    assert!(
+        error.contains("--sp-scans 2") && error.contains("--sp-share"),
+        "{error}"
+    );
+}
+
+#[test]
+fn sp_scans_refuse_a_server_that_does_not_scan() {
+    let mut chain = chain();
+    chain.manifest.silent_payments = Some(vec![SilentPaymentReceiver {
+        scan_private_key: "11".repeat(32),
+        spend_public_key: format!("02{}", "22".repeat(32)),
+        address: "sprt1qfake".into(),
+        labels: vec![],
+        payments: vec![],
+    }]);
+    let chain = Arc::new(chain);
+    let server = start(Arc::clone(&chain), Lie::None, "FakeElectrum 1.0");
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = chain.save_manifest(dir.path());
+    let out = dir.path().join("out");
+    let mut args = args(
+        vec![server.clone()],
+        &manifest,
+        &out,
+        WorkloadArg::ManyWallets,
+    );
+    args.sp_scans = 1;
+    let error = format!("{:#}", run(args).unwrap_err());
+    assert_contains_all(
+        &error,
+        &[
+            &server,
+            "server.features",
+            "\"silent_payments\"",
+            "--sp-scans 1",
+        ],
+    );
+    // Refused before measuring: a run without its scans would be taken for
+    // one with them.
+    assert!(json_files(&out).is_empty(), "{:?}", json_files(&out));
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("FAILED"), "{md}");
 }

@@ -298,6 +298,8 @@ fn answer(chain: &Chain, lie: Lie, software: &str, method: &str, params: &Value)
     };
     match method {
         "server.version" => Reply::Result(json!([software, "1.4"])),
+        // A server keeping no silent-payment index: no "silent_payments".
+        "server.features" => Reply::Result(json!({"hash_function": "sha256", "hosts": {}})),
         "blockchain.headers.subscribe" => {
             match lie {
                 Lie::BehindTip => Reply::Result(json!({"height": 6, "hex": chain.headers[6]})),
