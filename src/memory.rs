@@ -41,7 +41,8 @@ impl Trimmer {
     }
 }
 
-/// The one `unsafe` call of the binary: glibc has no safe wrapper.
+/// glibc has no safe wrapper (the binary's other `unsafe` is the scan
+/// threads' `setpriority`, in osprey-server).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
 fn trim() {

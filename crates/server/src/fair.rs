@@ -30,6 +30,7 @@
 //! keep a pool of its own and its own count of lines in hand, beside the
 //! slots here: two places deciding how one server's work runs.
 
+use crate::scan_threads::ScanThreads;
 use osprey_electrum::BatchThreads;
 use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex};
@@ -100,6 +101,9 @@ pub(crate) struct Scheduler {
     /// `None` (batches run one request at a time) if the threads could not
     /// be started.
     batch_threads: Option<Arc<BatchThreads>>,
+    /// Where scan chunks run, one per greedy slot; `None` (they run on
+    /// the blocking task at normal priority) if none could be started.
+    scan_threads: Option<ScanThreads>,
     /// The clock of the queue's keys.
     epoch: Instant,
     queue: Mutex<Queue>,
@@ -211,11 +215,13 @@ impl Scheduler {
         cores: usize,
         batch_threads: Option<BatchThreads>,
     ) -> Arc<Scheduler> {
+        let greedy_slots = (cores / 2).max(1);
         Arc::new(Scheduler {
             slots: slots.max(1),
-            greedy_slots: (cores / 2).max(1),
+            greedy_slots,
             cores,
             batch_threads: batch_threads.map(Arc::new),
+            scan_threads: ScanThreads::start(greedy_slots),
             epoch: Instant::now(),
             queue: Mutex::new(Queue {
                 running: 0,
@@ -245,6 +251,20 @@ impl Scheduler {
     /// every scanning wallet). Cancel-safe, as [`Self::acquire`].
     pub async fn acquire_scan(self: &Arc<Self>, scan_cost: u64) -> Slot {
         self.acquire_in_class(scan_cost, true).await
+    }
+
+    /// Runs a scan chunk, for a blocking task holding a slot taken with
+    /// [`Self::acquire_scan`]: on a scan thread, at the lowest priority, so
+    /// that it takes only the CPU the other lines leave; `None` if it
+    /// panicked.
+    pub fn run_scan_chunk<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        match &self.scan_threads {
+            Some(threads) => threads.run(work),
+            None => Some(work()),
+        }
     }
 
     async fn acquire_in_class(self: &Arc<Self>, cost: u64, greedy: bool) -> Slot {

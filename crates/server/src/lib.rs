@@ -17,6 +17,7 @@
 //! full server closes for a newcomer),
 //! `notifier` (the single owner of the subscription registry), `silent`
 //! (a session's silent-payment subscriptions and their scans),
+//! `scan_threads` (the low-priority threads scan chunks run on),
 //! `per_ip` (sessions per client address), `peers` (peer discovery: the
 //! peer list, its checks, our announcement). Every listener shares one set
 //! of limits, session permits, client memory budget and notifier.
@@ -35,6 +36,7 @@ mod notifier;
 mod outpoints;
 mod peers;
 mod per_ip;
+mod scan_threads;
 mod session;
 mod silent;
 mod tls;

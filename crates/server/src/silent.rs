@@ -722,14 +722,21 @@ async fn on_scan_slot<T: Send + 'static>(
     let slot = ctx.scheduler.acquire_scan(scan_cost).await;
     let started = Instant::now();
     let backend = Arc::clone(&ctx.backend);
-    let done = tokio::task::spawn_blocking(move || work(&*backend)).await;
+    let scheduler = Arc::clone(&ctx.scheduler);
+    let done =
+        tokio::task::spawn_blocking(move || scheduler.run_scan_chunk(move || work(&*backend)))
+            .await;
     drop(slot);
     let held = started.elapsed();
     ctx.metrics
         .silent_payments
         .scan_seconds
         .inc_by(held.as_secs_f64());
-    let result = done.unwrap_or_else(|e| Err(Error::Internal(format!("scan task: {e}"))));
+    let result = match done {
+        Ok(Some(result)) => result,
+        Ok(None) => Err(Error::Internal("scan chunk panicked".into())),
+        Err(e) => Err(Error::Internal(format!("scan task: {e}"))),
+    };
     (result, held)
 }
 
