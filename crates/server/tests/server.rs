@@ -1710,6 +1710,22 @@ async fn outpoint_statuses_are_pushed_when_they_change() {
     server.stop().await;
 }
 
+/// A silent-payment receiver: its scan key (`scan_last_byte` in an
+/// otherwise zero secret) in hex and its spend public key (of the secret
+/// `[spend_byte; 32]`), as a wallet sends them, and the keys the fake
+/// backend pays.
+fn sp_receiver(scan_last_byte: u8, spend_byte: u8) -> (String, String, osprey_sp::ScanKeys) {
+    use bitcoin::secp256k1::{PublicKey, Secp256k1, SecretKey};
+    let mut scan = [0u8; 32];
+    scan[31] = scan_last_byte;
+    let spend = PublicKey::from_secret_key(
+        &Secp256k1::new(),
+        &SecretKey::from_slice(&[spend_byte; 32]).unwrap(),
+    );
+    let keys = osprey_sp::ScanKeys::from_slices(&scan, &spend.serialize(), []).unwrap();
+    (hex::encode(scan), spend.to_string(), keys)
+}
+
 /// Silent payments over the wire, as Sparrow speaks them: the feature is
 /// announced; the subscribe's response comes before any notification,
 /// which repeats its result byte for byte; positional after a positional
@@ -1718,16 +1734,10 @@ async fn outpoint_statuses_are_pushed_when_they_change() {
 /// same block causes.
 #[tokio::test(start_paused = true)]
 async fn silent_payments_are_served_in_order() {
-    use bitcoin::secp256k1::{PublicKey, Secp256k1, SecretKey};
     use osprey_electrum::fake::{made_up_txid, FakeSpTx};
-    use osprey_sp::ScanKeys;
 
     let server = TestServer::start(Limits::default(), 16).await;
-    let mut scan = [0u8; 32];
-    scan[31] = 5;
-    let spend =
-        PublicKey::from_secret_key(&Secp256k1::new(), &SecretKey::from_slice(&[9; 32]).unwrap());
-    let keys = ScanKeys::from_slices(&scan, &spend.serialize(), []).unwrap();
+    let (scan, spend, keys) = sp_receiver(5, 9);
     server.backend.update(|s| {
         s.sp_blocks.insert(40, vec![FakeSpTx::paying(&keys, 40)]);
         s.sp_blocks.insert(41, vec![FakeSpTx::decoy(41)]);
@@ -1741,7 +1751,7 @@ async fn silent_payments_are_served_in_order() {
     assert_eq!(features["result"]["silent_payments"], json!([0]));
 
     // Positional, as Sparrow sends it.
-    let params = json!([hex::encode(scan), spend.to_string(), 30, []]);
+    let params = json!([scan.clone(), spend.clone(), 30, []]);
     let r = c.call("blockchain.silentpayments.subscribe", params).await;
     let result = r["result"].clone();
     assert_eq!(result["start_height"], 30);
@@ -1761,7 +1771,7 @@ async fn silent_payments_are_served_in_order() {
 
     // By name: named notifications.
     let mut named = server.client().await;
-    let params = json!({"scan_private_key": hex::encode(scan), "spend_public_key": spend.to_string(), "start": "40-40"});
+    let params = json!({"scan_private_key": scan.clone(), "spend_public_key": spend.clone(), "start": "40-40"});
     let r = named
         .call("blockchain.silentpayments.subscribe", params)
         .await;
@@ -1792,7 +1802,7 @@ async fn silent_payments_are_served_in_order() {
     assert_eq!(
         c.call(
             "blockchain.silentpayments.unsubscribe",
-            json!([hex::encode(scan), spend.to_string()])
+            json!([scan, spend])
         )
         .await["result"],
         result["address"]
@@ -1806,16 +1816,10 @@ async fn silent_payments_are_served_in_order() {
 /// session's, which would disconnect every wallet scanning a long chain.
 #[tokio::test(start_paused = true)]
 async fn a_session_is_not_disconnected_for_what_its_scans_cost() {
-    use bitcoin::secp256k1::{PublicKey, Secp256k1, SecretKey};
     use osprey_electrum::fake::{made_up_txid, FakeSpTx, Gate};
-    use osprey_sp::ScanKeys;
 
     let server = TestServer::start(Limits::default(), 16).await;
-    let mut scan = [0u8; 32];
-    scan[31] = 7;
-    let spend =
-        PublicKey::from_secret_key(&Secp256k1::new(), &SecretKey::from_slice(&[3; 32]).unwrap());
-    let keys = ScanKeys::from_slices(&scan, &spend.serialize(), []).unwrap();
+    let (scan, spend, keys) = sp_receiver(7, 3);
     let gate = Arc::new(Gate::default());
     server.backend.update(|s| {
         s.sp_enabled = true;
@@ -1823,7 +1827,7 @@ async fn a_session_is_not_disconnected_for_what_its_scans_cost() {
         s.sp_scan_gate = Some(Arc::clone(&gate));
     });
     let mut c = server.client().await;
-    let params = json!([hex::encode(scan), spend.to_string(), 0, []]);
+    let params = json!([scan, spend, 0, []]);
     let r = c.call("blockchain.silentpayments.subscribe", params).await;
     assert!(r.get("result").is_some(), "{r}");
     let reached = {
