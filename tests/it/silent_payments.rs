@@ -30,8 +30,11 @@ use silentpayments::{SilentPaymentKeyMaterial, SpVersion};
 use crate::common::command::{generate_chain, submit_chain};
 use crate::common::{scripthash, seed, start_btcd, Osprey, OspreyConfig, Session};
 
-/// How long a whole historical scan of the small chain may take.
-const SCAN_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a whole historical scan of the small chain may take. Scans
+/// take only idle CPU (`crates/server/src/scan_threads.rs`): while the
+/// tests beside this one keep both cores busy, a scan of milliseconds
+/// waits seconds.
+const SCAN_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[test]
 fn subscriptions_report_the_manifests_payments() {
@@ -98,8 +101,9 @@ const DECOY_KEY_SEED: u64 = 0xdec0_0004;
 /// What each funding output holds.
 const FUNDING_SATS: u64 = 1_000_000;
 
-/// How long a server may take to notify a change.
-const NOTIFY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a server may take to notify a change (its silent-payment
+/// notifications wait for idle CPU, as `SCAN_TIMEOUT` says).
+const NOTIFY_TIMEOUT: Duration = Duration::from_secs(120);
 
 const SP_METHOD: &str = "blockchain.silentpayments.subscribe";
 const HEADERS_METHOD: &str = "blockchain.headers.subscribe";

@@ -67,6 +67,13 @@ pub struct BenchArgs {
     /// list `silent_payments` in server.features; at most 16).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub sp_scans: usize,
+
+    /// With --sp-scans: after the last run, wait until each scan session
+    /// has completed a whole scan, checked against the manifest's payments
+    /// (at most 10 minutes), so that the run checks every scan's answer,
+    /// not only those that happened to end during the runs.
+    #[arg(long, requires = "sp_scans")]
+    pub sp_scans_to_end: bool,
 }
 
 /// Subcommands of `osprey bench`.
@@ -262,6 +269,7 @@ pub(crate) struct Plan {
     pub timeout_secs: u64,
     pub response_bytes_max: usize,
     pub sp_scans: usize,
+    pub sp_scans_to_end: bool,
 }
 
 impl Plan {
@@ -313,6 +321,7 @@ impl Plan {
             timeout_secs: args.timeout_secs,
             response_bytes_max: args.max_response_bytes,
             sp_scans: args.sp_scans,
+            sp_scans_to_end: args.sp_scans_to_end,
         })
     }
 }

@@ -82,6 +82,10 @@ use workload::{Config, Workload};
 
 /// File name of the Markdown report inside the output directory.
 pub const REPORT_FILE: &str = "report.md";
+
+/// How long `--sp-scans-to-end` waits after the last run for every scan
+/// session to complete a scan.
+const SCANS_TO_END_MAX: Duration = Duration::from_secs(600);
 /// File name of the latency chart inside the output directory.
 pub const CHART_FILE: &str = "latency.svg";
 
@@ -297,6 +301,11 @@ async fn bench_server(
         }
     }
     if let Some(load) = scan_load {
+        let each_completed = if plan.sp_scans_to_end && report.failure.is_none() {
+            Some(load.each_completed(SCANS_TO_END_MAX).await)
+        } else {
+            None
+        };
         let (summary, error) = load.stop(address).await;
         tracing::info!(
             server = address,
@@ -309,6 +318,13 @@ async fn bench_server(
             report
                 .failure
                 .get_or_insert(format!("silent-payment scans: {error}"));
+        }
+        if each_completed == Some(false) {
+            report.failure.get_or_insert(format!(
+                "--sp-scans-to-end: not every silent-payment scan session completed a scan \
+                 within {} s of the last run",
+                SCANS_TO_END_MAX.as_secs()
+            ));
         }
     }
     Ok(report)

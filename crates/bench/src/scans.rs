@@ -18,8 +18,10 @@ use osprey_chaingen::manifest::SilentPaymentReceiver;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 /// Most scan sessions one bench runs: enough to fill any server's share of
@@ -130,16 +132,26 @@ struct Counters {
     completed: AtomicU64,
     notifications: AtomicU64,
     entries: AtomicU64,
+    /// Told when a session completes a scan or ends.
+    changed: Notify,
 }
 
-/// One scan session's progress in its current scan, as f64 bits.
-type Progress = Arc<AtomicU64>;
+/// Where one scan session is.
+#[derive(Debug, Default)]
+struct SessionState {
+    /// Progress of its current scan, as f64 bits.
+    progress: AtomicU64,
+    /// Scans it completed.
+    completed: AtomicU64,
+    /// Set when its task ends (only on an error).
+    ended: AtomicBool,
+}
 
 /// The scan sessions running against one server.
 pub struct ScanLoad {
     counters: Arc<Counters>,
     /// Each ends only with the error that broke its session.
-    tasks: Vec<(JoinHandle<BenchError>, Progress)>,
+    tasks: Vec<(JoinHandle<BenchError>, Arc<SessionState>)>,
 }
 
 impl ScanLoad {
@@ -172,27 +184,27 @@ impl ScanLoad {
             };
             let (mut session, _) = open_session(address, limits).await?;
             let subscription = subscribe(&mut session, expected, &counters).await?;
-            let progress = Progress::default();
-            let (scans, counters, task_progress) = (
-                Arc::clone(scans),
-                Arc::clone(&counters),
-                Arc::clone(&progress),
-            );
+            let state = Arc::new(SessionState::default());
+            let (scans, counters, task_state) =
+                (Arc::clone(scans), Arc::clone(&counters), Arc::clone(&state));
             let task = tokio::spawn(async move {
-                match scan_forever(
+                let error = match scan_forever(
                     session,
                     subscription,
                     &scans[index],
                     &counters,
-                    &task_progress,
+                    &task_state,
                 )
                 .await
                 {
                     Ok(never) => match never {},
                     Err(error) => error,
-                }
+                };
+                task_state.ended.store(true, Ordering::Relaxed);
+                counters.changed.notify_one();
+                error
             });
-            load.tasks.push((task, progress));
+            load.tasks.push((task, state));
         }
         Ok(load)
     }
@@ -214,15 +226,33 @@ impl ScanLoad {
         self.tasks.iter().any(|(task, _)| task.is_finished())
     }
 
+    /// Waits until every session has completed a whole scan (each checked
+    /// against the manifest), one has ended, or `limit` has passed;
+    /// returns whether every session completed one.
+    pub async fn each_completed(&self, limit: Duration) -> bool {
+        let states = || self.tasks.iter().map(|(_, state)| state);
+        let all_completed = || states().all(|s| s.completed.load(Ordering::Relaxed) > 0);
+        let any_ended = || states().any(|s| s.ended.load(Ordering::Relaxed));
+        // `notify_one` keeps a permit for a wait that has not begun yet, so
+        // a change between a check and the wait is not missed.
+        let waited = tokio::time::timeout(limit, async {
+            while !all_completed() && !any_ended() {
+                self.counters.changed.notified().await;
+            }
+        })
+        .await;
+        waited.is_ok() && all_completed()
+    }
+
     /// Ends every scan session and returns what they did, with the first
     /// error that ended one before.
     pub async fn stop(self, address: &str) -> (ScanSummary, Option<BenchError>) {
         let activity = self.activity();
         let mut error = None;
         let mut progress_at_stop = Vec::with_capacity(self.tasks.len());
-        for (task, progress) in self.tasks {
+        for (task, state) in self.tasks {
             task.abort();
-            progress_at_stop.push(f64::from_bits(progress.load(Ordering::Relaxed)));
+            progress_at_stop.push(f64::from_bits(state.progress.load(Ordering::Relaxed)));
             match task.await {
                 Ok(e) => {
                     error.get_or_insert(e);
@@ -296,7 +326,7 @@ async fn scan_forever(
     mut subscription: Value,
     expected: &ExpectedScan,
     counters: &Counters,
-    progress: &AtomicU64,
+    state: &SessionState,
 ) -> Result<std::convert::Infallible, BenchError> {
     loop {
         let mut found = BTreeSet::new();
@@ -310,14 +340,16 @@ async fn scan_forever(
             counters
                 .entries
                 .fetch_add((found.len() - entries_before) as u64, Ordering::Relaxed);
-            progress.store(reached.to_bits(), Ordering::Relaxed);
+            state.progress.store(reached.to_bits(), Ordering::Relaxed);
         }
         expected
             .check(&found)
             .map_err(|detail| wrong(&session, expected, detail))?;
         counters.completed.fetch_add(1, Ordering::Relaxed);
+        state.completed.fetch_add(1, Ordering::Relaxed);
+        counters.changed.notify_one();
         // The next scan has not begun until the subscribe is answered.
-        progress.store(0.0_f64.to_bits(), Ordering::Relaxed);
+        state.progress.store(0.0_f64.to_bits(), Ordering::Relaxed);
         subscription = subscribe(&mut session, expected, counters).await?;
     }
 }

@@ -26,6 +26,7 @@ fn args(servers: Vec<String>, manifest: &Path, out: &Path, workload: WorkloadArg
         timeout_secs: 5,
         max_response_bytes: 1 << 20,
         sp_scans: 0,
+        sp_scans_to_end: false,
     }
 }
 
