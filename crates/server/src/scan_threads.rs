@@ -13,7 +13,11 @@
 //! `SCHED_IDLE` (weight 3, and a wallet thread that wakes preempts the
 //! scan at once) every figure stayed within the spread of runs without
 //! scans. A chunk holds no lock a wallet waits on for longer than a read,
-//! so the wallets never wait long on a starved scan.
+//! so the wallets never wait long on a starved scan. Starting chunks only
+//! when the lines leave a core free, at normal priority, changed nothing:
+//! what protects the wallets is the CPU priority. The price: a scan also
+//! waits while other programs (a node's initial sync, another indexer)
+//! keep every core busy.
 //!
 //! Why threads of their own: a thread's priority cannot be raised again
 //! without `CAP_SYS_NICE`, so a thread of tokio's blocking pool, which
