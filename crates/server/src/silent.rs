@@ -4,10 +4,11 @@
 //! subscriptions, their keys and one task, and goes with the session.
 //!
 //! Each subscription first scans its historical range in chunks of
-//! [`CHUNK_RECORDS`] records, one chunk at a time per hub, each on a
-//! blocking thread holding a handler slot taken with
-//! `Scheduler::acquire_scan` (the greedy class, queued by the session's
-//! scan cost, never charged to its request cost). Matches go out in pages
+//! [`CHUNK_RECORDS`] records, one chunk at a time per hub, each holding a
+//! handler slot taken with `Scheduler::acquire_scan` (the greedy class,
+//! queued by the session's scan cost, never charged to its request cost)
+//! and run on a scan thread at the lowest CPU priority
+//! (`scan_threads.rs`). Matches go out in pages
 //! of [`PAGE_ENTRIES`]; a notification goes out at least every
 //! [`HEARTBEAT`] even with nothing found, with the fraction of the range's
 //! records scanned. The last one, progress 1.0 (exactly once), adds the
@@ -648,7 +649,7 @@ impl Hub {
         self.send_pages(address, true, 1.0).await
     }
 
-    /// Scans the mempool (all of it, or `only` those) on a blocking thread
+    /// Scans the mempool (all of it, or `only` those) on a scan thread,
     /// holding a scan slot.
     async fn scan_mempool(
         &mut self,
@@ -711,7 +712,8 @@ enum Mempool<'a> {
     All,
 }
 
-/// Runs `work` on a blocking thread holding a scan slot; returns how long
+/// Runs `work` on a scan thread (through a blocking task, which tokio
+/// counts as running work) holding a scan slot; returns how long
 /// it held the slot, on tokio's clock (the wall clock, except in tests
 /// that pause it and hold a chunk as long as they like).
 async fn on_scan_slot<T: Send + 'static>(
