@@ -83,11 +83,12 @@ use workload::{Config, Workload};
 /// File name of the Markdown report inside the output directory.
 pub const REPORT_FILE: &str = "report.md";
 
+/// File name of the latency chart inside the output directory.
+pub const CHART_FILE: &str = "latency.svg";
+
 /// How long `--sp-scans-to-end` waits after the last run for every scan
 /// session to complete a scan.
 const SCANS_TO_END_MAX: Duration = Duration::from_secs(600);
-/// File name of the latency chart inside the output directory.
-pub const CHART_FILE: &str = "latency.svg";
 
 /// Runs `osprey bench`: measures every server, writes the reports into
 /// `--out`, and prints the Markdown report.
