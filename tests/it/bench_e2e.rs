@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::command::{generate_chain, run_osprey, submit_chain};
+use crate::common::command::{
+    generate_chain, generate_sp_chain, run_osprey, submit_chain, CommandOutput,
+};
 use crate::common::{start_btcd, Osprey, OspreyConfig};
 
 /// 1. `osprey chaingen --preset tiny --seed 7 --out DIR/chain`.
@@ -31,27 +33,7 @@ fn chaingen_submit_serve_and_bench_end_to_end() {
     let osprey = Osprey::start(&node, &dir.path().join("db"), OspreyConfig::default());
     // 4.
     let server = osprey.addr.to_string();
-    let out = dir.path().join("bench");
-    let manifest_path = chain.join("manifest.json");
-    let output = run_osprey(
-        dir.path(),
-        &[
-            "bench",
-            "--server",
-            &server,
-            "--manifest",
-            manifest_path.to_str().expect("utf-8 path"),
-            "--out",
-            out.to_str().expect("utf-8 path"),
-            "--runs",
-            "1",
-            "--wallets",
-            "2",
-        ],
-        Duration::from_secs(300),
-        true,
-    );
-    assert!(output.status.success());
+    let (out, output) = bench_once(dir.path(), &server, &chain, &["--runs", "1"]);
     // 5.
     let mut records = Vec::new();
     let mut reports = Vec::new();
@@ -94,6 +76,29 @@ fn chaingen_submit_serve_and_bench_end_to_end() {
         row.contains("Osprey"),
         "the row names the server's software: {row}"
     );
+}
+
+/// Runs `osprey bench --server SERVER --manifest CHAIN/manifest.json --out
+/// DIR/bench --wallets 2` with `extra` flags, which must succeed; returns
+/// the output directory and what the command printed.
+fn bench_once(dir: &Path, server: &str, chain: &Path, extra: &[&str]) -> (PathBuf, CommandOutput) {
+    let out = dir.join("bench");
+    let manifest = chain.join("manifest.json");
+    let mut args = vec![
+        "bench",
+        "--server",
+        server,
+        "--manifest",
+        manifest.to_str().expect("utf-8 path"),
+        "--out",
+        out.to_str().expect("utf-8 path"),
+        "--wallets",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    let output = run_osprey(dir, &args, Duration::from_secs(300), true);
+    assert!(output.status.success());
+    (out, output)
 }
 
 /// Runs `osprey bench index --chain CHAIN --out DIR/index --runs 1` with
@@ -168,13 +173,7 @@ fn bench_index_measures_a_full_index_build() {
 fn bench_index_and_sp_scan_with_silent_payments() {
     let dir = tempfile::tempdir().expect("tempdir");
     // 1.
-    let (chain, manifest) = generate_chain(
-        dir.path(),
-        &["--preset", "tiny", "--seed", "5", "--sp-share", "0.5"],
-    );
-    let receivers = manifest
-        .silent_payments
-        .expect("a chain with silent payments");
+    let (chain, manifest, receivers) = generate_sp_chain(dir.path(), "5", "0.5");
     // A transaction may pay two receivers: it is one eligible transaction.
     let paying: std::collections::BTreeSet<&str> = receivers
         .iter()
@@ -265,13 +264,7 @@ fn bench_index_and_sp_scan_with_silent_payments() {
 fn bench_with_silent_payment_scans_running() {
     let dir = tempfile::tempdir().expect("tempdir");
     // 1.
-    let (chain, manifest) = generate_chain(
-        dir.path(),
-        &["--preset", "tiny", "--seed", "5", "--sp-share", "0.5"],
-    );
-    let receivers = manifest
-        .silent_payments
-        .expect("a chain with silent payments");
+    let (chain, _, receivers) = generate_sp_chain(dir.path(), "5", "0.5");
     let fewest_payments = receivers[..2.min(receivers.len())]
         .iter()
         .map(|r| r.payments.len() as u64)
@@ -287,24 +280,15 @@ fn bench_with_silent_payment_scans_running() {
     );
     // 2.
     let server = osprey.addr.to_string();
-    let out = dir.path().join("bench");
-    let manifest_path = chain.join("manifest.json");
-    let output = run_osprey(
+    let (out, _) = bench_once(
         dir.path(),
+        &server,
+        &chain,
         &[
-            "bench",
-            "--server",
-            &server,
-            "--manifest",
-            manifest_path.to_str().expect("utf-8 path"),
-            "--out",
-            out.to_str().expect("utf-8 path"),
             "--workload",
             "many-wallets",
             "--runs",
             "3",
-            "--wallets",
-            "2",
             // One request per batch: runs long enough for a scan of the
             // tiny chain (a few hundred records, milliseconds) to end in.
             "--batch",
@@ -315,10 +299,7 @@ fn bench_with_silent_payment_scans_running() {
             // this one keep the cores busy (scans take only idle CPU).
             "--sp-scans-to-end",
         ],
-        Duration::from_secs(300),
-        true,
     );
-    assert!(output.status.success());
     // 3.
     let slug = server.replace(':', "-");
     for run in ["cold", "run1", "run2", "run3"] {

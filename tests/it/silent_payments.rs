@@ -27,7 +27,7 @@ use silentpayments::utils::receiving::{
 };
 use silentpayments::{SilentPaymentKeyMaterial, SpVersion};
 
-use crate::common::command::{generate_chain, submit_chain};
+use crate::common::command::{generate_sp_chain, submit_chain};
 use crate::common::{scripthash, seed, start_btcd, Osprey, OspreyConfig, Session};
 
 /// How long a whole historical scan of the small chain may take. Scans
@@ -39,14 +39,7 @@ const SCAN_TIMEOUT: Duration = Duration::from_secs(300);
 #[test]
 fn subscriptions_report_the_manifests_payments() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (chain, manifest) = generate_chain(
-        dir.path(),
-        &["--preset", "tiny", "--seed", "11", "--sp-share", "0.3"],
-    );
-    let receivers = manifest
-        .silent_payments
-        .clone()
-        .expect("a chain with silent payments");
+    let (chain, _, receivers) = generate_sp_chain(dir.path(), "11", "0.3");
     let paid: usize = receivers.iter().map(|r| r.payments.len()).sum();
     assert!(paid > 0, "the chain pays some receiver");
     let node = start_btcd();

@@ -33,7 +33,7 @@
 use crate::scan_threads::ScanThreads;
 use osprey_electrum::BatchThreads;
 use std::collections::BinaryHeap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -101,9 +101,10 @@ pub(crate) struct Scheduler {
     /// `None` (batches run one request at a time) if the threads could not
     /// be started.
     batch_threads: Option<Arc<BatchThreads>>,
-    /// Where scan chunks run, one per greedy slot; `None` (they run on
-    /// the blocking task at normal priority) if none could be started.
-    scan_threads: Option<ScanThreads>,
+    /// Where scan chunks run, one per greedy slot, started with the first
+    /// chunk (a server without silent payments starts none); `None` (they
+    /// run on the blocking task at normal priority) if none could be.
+    scan_threads: OnceLock<Option<ScanThreads>>,
     /// The clock of the queue's keys.
     epoch: Instant,
     queue: Mutex<Queue>,
@@ -215,13 +216,12 @@ impl Scheduler {
         cores: usize,
         batch_threads: Option<BatchThreads>,
     ) -> Arc<Scheduler> {
-        let greedy_slots = (cores / 2).max(1);
         Arc::new(Scheduler {
             slots: slots.max(1),
-            greedy_slots,
+            greedy_slots: (cores / 2).max(1),
             cores,
             batch_threads: batch_threads.map(Arc::new),
-            scan_threads: ScanThreads::start(greedy_slots),
+            scan_threads: OnceLock::new(),
             epoch: Instant::now(),
             queue: Mutex::new(Queue {
                 running: 0,
@@ -261,7 +261,10 @@ impl Scheduler {
         &self,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Option<T> {
-        match &self.scan_threads {
+        let threads = self
+            .scan_threads
+            .get_or_init(|| ScanThreads::start(self.greedy_slots));
+        match threads {
             Some(threads) => threads.run(work),
             None => Some(work()),
         }

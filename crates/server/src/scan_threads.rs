@@ -34,7 +34,7 @@ type Job = Box<dyn FnOnce() + Send>;
 
 /// A pool of low-priority threads; jobs wait in line for a free one.
 pub(crate) struct ScanThreads {
-    jobs: Mutex<mpsc::Sender<Job>>,
+    jobs: mpsc::Sender<Job>,
 }
 
 impl ScanThreads {
@@ -62,9 +62,7 @@ impl ScanThreads {
                 Err(e) => tracing::warn!(error = %e, "could not start a scan thread"),
             }
         }
-        (started > 0).then(|| ScanThreads {
-            jobs: Mutex::new(jobs),
-        })
+        (started > 0).then_some(ScanThreads { jobs })
     }
 
     /// Runs `work` on a scan thread and waits for it: call it from a
@@ -77,14 +75,9 @@ impl ScanThreads {
             // The waiter is only gone if its blocking task was.
             let _ = done.send(outcome.ok());
         });
-        let sent = self
-            .jobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(job);
         // Sending fails only once every thread has ended, which they do
         // only when the pool is dropped.
-        sent.ok()?;
+        self.jobs.send(job).ok()?;
         result.recv().ok().flatten()
     }
 }

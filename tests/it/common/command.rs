@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use osprey_chaingen::manifest::SilentPaymentReceiver;
 use osprey_chaingen::Manifest;
 use osprey_testenv::Node;
 
@@ -131,6 +132,25 @@ pub fn generate_chain(dir: &Path, args: &[&str]) -> (PathBuf, Manifest) {
     let manifest = Manifest::load(&chain)
         .unwrap_or_else(|e| panic!("reading {}/manifest.json: {e}", chain.display()));
     (chain, manifest)
+}
+
+/// Generates a tiny chain of `seed` in which a share `sp_share` of the
+/// transactions that can pay silent payments does; returns its directory,
+/// manifest and the receivers the manifest lists.
+pub fn generate_sp_chain(
+    dir: &Path,
+    seed: &str,
+    sp_share: &str,
+) -> (PathBuf, Manifest, Vec<SilentPaymentReceiver>) {
+    let (chain, manifest) = generate_chain(
+        dir,
+        &["--preset", "tiny", "--seed", seed, "--sp-share", sp_share],
+    );
+    let receivers = manifest
+        .silent_payments
+        .clone()
+        .expect("a chain with silent payments");
+    (chain, manifest, receivers)
 }
 
 /// Feeds a generated chain to `node` with `osprey chaingen submit`.
