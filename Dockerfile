@@ -51,13 +51,14 @@ ENV OSPREY_DB_DIR=/data/db \
     NO_COLOR=1
 # Electrum ports: bitcoin, testnet, testnet4, signet, regtest.
 EXPOSE 50001 60001 40001 60601 60401
-# Healthy means serving wallets: `osprey ping` sends server.ping to
+# Healthy means answering: `osprey ping` sends server.ping to
 # OSPREY_ELECTRUM_RPC_ADDR (0.0.0.0 is asked on 127.0.0.1). The port opens
-# only once the initial sync is done (hours on mainnet, longer on a
-# Raspberry Pi), so the start period is long: until the first answer the
-# container is "starting", and failures do not count; after it, three
-# missed pings in a row make it "unhealthy".
-HEALTHCHECK --interval=60s --timeout=15s --start-period=48h --retries=3 \
+# at startup once the node answers, and is answered during the first sync
+# too (wallets then get an error with its progress). The start period
+# covers a node that takes long to start: until the first answer the
+# container is "starting"; after it, three missed pings in a row make it
+# "unhealthy".
+HEALTHCHECK --interval=60s --timeout=15s --start-period=2h --retries=3 \
     CMD ["osprey", "ping", "--timeout", "10"]
 # docker stop sends SIGTERM; give it time (docker stop -t 300) to close
 # the index cleanly.

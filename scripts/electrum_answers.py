@@ -50,6 +50,19 @@ def requests(manifest):
     yield "no.such.method", []
 
 
+def wallets_served(reader, sock):
+    """Whether the server answers a script question without an error: the
+    Electrum port opens before the first sync, and until it ends such
+    questions get "unavailable index: indexing: height H of N"."""
+    request = {"jsonrpc": "2.0", "id": "ready", "method": "blockchain.scripthash.get_balance",
+               "params": ["00" * 32]}
+    sock.sendall(json.dumps(request).encode() + b"\n")
+    answer = reader.readline()
+    if not answer.endswith(b"\n"):
+        sys.exit("the server closed the connection while indexing")
+    return "error" not in json.loads(answer)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
@@ -71,6 +84,10 @@ def main():
             time.sleep(0.5)
     sock.settimeout(60)
     reader = sock.makefile("rb")
+    while not wallets_served(reader, sock):
+        if time.monotonic() > deadline:
+            sys.exit(f"127.0.0.1:{args.port} still indexing after {args.wait} s")
+        time.sleep(0.5)
     count = 0
     with open(args.out, "wb") as out:
         for number, (method, params) in enumerate(requests(manifest)):

@@ -1364,12 +1364,19 @@ def start_demo(binary, preset, workdir, start_secs):
     while now() < deadline:
         if process.poll() is not None:
             break
+        # The port opens before the demo's index is built: wait until a
+        # script question is answered, not only for the port.
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                log(f"demo serving on 127.0.0.1:{port} (pid {process.pid})")
-                return process, ("127.0.0.1", port), os.path.join(demo_dir, "chain", "manifest.json")
-        except OSError:
-            time.sleep(0.5)
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.settimeout(5)
+                sock.sendall(request_line(0, "blockchain.scripthash.get_balance", ["00" * 32]))
+                answer = sock.makefile("rb").readline()
+                if answer and "error" not in json.loads(answer):
+                    log(f"demo serving on 127.0.0.1:{port} (pid {process.pid})")
+                    return process, ("127.0.0.1", port), os.path.join(demo_dir, "chain", "manifest.json")
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.5)
     stop_demo(process)
     with open(log_path, errors="replace") as output:
         tail = output.read()[-3000:]

@@ -2,7 +2,10 @@
 //! of its own, so that a slow scraper never holds up a wallet. Each scrape
 //! first reads what is not counted as it happens (the index's tip and size
 //! on disk, the bytes RocksDB wrote, the process's memory), then answers
-//! with every metric in Prometheus' text format.
+//! with every metric in Prometheus' text format. `GET /` answers the same,
+//! as electrs does on every path: node boxes read electrs' port there
+//! (myNode's `electrs_index_height`, the image's `curl -f
+//! http://localhost:4224/` health check).
 
 use anyhow::Context;
 use osprey_metrics::Metrics;
@@ -32,6 +35,9 @@ impl Monitoring {
         let server = tiny_http::Server::http(addr)
             .map_err(|e| anyhow::anyhow!("{e}"))
             .with_context(|| format!("binding the monitoring address {addr}"))?;
+        // The address bound, not the one asked: with port 0 the log names
+        // the port the system picked.
+        let addr = server.server_addr().to_ip().unwrap_or(addr);
         let server = Arc::new(server);
         let thread = {
             let server = Arc::clone(&server);
@@ -42,7 +48,7 @@ impl Monitoring {
                     for request in server.incoming_requests() {
                         let path = request.url().split('?').next().unwrap_or_default();
                         let response = if *request.method() == tiny_http::Method::Get
-                            && path == "/metrics"
+                            && matches!(path, "/metrics" | "/")
                         {
                             refresh(&metrics, &store);
                             let header = tiny_http::Header::from_bytes(
@@ -69,7 +75,7 @@ impl Monitoring {
         })
     }
 
-    /// The address `/metrics` is served on.
+    /// The address `/metrics` is served on (as bound).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

@@ -1,7 +1,8 @@
-//! `osprey ping`: is an Osprey serving wallets at this address? One
-//! `server.ping` over plain TCP, bounded in time. The container's
-//! HEALTHCHECK runs it: the Electrum port opens only once the initial sync
-//! is done, so an answer means wallets get complete histories.
+//! `osprey ping`: does an Osprey answer at this address? One `server.ping`
+//! over plain TCP, bounded in time. The container's HEALTHCHECK runs it.
+//! The Electrum port opens at startup and is answered during the first
+//! sync too, so an answer means the server is up, not that wallets are
+//! served yet (until then they get an error with the sync's progress).
 
 use anyhow::{bail, Context};
 use clap::Args;

@@ -201,12 +201,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 }
 
 /// Says in one block of lines what Osprey found and will use.
-fn log_startup(
-    config: &Config,
-    store: &Store,
-    about_source: &[String],
-    monitoring: Option<&Monitoring>,
-) {
+fn log_startup(config: &Config, store: &Store, about_source: &[String]) {
     tracing::info!(
         "osprey {} (index format {}) on {}",
         env!("CARGO_PKG_VERSION"),
@@ -230,9 +225,6 @@ fn log_startup(
         config.db_path.display(),
         dir_bytes(&config.db_path) as f64 / 1e6
     );
-    if let Some(monitoring) = monitoring {
-        tracing::info!("metrics: http://{}/metrics", monitoring.addr());
-    }
 }
 
 fn sleep_unless_stopped(duration: Duration, stop: &AtomicBool) {
@@ -275,13 +267,18 @@ pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<Parts> {
         tracing::debug!("indexing threads were set already: {e}");
     }
     let store = open_store(config)?;
-    let (source, about_source) = connect_source(config, stop)?;
+    // Before the node is reached: what watches the port (myNode waits on
+    // it before starting its explorer) sees the index's height at once.
     let metrics = Arc::new(Metrics::new(&osprey_electrum::METHODS));
     let monitoring = config
         .monitoring_addr
         .map(|addr| Monitoring::start(addr, Arc::clone(&metrics), Arc::clone(&store)))
         .transpose()?;
-    log_startup(config, &store, &about_source, monitoring.as_ref());
+    if let Some(monitoring) = &monitoring {
+        tracing::info!("metrics: http://{}/metrics", monitoring.addr());
+    }
+    let (source, about_source) = connect_source(config, stop)?;
+    log_startup(config, &store, &about_source);
     let indexer = Indexer::new(Arc::clone(&store), source.clone(), IndexerConfig::default())
         .with_stop(Arc::clone(stop));
     let query = Arc::new(Query::new(
@@ -405,7 +402,14 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     run_server(&config, parts, runtime, stop)
 }
 
-/// Syncs, starts the Electrum server, and follows the tip until stopped.
+/// Opens the Electrum ports, syncs, and follows the tip until stopped.
+///
+/// The ports open before the first sync, as electrs' do: a node box's
+/// dashboard computes the sync's progress from `blockchain.headers.subscribe`
+/// (Umbrel) and its health check asks `server.banner` (StartOS), for the
+/// hours of a first sync. Until the index is at the node's tip (and the
+/// node out of its initial block download), wallets get an error with the
+/// progress instead of a partial history ([`Query::hold_wallets`]).
 pub fn run_server(
     config: &Config,
     parts: Parts,
@@ -418,7 +422,6 @@ pub fn run_server(
         metrics,
         monitoring,
     } = parts;
-    // Checked before the sync, which may take hours, not after it.
     let limits = osprey_server::Limits {
         line_bytes_max: config.line_bytes_max,
         reply_bytes_max: config.reply_bytes_max,
@@ -433,37 +436,6 @@ pub fn run_server(
         worker_threads: config.worker_threads,
         ..osprey_server::Limits::default()
     };
-    limits.validate().context("invalid server limits")?;
-    if let Some(tls) = &config.tls {
-        tls.check().context("TLS certificate")?;
-    }
-    let mut progress = Progress::new(false, Arc::clone(&metrics));
-    // Serving before the initial sync ends would give wallets partial
-    // histories: sync first, and while the node itself is still in its
-    // initial block download, keep following it and serve once it is done.
-    let poll = Duration::from_millis(config.poll_interval_ms);
-    let mut ibd_logged = Instant::now() - Duration::from_secs(3600);
-    loop {
-        update_until_ok(&mut tracker, &mut progress, &stop)?;
-        if stop.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        match query.source().initial_block_download() {
-            Ok(false) => break,
-            Ok(true) => {
-                if ibd_logged.elapsed() >= Duration::from_secs(30) {
-                    ibd_logged = Instant::now();
-                    tracing::info!(
-                        height = query.tip().0 .0,
-                        "node is in initial block download: indexing as it goes; wallets are served once it is done"
-                    );
-                }
-            }
-            Err(e) => tracing::warn!("node: {e}"),
-        }
-        sleep_unless_stopped(poll, &stop);
-    }
-    progress.finish(dir_bytes(&config.db_path));
     let server_config = osprey_server::ServerConfig {
         electrum_rpc_addr: config.electrum_rpc_addr,
         electrum_tls_addr: config.electrum_tls_addr,
@@ -481,35 +453,83 @@ pub fn run_server(
             private_peers_allowed: false,
         },
     };
+    query.hold_wallets();
+    // Bound here, so that a port in use fails the start at once.
+    let bound = runtime.block_on(osprey_server::Server::bind(
+        server_config,
+        Arc::<Query>::clone(&query),
+        query.changes(),
+    ))?;
+    let addr = bound.local_addr().unwrap_or(config.electrum_rpc_addr);
     let server = {
         let stop = Arc::clone(&stop);
-        let query = Arc::clone(&query);
+        let metrics = Arc::clone(&metrics);
         runtime.spawn(async move {
             let shutdown = async move {
                 while !stop.load(Ordering::Relaxed) {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             };
-            let changes = query.changes();
-            osprey_server::Server::bind(server_config, query, changes)
-                .await?
-                .with_metrics(metrics)
-                .run(shutdown)
-                .await
+            bound.with_metrics(metrics).run(shutdown).await
         })
     };
+    tracing::info!(
+        %addr,
+        "Electrum port open: server methods, headers and fee estimates now; wallets once the index reaches the node's tip"
+    );
+    let mut progress = Progress::new(false, metrics);
+    let result = follow_the_tip(config, &mut tracker, &mut progress, &query, &stop, &server);
+    stop.store(true, Ordering::Relaxed);
+    let served = runtime.block_on(server).context("server task");
+    drop(monitoring);
+    drop(tracker);
+    drop(query);
+    result.and(served?)
+}
+
+/// The first sync, then the tip followed, until `stop` or the server's end.
+fn follow_the_tip(
+    config: &Config,
+    tracker: &mut Tracker,
+    progress: &mut Progress,
+    query: &Arc<Query>,
+    stop: &Arc<AtomicBool>,
+    server: &tokio::task::JoinHandle<anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    let poll = Duration::from_millis(config.poll_interval_ms);
+    // While the node itself is still in its initial block download, keep
+    // following it and serve wallets once it is done.
+    let mut ibd_logged = Instant::now() - Duration::from_secs(3600);
+    loop {
+        update_until_ok(tracker, progress, stop)?;
+        if stop.load(Ordering::Relaxed) || server.is_finished() {
+            return Ok(());
+        }
+        match query.source().initial_block_download() {
+            Ok(false) => break,
+            Ok(true) => {
+                if ibd_logged.elapsed() >= Duration::from_secs(30) {
+                    ibd_logged = Instant::now();
+                    tracing::info!(
+                        height = query.tip().0 .0,
+                        "node is in initial block download: indexing as it goes; wallets are served once it is done"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!("node: {e}"),
+        }
+        sleep_unless_stopped(poll, stop);
+    }
+    progress.finish(dir_bytes(&config.db_path));
+    query.release_wallets();
     let (height, hash) = query.tip();
     tracing::info!(height = height.0, %hash, addr = %config.electrum_rpc_addr, "serving Electrum clients");
-    let (new_block, watcher) = watch_for_new_blocks(Arc::clone(&query), poll, Arc::clone(&stop));
+    let (new_block, watcher) = watch_for_new_blocks(Arc::clone(query), poll, Arc::clone(stop));
     let mut result = Ok(());
     let mut trimmer = memory::Trimmer::new();
-    while !stop.load(Ordering::Relaxed) {
-        if server.is_finished() {
-            break;
-        }
-        if let Err(e) = update_until_ok(&mut tracker, &mut progress, &stop) {
+    while !stop.load(Ordering::Relaxed) && !server.is_finished() {
+        if let Err(e) = update_until_ok(tracker, progress, stop) {
             result = Err(e);
-            stop.store(true, Ordering::Relaxed);
             break;
         }
         trimmer.tick();
@@ -517,11 +537,10 @@ pub fn run_server(
         // `poll` either way.
         match new_block.recv_timeout(poll) {
             Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => sleep_unless_stopped(poll, &stop),
+            Err(mpsc::RecvTimeoutError::Disconnected) => sleep_unless_stopped(poll, stop),
         }
     }
     stop.store(true, Ordering::Relaxed);
-    let served = runtime.block_on(server).context("server task");
     // The watcher holds the index: wait for it (it sees `stop` within one
     // long poll), so that the index is closed before the process exits.
     // Exiting with RocksDB open races its background flushes against the
@@ -529,10 +548,7 @@ pub fn run_server(
     if let Some(watcher) = watcher {
         let _ = watcher.join();
     }
-    drop(monitoring);
-    drop(tracker);
-    drop(query);
-    result.and(served?)
+    result
 }
 
 /// A thread parked on the node's long poll for new blocks: each new block

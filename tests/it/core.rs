@@ -22,7 +22,7 @@ use crate::common::answers::{
 use crate::common::command::{generate_chain, submit_chain};
 use crate::common::{
     collect_answers, scripthash, seed, wait_until, wallet_and_sampled_scripts, NodeView, Osprey,
-    OspreyConfig, Rng, Session, SYNC_TIMEOUT,
+    OspreyConfig, Rng, SYNC_TIMEOUT,
 };
 use crate::kill9::{start_and_kill, KillAt};
 
@@ -100,13 +100,43 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
                 .then_some(())
         },
     );
+    // The port is open: what node boxes read (the banner, the indexed
+    // tip) is answered; what wallets ask gets the progress, not a
+    // partial answer.
+    let mut early = during_ibd.session();
+    early.negotiate(json!("1.4"));
+    early.call("server.banner", json!([]));
+    let tip = early.call("blockchain.headers.subscribe", json!([]));
+    assert_eq!(tip["height"], json!(manifest.tip_height), "the indexed tip");
+    let refused = early.call_err(
+        "blockchain.scripthash.get_balance",
+        json!([manifest.wallet.addresses[0].scripthash]),
+    );
+    assert_eq!(
+        refused.code, -32603,
+        "electrs' code for an unavailable index"
+    );
+    let progress = format!(
+        "indexing: height {} of {}",
+        manifest.tip_height, manifest.tip_height
+    );
     assert!(
-        Session::try_connect(during_ibd.addr).is_err(),
-        "no wallet may be served while the node is in initial block download"
+        refused.message.contains(&progress),
+        "{refused:?} should say {progress:?}"
     );
     node.generate(1)
         .expect("mining past initial block download");
+    // The subscriber of the first sync is told of the new tip.
+    let header = early.wait_notification("blockchain.headers.subscribe", SYNC_TIMEOUT);
+    assert_eq!(
+        header["params"][0]["height"],
+        json!(manifest.tip_height + 1)
+    );
     during_ibd.wait_ready(&node);
+    early.call(
+        "blockchain.scripthash.get_balance",
+        json!([manifest.wallet.addresses[0].scripthash]),
+    );
     drop(during_ibd);
     // 2.
     let mut over_rpc = Osprey::spawn(

@@ -21,6 +21,7 @@
 //! | `packaging`   | the systemd unit passes `systemd-analyze verify`; its limits fit the defaults |
 //! | `listeners`   | TLS (a kept self-signed certificate) and WebSocket listeners serve the node's chain |
 //! | `monitoring`  | the startup lines, the sync summary and `/metrics` say what is true |
+//! | `first_sync`  | the monitoring port answers electrs' paths and names before the node is reached |
 //! | `startup`     | unworkable nodes refused in one line; another index format rebuilt, nothing else deleted |
 //! | `silent_payments` | a chaingen chain's silent payments reach each receiver's subscription, as its manifest lists them; on Bitcoin Core, spdk's payments reach their receivers from the mempool, once, and through a reorg, and nothing else does |
 //!
@@ -38,6 +39,7 @@ mod common;
 mod bad_input;
 mod bench_e2e;
 mod core;
+mod first_sync;
 mod kill9;
 mod listeners;
 mod mempool;

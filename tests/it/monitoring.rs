@@ -19,7 +19,7 @@ use crate::common::{start_btcd, wait_until, Osprey, OspreyConfig};
 const SETTLE: Duration = Duration::from_secs(30);
 
 /// Sends one HTTP/1.0 GET and returns (status code, body).
-fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+pub(crate) fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut stream =
         TcpStream::connect(addr).unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
     stream

@@ -4,6 +4,20 @@
 use bitcoin::{TxMerkleNode, Txid};
 use osprey_core::{Height, ScriptHash};
 
+/// Where the first sync of a process that serves while it indexes stands:
+/// until it ends, only what is right at any height is answered (the
+/// server's own methods, headers, fees), and every question about scripts,
+/// transactions, outpoints or silent payments gets an error naming these
+/// heights, never a partial answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Indexing {
+    /// The index's tip.
+    pub height: Height,
+    /// The node's best block, as the last sync step saw it (the index's
+    /// tip before the node has answered).
+    pub node_height: Height,
+}
+
 /// One transaction of a script's history.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HistoryEntry {

@@ -10,8 +10,8 @@
 //! module knows nothing of JSON.
 
 use crate::{
-    Balance, Error, HistoryEntry, OutpointAnswer, RecentTx, SpChunk, SpCursor, SpMatch, TxMerkle,
-    Utxo,
+    Balance, Error, HistoryEntry, Indexing, OutpointAnswer, RecentTx, SpChunk, SpCursor, SpMatch,
+    TxMerkle, Utxo,
 };
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_chain::{MempoolAcceptance, MempoolFees};
@@ -25,6 +25,9 @@ use osprey_sp::ScanKeys;
 /// never on an async worker.
 pub trait Backend: Send + Sync + 'static {
     fn tip(&self) -> (Height, BlockHash);
+    /// `Some` while the first sync runs and wallets are not served yet
+    /// (see [`Indexing`]); `None` once they are.
+    fn indexing(&self) -> Option<Indexing>;
     fn header(&self, height: Height) -> Option<[u8; 80]>;
     /// Returns up to `count` consecutive headers from `start`, stopping at the tip.
     fn headers(&self, start: Height, count: usize) -> Vec<[u8; 80]>;

@@ -13,7 +13,9 @@ mod change;
 mod error;
 mod sp;
 
-pub use answer::{Balance, HistoryEntry, OutpointAnswer, OutpointStatus, RecentTx, TxMerkle, Utxo};
+pub use answer::{
+    Balance, HistoryEntry, Indexing, OutpointAnswer, OutpointStatus, RecentTx, TxMerkle, Utxo,
+};
 pub use backend::Backend;
 pub use change::Change;
 pub use error::Error;

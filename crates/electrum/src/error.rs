@@ -7,7 +7,7 @@
 //! | -32600 | `InvalidRequest`                | not a request object, empty batch, bad `jsonrpc`/`id`/`method` |
 //! | -32601 | `MethodNotFound`, `MethodUnavailable` | unknown method (named in the message), or one this server does not serve (silent payments without their index), with why |
 //! | -32602 | `InvalidParams`                 | wrong type, bad hex, wrong length, negative height, unknown name... |
-//! | -32603 | `Internal`                      | a bug or a database error on our side |
+//! | -32603 | `Internal`, `Indexing`          | a bug or a database error on our side; or, during the first sync, a method that needs the whole index (electrs' "unavailable index", same code) |
 //! | -101   | `LimitExceeded`                 | line, batch or subscription limit (aiorpcx's "excessive resource usage") |
 //! | -102   | `ServerBusy`                    | too many sessions (the connection is then closed), or the server's client memory budget is spent |
 //! | 1      | `BadRequest`, `HistoryTooLarge`, `NodeRejected` | valid request that cannot be served: not found, bad checkpoint, version already negotiated, node refused a broadcast (ElectrumX's `BAD_REQUEST`) |
@@ -64,6 +64,13 @@ pub enum RpcError {
     NodeUnavailable,
     #[error("internal error: {0}")]
     Internal(String),
+    /// The first sync is not done: the answer would be partial. The text
+    /// starts as electrs' does, so that what waits for electrs knows it.
+    #[error(
+        "unavailable index: indexing: height {height} of {node_height}; \
+         wallets are served once the index reaches the node's tip"
+    )]
+    Indexing { height: u32, node_height: u32 },
 }
 
 impl RpcError {
@@ -74,7 +81,7 @@ impl RpcError {
             RpcError::InvalidRequest(_) => -32600,
             RpcError::MethodNotFound(_) | RpcError::MethodUnavailable { .. } => -32601,
             RpcError::InvalidParams(_) => -32602,
-            RpcError::Internal(_) => -32603,
+            RpcError::Internal(_) | RpcError::Indexing { .. } => -32603,
             RpcError::LimitExceeded(_) => -101,
             RpcError::ServerBusy(_) => -102,
             RpcError::BadRequest(_)

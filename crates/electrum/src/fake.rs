@@ -6,8 +6,8 @@ use bitcoin::hashes::{sha256d, Hash};
 use bitcoin::secp256k1::{PublicKey, Secp256k1, SecretKey};
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_answers::{
-    height_at_time, Backend, Balance, Error, HistoryEntry, OutpointAnswer, RecentTx, SpChunk,
-    SpCursor, SpMatch, TxMerkle, Utxo,
+    height_at_time, Backend, Balance, Error, HistoryEntry, Indexing, OutpointAnswer, RecentTx,
+    SpChunk, SpCursor, SpMatch, TxMerkle, Utxo,
 };
 use osprey_chain::{MempoolAcceptance, MempoolFees};
 use osprey_core::{Height, ScriptHash, StatusHash};
@@ -43,6 +43,8 @@ pub struct FakeState {
     pub last_tested: Vec<String>,
     /// The mempool's latest transactions, newest first.
     pub recent: Vec<RecentTx>,
+    /// What `indexing` answers: `Some` plays a server in its first sync.
+    pub indexing: Option<Indexing>,
     pub estimate: Option<f64>,
     /// The last `(blocks, mode)` passed to `estimate_fee`.
     pub last_estimate_args: Option<(u16, Option<String>)>,
@@ -274,6 +276,10 @@ impl Backend for FakeBackend {
             .last()
             .map_or(BlockHash::all_zeros(), block_hash);
         (Height(tip as u32), hash)
+    }
+
+    fn indexing(&self) -> Option<Indexing> {
+        self.lock().indexing
     }
 
     fn header(&self, height: Height) -> Option<[u8; 80]> {

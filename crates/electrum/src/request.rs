@@ -191,6 +191,44 @@ pub enum Request {
 const ESTIMATE_MODES: [&str; 3] = ["ECONOMICAL", "CONSERVATIVE", "UNSET"];
 
 impl Request {
+    /// Whether the answer is right before the index reaches the node's tip
+    /// (during the first sync): the server's own methods, headers up to
+    /// the indexed tip, and what the node answers about fees. Anything
+    /// about scripts, transactions, outpoints, the mempool or silent
+    /// payments would be partial then. Every variant is named, so a new
+    /// method cannot slip through without a decision.
+    pub fn answered_while_indexing(&self) -> bool {
+        match self {
+            Request::ServerVersion { .. }
+            | Request::ServerBanner
+            | Request::ServerDonationAddress
+            | Request::ServerFeatures
+            | Request::ServerPeersSubscribe
+            | Request::ServerAddPeer { .. }
+            | Request::ServerPing { .. }
+            | Request::HeadersSubscribe
+            | Request::BlockHeader { .. }
+            | Request::BlockHeaders { .. }
+            | Request::EstimateFee { .. }
+            | Request::RelayFee
+            | Request::MempoolGetInfo => true,
+            Request::Script { .. }
+            | Request::OutpointGetStatus { .. }
+            | Request::OutpointSubscribe { .. }
+            | Request::OutpointUnsubscribe { .. }
+            | Request::TxBroadcast { .. }
+            | Request::TxBroadcastPackage { .. }
+            | Request::TxGet { .. }
+            | Request::TxGetMerkle { .. }
+            | Request::TxIdFromPos { .. }
+            | Request::TxTestMempoolAccept { .. }
+            | Request::MempoolFeeHistogram
+            | Request::MempoolRecent
+            | Request::SilentPaymentsSubscribe(_)
+            | Request::SilentPaymentsUnsubscribe(_) => false,
+        }
+    }
+
     /// Parses a call into a request as `protocol` defines it: the 1.7
     /// methods only exist once a session negotiated 1.7, and the
     /// `blockchain.scripthash.*` methods only before it.

@@ -2407,3 +2407,116 @@ mod silent_payments {
         assert!(!text.contains(&scan), "{text}");
     }
 }
+
+/// During the first sync (the backend says how far it is), what is right
+/// at any height is answered: the server's methods, headers up to the
+/// indexed tip, the node's fee estimates. Everything a wallet asks about
+/// scripts, transactions, outpoints, the mempool or silent payments gets
+/// electrs' "unavailable index" code with the progress, also on the
+/// inline path a cached status would take. Once the sync is over, the
+/// same requests are answered.
+#[test]
+fn during_the_first_sync_only_what_is_right_at_any_height_is_answered() {
+    let mut h = Harness::at("1.4");
+    h.backend.update(|s| {
+        s.indexing = Some(osprey_answers::Indexing {
+            height: Height(3000),
+            node_height: Height(870_000),
+        });
+        s.estimate = Some(0.0002);
+        s.cached.insert(SH.parse().unwrap());
+    });
+    h.ok("server.banner", json!([]));
+    h.ok("server.features", json!([]));
+    h.ok("server.ping", json!([]));
+    h.ok("server.peers.subscribe", json!([]));
+    assert_eq!(
+        h.ok("blockchain.headers.subscribe", json!([]))["height"],
+        3000
+    );
+    h.ok("blockchain.block.header", json!([2999]));
+    h.ok("blockchain.block.headers", json!([0, 10]));
+    h.ok("blockchain.estimatefee", json!([2]));
+    h.ok("blockchain.relayfee", json!([]));
+    let refused = [
+        ("blockchain.scripthash.get_history", json!([SH])),
+        ("blockchain.scripthash.get_balance", json!([SH])),
+        ("blockchain.scripthash.listunspent", json!([SH])),
+        ("blockchain.scripthash.get_mempool", json!([SH])),
+        ("blockchain.scripthash.subscribe", json!([SH])),
+        ("blockchain.transaction.get", json!([txid(1).to_string()])),
+        (
+            "blockchain.transaction.get_merkle",
+            json!([txid(1).to_string(), 5]),
+        ),
+        ("blockchain.transaction.id_from_pos", json!([5, 0])),
+        ("blockchain.transaction.broadcast", json!(["00"])),
+        ("mempool.get_fee_histogram", json!([])),
+    ];
+    for (method, params) in &refused {
+        let (code, message) = h.err(method, params.clone());
+        assert_eq!(code, -32603, "{method}");
+        assert!(
+            message.starts_with("unavailable index: indexing: height 3000 of 870000"),
+            "{method}: {message}"
+        );
+    }
+    assert_eq!(h.state.subscription_count(), 0, "nothing subscribed");
+    // The fast path of a reconnecting wallet refuses too, rather than
+    // answering a status of a partial history.
+    let line = json!({"id": 7, "method": "blockchain.scripthash.subscribe", "params": [SH]});
+    let incoming = h.dispatcher.parse(line.to_string().as_bytes());
+    let answered = inline_answer(&h.dispatcher, &mut h.state, incoming.clone());
+    let outcome = match answered {
+        Ok(outcome) => outcome,
+        Err(back) => h.dispatcher.handle_incoming(&mut h.state, back, None),
+    };
+    let reply: Value = serde_json::from_str(&outcome.response.expect("a reply")).unwrap();
+    assert_eq!(reply["error"]["code"], -32603, "{reply}");
+    assert!(outcome.effects.is_empty());
+
+    h.backend.update(|s| s.indexing = None);
+    for (method, params) in [
+        ("blockchain.scripthash.get_balance", json!([SH])),
+        ("blockchain.scripthash.subscribe", json!([SH])),
+        ("mempool.get_fee_histogram", json!([])),
+    ] {
+        h.ok(method, params);
+    }
+}
+
+/// A valid compressed public key (the generator's), as a spend key.
+const SP_SPEND_KEY: &str = "0279be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798";
+
+/// The 1.7 methods and silent payments are held back the same way.
+#[test]
+fn during_the_first_sync_1_7_and_silent_payment_methods_are_refused() {
+    let mut h = Harness::at("1.7");
+    h.backend.update(|s| {
+        s.sp_enabled = true;
+        s.indexing = Some(osprey_answers::Indexing {
+            height: Height(10),
+            node_height: Height(20),
+        });
+    });
+    h.ok("server.ping", json!([]));
+    for (method, params) in [
+        ("blockchain.scriptpubkey.get_history", json!([P2PKH])),
+        (
+            "blockchain.outpoint.get_status",
+            json!([txid(1).to_string(), 0, P2PKH]),
+        ),
+        ("mempool.recent", json!([])),
+        (
+            "blockchain.silentpayments.subscribe",
+            json!([format!("{:064x}", 1), SP_SPEND_KEY, 0, []]),
+        ),
+    ] {
+        let (code, message) = h.err(method, params);
+        assert_eq!(code, -32603, "{method}");
+        assert!(
+            message.contains("indexing: height 10 of 20"),
+            "{method}: {message}"
+        );
+    }
+}

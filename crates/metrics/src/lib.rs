@@ -56,6 +56,10 @@ pub struct SilentPaymentMetrics {
 /// The index and the node: tips, lag, sync progress.
 pub struct IndexMetrics {
     pub index_height: IntGauge,
+    /// The same height under electrs' name and label
+    /// (`electrs_index_height{type="tip"}`), which node dashboards read to
+    /// tell how far an electrs is (myNode, among others).
+    electrs_index_height: IntGauge,
     pub node_height: IntGauge,
     pub lag_blocks: IntGauge,
     /// 1 while the initial sync runs (wallets are not served yet), else 0.
@@ -164,6 +168,7 @@ impl IndexMetrics {
     /// Sets the index's and the node's tip heights and the lag between.
     pub fn set_tips(&self, index_height: u32, node_height: u32) {
         self.index_height.set(i64::from(index_height));
+        self.electrs_index_height.set(i64::from(index_height));
         self.node_height.set(i64::from(node_height));
         self.lag_blocks
             .set(i64::from(node_height.saturating_sub(index_height)));
@@ -208,6 +213,18 @@ impl Metrics {
         let r = Registrar(&registry);
         let index = IndexMetrics {
             index_height: r.gauge("osprey_index_height", "Height of the index's tip"),
+            electrs_index_height: r
+                .register(
+                    prometheus::IntGaugeVec::new(
+                        Opts::new(
+                            "electrs_index_height",
+                            "Height of the index's tip (electrs' name, for what reads electrs)",
+                        ),
+                        &["type"],
+                    )
+                    .expect("valid metric name"),
+                )
+                .with_label_values(&["tip"]),
             node_height: r.gauge(
                 "osprey_node_height",
                 "Height of the node's best block, as last seen",

@@ -4,8 +4,8 @@
 use crate::Query;
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_answers::{
-    Backend, Balance, Error, HistoryEntry, OutpointAnswer, RecentTx, SpChunk, SpCursor, SpMatch,
-    TxMerkle, Utxo,
+    Backend, Balance, Error, HistoryEntry, Indexing, OutpointAnswer, RecentTx, SpChunk, SpCursor,
+    SpMatch, TxMerkle, Utxo,
 };
 use osprey_chain::{MempoolAcceptance, MempoolFees};
 use osprey_core::{Height, ScriptHash, StatusHash};
@@ -14,6 +14,10 @@ use osprey_sp::ScanKeys;
 impl Backend for Query {
     fn tip(&self) -> (Height, BlockHash) {
         Query::tip(self)
+    }
+
+    fn indexing(&self) -> Option<Indexing> {
+        Query::indexing(self)
     }
 
     fn header(&self, height: Height) -> Option<[u8; 80]> {

@@ -7,12 +7,13 @@ use crate::status_cache::StatusCache;
 use bitcoin::consensus::{deserialize, serialize};
 use bitcoin::hashes::Hash;
 use bitcoin::{BlockHash, OutPoint, Transaction, TxMerkleNode, Txid};
-use osprey_answers::{Balance, Change, Error, HistoryEntry, RecentTx, TxMerkle, Utxo};
+use osprey_answers::{Balance, Change, Error, HistoryEntry, Indexing, RecentTx, TxMerkle, Utxo};
 use osprey_chain::{ChainSource, MempoolAcceptance, MempoolFees, TxLocation};
 use osprey_core::{Height, ScriptHash, StatusHash, TxNum};
 use osprey_store::codec::{HistoryRow, RowKind, SPENT_TXID_PREFIX_LEN};
 use osprey_store::Store;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use tokio::sync::broadcast;
 
@@ -57,6 +58,15 @@ pub struct Query {
     /// Statuses of recently asked script hashes, forgotten by every
     /// [`Change`] that touches them.
     statuses: StatusCache,
+    /// Set while the first sync runs and wallets wait for it
+    /// ([`Query::hold_wallets`]): only then is [`Query::indexing`] `Some`.
+    first_sync: AtomicBool,
+    /// The node's height as the last sync step saw it, for
+    /// [`Query::indexing`].
+    node_height: AtomicU32,
+    /// The tip last announced to header subscribers during the first sync
+    /// ([`Query::announce_tip`]).
+    announced: Mutex<Option<BlockHash>>,
 }
 
 /// One moment of the chain and the mempool, for answers about a script
@@ -89,7 +99,61 @@ impl Query {
             header_tree: Mutex::new(None),
             statuses: StatusCache::new(config.status_cache_bytes),
             config,
+            first_sync: AtomicBool::new(false),
+            node_height: AtomicU32::new(0),
+            announced: Mutex::new(None),
         }
+    }
+
+    /// Holds wallets off until [`Query::release_wallets`]: from now on
+    /// [`Query::indexing`] says how far the first sync is, and the
+    /// protocol layer answers only what is right at any height. A server
+    /// that opens its ports before its first sync calls this first.
+    pub fn hold_wallets(&self) {
+        self.first_sync.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends [`Query::hold_wallets`]: the index is at the node's tip and the
+    /// mempool followed, so every method is answered from here on.
+    pub fn release_wallets(&self) {
+        self.first_sync.store(false, Ordering::SeqCst);
+    }
+
+    /// Records the node's best height, as a sync step saw it.
+    pub fn set_node_height(&self, height: Height) {
+        self.node_height.store(height.0, Ordering::Relaxed);
+    }
+
+    /// While wallets are held off: the index's tip and the node's.
+    pub fn indexing(&self) -> Option<Indexing> {
+        if !self.first_sync.load(Ordering::SeqCst) {
+            return None;
+        }
+        let height = self.tip().0;
+        let node_height = Height(self.node_height.load(Ordering::Relaxed).max(height.0));
+        Some(Indexing {
+            height,
+            node_height,
+        })
+    }
+
+    /// During the first sync, tells header subscribers of the index's tip
+    /// if it moved since the last call: wallets are not served yet, but a
+    /// node dashboard's progress (the indexed height over the node's) and
+    /// a health check follow `blockchain.headers.subscribe`. Nothing else
+    /// changed for anyone, so the change names no script.
+    pub fn announce_tip(&self) {
+        let (height, hash) = self.tip();
+        let mut announced = self.announced.lock().expect("announced tip lock poisoned");
+        if *announced == Some(hash) {
+            return;
+        }
+        *announced = Some(hash);
+        let new_tip = self.header(height).map(|header| (height, header));
+        self.publish(Change {
+            new_tip,
+            ..Change::default()
+        });
     }
 
     pub fn store(&self) -> &Arc<Store> {

@@ -47,7 +47,15 @@ impl Tracker {
         on_chunk: &mut dyn FnMut(&ChunkStats),
     ) -> Result<(), osprey_indexer::Error> {
         let first_new_tx = self.query.store().tx_count();
-        let report = match self.indexer.sync(on_chunk) {
+        let query = Arc::clone(&self.query);
+        let mut on_chunk = |stats: &ChunkStats| {
+            query.set_node_height(stats.source_height);
+            if query.indexing().is_some() {
+                query.announce_tip();
+            }
+            on_chunk(stats);
+        };
+        let report = match self.indexer.sync(&mut on_chunk) {
             Ok(report) => report,
             Err(e) => {
                 // Some blocks may be committed (or undone) already, and no
@@ -57,6 +65,10 @@ impl Tracker {
             }
         };
         self.node_height = Some(report.source_height);
+        self.query.set_node_height(report.source_height);
+        if self.query.indexing().is_some() {
+            self.query.announce_tip();
+        }
         let mut touched = report.touched;
         let mut txids = Vec::new();
         let mut all_changed = report.all_touched;

@@ -396,13 +396,17 @@ impl Notifier {
         } else {
             self.recent.record(seq, &change.scripthashes);
         }
+        // A tip announced already (during the first sync, each commit's
+        // tip is announced as it comes, and the sync step's change names
+        // the last one again) is not sent twice.
+        let moved = change.new_tip.filter(|tip| Some(*tip) != self.tip);
         if let Some(tip) = change.new_tip {
             self.tip = Some(tip);
             self.recent.tip_at = seq;
         }
         // Published only after `recent` knows the change (see module docs).
         self.processed.store(seq, Ordering::Release);
-        if let Some((height, header)) = change.new_tip {
+        if let Some((height, header)) = moved {
             self.notify_headers(height, &header);
         }
         let targets: Vec<ScriptHash> = if all {

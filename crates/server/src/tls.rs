@@ -39,21 +39,6 @@ pub struct TlsFiles {
     pub self_signed: bool,
 }
 
-impl TlsFiles {
-    /// Makes the self-signed pair if asked and there is none, and checks
-    /// that the pair loads: a bad certificate fails at startup, before an
-    /// initial sync that may take hours.
-    ///
-    /// # Errors
-    /// Missing, unreadable or mismatched files, named in the message.
-    pub fn check(&self) -> anyhow::Result<()> {
-        if self.self_signed {
-            ensure_self_signed(self)?;
-        }
-        load(self, &rustls::crypto::ring::default_provider()).map(drop)
-    }
-}
-
 /// How often, at most, the files are looked at for a renewal.
 pub const RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 /// Largest certificate or key file read (a chain is a few kilobytes).

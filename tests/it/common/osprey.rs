@@ -21,6 +21,9 @@ use super::SYNC_TIMEOUT;
 
 /// Lines of the server's log printed when a test fails.
 const LOG_TAIL_LINES: usize = 150;
+/// A script hash no chain pays: asking its balance tells whether wallets
+/// are served yet.
+const UNUSED_SCRIPTHASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// How Osprey is started: extra flags on top of the harness's own.
 #[derive(Clone, Debug, Default)]
@@ -214,7 +217,17 @@ impl Osprey {
                 .expect("getblockheader");
             // Every call is a fresh answer: the subscription's first reply.
             let tip = session.call("blockchain.headers.subscribe", json!([]));
-            if tip["height"] == json!(height) && tip["hex"] == json!(header) {
+            // Headers are answered during the first sync too: at the tip,
+            // wallets are served once a script question gets no error.
+            if tip["height"] == json!(height)
+                && tip["hex"] == json!(header)
+                && session
+                    .raw_call(
+                        "blockchain.scripthash.get_balance",
+                        json!([UNUSED_SCRIPTHASH]),
+                    )
+                    .is_ok()
+            {
                 return;
             }
             if started.elapsed() > SYNC_TIMEOUT {

@@ -200,10 +200,12 @@ impl Dispatcher {
         let from_memory = |message: &Message| match message {
             Message::Call(call) if call.id.is_some() => {
                 match Request::parse(&call.method, &call.params, state.protocol()).ok()? {
+                    // During the first sync the refusal is made where
+                    // every request is parsed, not here.
                     Request::Script {
                         method: ScriptMethod::Subscribe,
                         key,
-                    } => {
+                    } if self.backend.indexing().is_none() => {
                         let status = self.backend.cached_status(&key.scripthash)?;
                         Some(FromMemory::Subscribe { key, status })
                     }

@@ -228,7 +228,9 @@ impl Dispatcher {
 
     /// Parses a call into a request, as this server serves it: the silent
     /// payments methods are unknown (-32601, before their parameters are
-    /// looked at) without the backend's index.
+    /// looked at) without the backend's index, and during the first sync
+    /// only what is right at any height is answered (see
+    /// [`Request::answered_while_indexing`]).
     fn parse_request(
         &self,
         method: &str,
@@ -238,7 +240,14 @@ impl Dispatcher {
         if silent_payments::is_method(method) && !self.backend.sp_enabled() {
             return Err(silent_payments::not_served(method));
         }
-        Request::parse(method, params, protocol)
+        let request = Request::parse(method, params, protocol)?;
+        match self.backend.indexing() {
+            Some(at) if !request.answered_while_indexing() => Err(RpcError::Indexing {
+                height: at.height.0,
+                node_height: at.node_height.0,
+            }),
+            _ => Ok(request),
+        }
     }
 
     fn handle_message(
