@@ -52,8 +52,12 @@ fn assert_block_source(osprey: &Osprey, source: &str) {
 
 /// 1. Generate a 2300-block chaingen chain and submit it to Core: its old
 ///    timestamps leave Core in initial block download. Osprey I indexes the
-///    chain meanwhile but serves no wallet; once one block more is mined
-///    (Core leaves initial block download) it serves the tip.
+///    chain meanwhile and serves no wallet: its port answers what node
+///    boxes ask during a first sync (StartOS's `server.banner`, Umbrel's
+///    progress from `blockchain.headers.subscribe`), notifies the indexed
+///    tip as it moves (20 blocks invalidated, then reconsidered), and
+///    refuses a script question with the progress. Once one block more is
+///    mined (Core leaves initial block download) it serves the tip.
 /// 2. Osprey R indexes it over JSON-RPC, osprey T over REST.
 /// 3. Osprey K (source `auto`: Core's files) is SIGKILLed several times
 ///    during its initial sync, at seeded moments and at commits, then
@@ -123,6 +127,32 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
     assert!(
         refused.message.contains(&progress),
         "{refused:?} should say {progress:?}"
+    );
+    // The index's tip is notified as it moves while wallets wait: 20
+    // blocks undone on the node and done again (Core stays in initial
+    // block download: its tip is still old).
+    let back = manifest.tip_height - 20;
+    let hash: String = node
+        .rpc()
+        .call("getblockhash", &[json!(back + 1)])
+        .expect("getblockhash");
+    node.rpc()
+        .call::<serde_json::Value>("invalidateblock", &[json!(hash)])
+        .expect("invalidateblock");
+    let moved = early.wait_notification("blockchain.headers.subscribe", SYNC_TIMEOUT);
+    assert_eq!(moved["params"][0]["height"], json!(back));
+    node.rpc()
+        .call::<serde_json::Value>("reconsiderblock", &[json!(hash)])
+        .expect("reconsiderblock");
+    let moved = early.wait_notification("blockchain.headers.subscribe", SYNC_TIMEOUT);
+    assert_eq!(moved["params"][0]["height"], json!(manifest.tip_height));
+    let still = early.call_err(
+        "blockchain.scripthash.get_balance",
+        json!([manifest.wallet.addresses[0].scripthash]),
+    );
+    assert_eq!(
+        still.code, -32603,
+        "the node is still in initial block download"
     );
     node.generate(1)
         .expect("mining past initial block download");
