@@ -11,8 +11,10 @@
 //! (`scan_threads.rs`). Matches go out in pages
 //! of [`PAGE_ENTRIES`]; a notification goes out at least every
 //! [`HEARTBEAT`] even with nothing found, with the fraction of the range's
-//! records scanned. The last one, progress 1.0 (exactly once), adds the
-//! mempool's matches. Then the subscription follows the chain: the blocks
+//! records scanned. The last one, progress 1.0, adds the mempool's
+//! matches; it is sent again once, with no history, a little later, and no
+//! notification goes out in the first moments of a subscription (Sparrow's
+//! threading: [`FIRST_NOTIFICATION_DELAY`]). Then the subscription follows the chain: the blocks
 //! of each change (from the fork after a reorg, found by the block hashes
 //! it remembers), the mempool transactions it names, sent only when
 //! something matched, and a mempool transaction never twice (nor again
@@ -65,6 +67,21 @@ const REORG_DEPTH_MAX: u32 = 100;
 /// A historical scan's progress stays below this until it ends: 1.0 tells
 /// Sparrow the scan is complete.
 const PROGRESS_BEFORE_END_MAX: f64 = 0.999;
+/// No notification of a new subscription goes out sooner than this after
+/// it: Sparrow learns the subscription's start height only once the
+/// subscribe call has returned to its calling thread, while its reader
+/// thread goes on reading, and it drops every notification it reads before
+/// (sparrowwallet/sparrow `SubscriptionService.silentPaymentsUpdate`, the
+/// `serverStart` check). A scan that ends at once (a short range, a
+/// reconnect near the tip) would otherwise lose its pages and its one
+/// progress 1.0, and Sparrow would wait for the scan forever.
+const FIRST_NOTIFICATION_DELAY: Duration = Duration::from_millis(500);
+/// The final notification (progress 1.0) goes out once more, with no
+/// history, this long after it: should Sparrow's calling thread be held up
+/// past [`FIRST_NOTIFICATION_DELAY`] and the first one dropped, the scan
+/// still completes. Sparrow takes the repeat, once complete, as a progress
+/// event only: with no history it changes nothing.
+const FINAL_REPEAT_DELAY: Duration = Duration::from_secs(2);
 
 /// What reaches a hub, in order: from its session (subscriptions) and from
 /// the notifier (changes and the session's lines).
@@ -155,6 +172,10 @@ struct Sub {
     /// When the last notification went out: the next heartbeat is due
     /// `HEARTBEAT` later.
     last_sent: Instant,
+    /// No notification before this ([`FIRST_NOTIFICATION_DELAY`]).
+    quiet_until: Instant,
+    /// When the final notification is sent again ([`FINAL_REPEAT_DELAY`]).
+    repeat_final_at: Option<Instant>,
     /// The progress last sent: it never goes back.
     progress: f64,
     /// Hashes of recent blocks scanned (or being scanned), by height.
@@ -307,6 +328,8 @@ impl Hub {
             generation: self.generations,
             page: Vec::new(),
             last_sent: Instant::now(),
+            quiet_until: Instant::now() + FIRST_NOTIFICATION_DELAY,
+            repeat_final_at: None,
             progress: 0.0,
             recent: BTreeMap::new(),
             sent_mempool: HashSet::new(),
@@ -340,6 +363,15 @@ impl Hub {
         progress: f64,
         history: &[SpMatch],
     ) -> Result<(), Gone> {
+        let Some(sub) = self.subs.get_mut(address) else {
+            return Ok(());
+        };
+        if sub.quiet_until > Instant::now() {
+            // Rare (a new subscription's scan ends within the delay) and
+            // short: the hub waits with it.
+            let until = sub.quiet_until;
+            sleep_until(until).await;
+        }
         let Some(sub) = self.subs.get_mut(address) else {
             return Ok(());
         };
@@ -523,6 +555,9 @@ impl Hub {
                 scanned_to: subscription.end_height.max(subscription.tip_height),
             };
             self.send_pages(&address, true, 1.0).await?;
+            if let Some(sub) = self.subs.get_mut(&address) {
+                sub.repeat_final_at = Some(Instant::now() + FINAL_REPEAT_DELAY);
+            }
             self.follow_one(&address, Mempool::Skip).await?;
         }
         Ok(())
@@ -664,12 +699,15 @@ impl Hub {
         scanned
     }
 
-    /// When the next heartbeat is due, if a historical scan runs.
+    /// When the next heartbeat (or final repeat) is due, if a historical
+    /// scan runs (or a final notification is to be repeated).
     fn next_heartbeat(&self) -> Option<Instant> {
         self.subs
             .values()
-            .filter(|sub| matches!(sub.phase, Phase::Historical { .. }))
-            .map(|sub| sub.last_sent + HEARTBEAT)
+            .filter_map(|sub| match sub.phase {
+                Phase::Historical { .. } => Some(sub.last_sent + HEARTBEAT),
+                Phase::Live { .. } => sub.repeat_final_at,
+            })
             .min()
     }
 
@@ -678,9 +716,22 @@ impl Hub {
     }
 
     /// Tells each historical scan due for it how far it is, with what it
-    /// found since its last notification.
+    /// found since its last notification; sends the final notifications
+    /// due again, with no history.
     async fn heartbeats(&mut self) -> Result<(), Gone> {
         let now = Instant::now();
+        let repeats: Vec<String> = self
+            .subs
+            .iter_mut()
+            .filter(|(_, sub)| sub.repeat_final_at.is_some_and(|at| at <= now))
+            .map(|(address, sub)| {
+                sub.repeat_final_at = None;
+                address.clone()
+            })
+            .collect();
+        for address in repeats {
+            self.notify(&address, 1.0, &[]).await?;
+        }
         let due: Vec<String> = self
             .subs
             .iter()
@@ -990,6 +1041,34 @@ mod tests {
         assert_eq!(m.records_scanned.get(), 300);
         assert_eq!(m.matches.get(), 252);
         assert_eq!(m.subscriptions.get(), 1);
+    }
+
+    /// A scan that ends at once says nothing in the subscription's first
+    /// `FIRST_NOTIFICATION_DELAY`, then sends its final notification, and
+    /// that once more, with no history, `FINAL_REPEAT_DELAY` later; then
+    /// nothing (Sparrow's threading: see the constants).
+    #[tokio::test(start_paused = true)]
+    async fn a_scan_ending_at_once_waits_then_repeats_its_end_once() {
+        let mut rig = rig(10);
+        let keys = scan_keys("carol");
+        rig.backend
+            .update(|s| s.sp_blocks.insert(4, vec![paying(&keys, 4)]));
+        let started = Instant::now();
+        assert!(rig.hub.send(HubInput::Subscribe(subscription(keys, 0, 10))));
+        let last = rig.next().await;
+        assert_eq!(started.elapsed(), FIRST_NOTIFICATION_DELAY);
+        assert_eq!(last["params"][1], 1.0);
+        assert_eq!(history(&last), [(4, txid(4).to_string())]);
+        let again = rig.next().await;
+        assert_eq!(
+            started.elapsed(),
+            FIRST_NOTIFICATION_DELAY + FINAL_REPEAT_DELAY
+        );
+        assert_eq!(again["params"][0], last["params"][0]);
+        assert_eq!(again["params"][1], 1.0);
+        assert_eq!(again["params"][2], serde_json::json!([]));
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        rig.nothing_more().await;
     }
 
     /// While a scan waits (here for the one greedy slot, held), the client

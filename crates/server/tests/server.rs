@@ -1858,3 +1858,109 @@ async fn a_session_is_not_disconnected_for_what_its_scans_cost() {
     assert!(server.client().await.is_served().await);
     server.stop().await;
 }
+
+/// What a Sparrow wallet keeps of one silent-payments subscription
+/// (sparrowwallet/sparrow `SilentPaymentsScanCache`): the start height the
+/// server answered, once its calling thread has set it; the entries; and
+/// whether the scan completed.
+#[derive(Default)]
+struct SparrowScan {
+    server_start: Option<Value>,
+    entries: Vec<Value>,
+    completed: bool,
+}
+
+/// A client with Sparrow's threading: a reader task reads every line, hands
+/// responses to the caller and applies notifications, dropping those that
+/// come before the caller has set the start height
+/// (`SubscriptionService.silentPaymentsUpdate`); the caller subscribes,
+/// and sets the start height only `caller_delay` after the reader got the
+/// response (`ElectrumServer.holdSilentPaymentSubscription`). Returns the
+/// scan's entries once it completed, and when.
+async fn sparrow_scan(
+    server: &TestServer,
+    params: Value,
+    caller_delay: Duration,
+) -> (Vec<Value>, Duration) {
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let (read, mut write) = stream.into_split();
+    let scan = Arc::new(std::sync::Mutex::new(SparrowScan::default()));
+    let (responses, mut response) = tokio::sync::mpsc::channel::<Value>(4);
+    let (completed, mut done) = tokio::sync::watch::channel(false);
+    let reader = {
+        let scan = Arc::clone(&scan);
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(read).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let v: Value = serde_json::from_str(&line).unwrap();
+                if v.get("id").is_some() {
+                    let _ = responses.send(v).await;
+                    continue;
+                }
+                let mut scan = scan.lock().unwrap();
+                let canonical = scan.server_start.clone();
+                if canonical.is_none()
+                    || Some(&v["params"][0]["start_height"]) != canonical.as_ref()
+                {
+                    continue; // Sparrow's stale-notification filter
+                }
+                scan.entries
+                    .extend(v["params"][2].as_array().unwrap().iter().cloned());
+                if v["params"][1].as_f64().unwrap() >= 1.0 && !scan.completed {
+                    scan.completed = true;
+                    let _ = completed.send(true);
+                }
+            }
+        })
+    };
+    let started = tokio::time::Instant::now();
+    let line = json!({"jsonrpc": "2.0", "id": 1, "method": "blockchain.silentpayments.subscribe", "params": params});
+    write
+        .write_all((line.to_string() + "\n").as_bytes())
+        .await
+        .unwrap();
+    let answer = response.recv().await.expect("the subscribe's response");
+    tokio::time::sleep(caller_delay).await;
+    scan.lock().unwrap().server_start = Some(answer["result"]["start_height"].clone());
+    tokio::time::timeout(Duration::from_secs(600), done.wait_for(|d| *d))
+        .await
+        .expect("the scan completes for Sparrow")
+        .unwrap();
+    let took = started.elapsed();
+    reader.abort();
+    let entries = scan.lock().unwrap().entries.clone();
+    (entries, took)
+}
+
+/// Sparrow sets a scan's start height only after the subscribe call has
+/// returned to its calling thread, and drops what its reader thread reads
+/// before. A scan that ends at once still reaches it: no notification goes
+/// out in a new subscription's first moments, so a caller that takes
+/// 100 ms gets every entry; one held up for a second (past that) misses
+/// the final notification, and its repeat, seconds later, completes the
+/// scan instead of leaving Sparrow waiting for a payment to arrive.
+#[tokio::test(start_paused = true)]
+async fn a_scan_that_ends_at_once_completes_for_sparrow() {
+    use osprey_electrum::fake::{made_up_txid, FakeSpTx};
+
+    let server = TestServer::start(Limits::default(), 16).await;
+    let (scan, spend, keys) = sp_receiver(6, 4);
+    server.backend.update(|s| {
+        s.sp_enabled = true;
+        s.sp_blocks.insert(90, vec![FakeSpTx::paying(&keys, 90)]);
+    });
+    let params = json!([scan, spend, 80, []]);
+    let (entries, _) = sparrow_scan(&server, params.clone(), Duration::from_millis(100)).await;
+    let txids: Vec<&Value> = entries.iter().map(|e| &e["tx_hash"]).collect();
+    assert_eq!(txids, [&json!(made_up_txid(90).to_string())], "every entry");
+    let (entries, took) = sparrow_scan(&server, params, Duration::from_secs(1)).await;
+    assert!(
+        entries.is_empty(),
+        "the repeat carries no history: {entries:?}"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "completed by the repeat, after {took:?}"
+    );
+    server.stop().await;
+}
