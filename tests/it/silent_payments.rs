@@ -203,6 +203,11 @@ impl Sender<'_> {
                 self.coins.swap_remove(i).outpoint
             })
             .collect();
+        self.pay_from(&outpoints, outputs)
+    }
+
+    /// Pays `outputs` from the wallet's coins at `outpoints`.
+    fn pay_from(&mut self, outpoints: &[OutPoint], outputs: Vec<(To, u64)>) -> Sent {
         // A silent output's place is held by a taproot script of the same
         // length until spdk gives its key.
         let placeholder = Key::from_seed(DECOY_KEY_SEED, 0).script_pubkey(ScriptKind::P2tr);
@@ -553,6 +558,11 @@ fn check_with_spdk(
 ///    are sent the returned payments at height 0, nothing when the other
 ///    block confirms them; a new subscription lists the one left out at
 ///    height 0, the others confirmed.
+/// 5. The one left out leaves: a block mined straight from a transaction
+///    that spends its coins again (never in the mempool) pays Alice and
+///    Bob's label 1. The three live sessions are sent its payments at its
+///    height; a new subscription lists them, and nothing of the
+///    transaction it replaced.
 #[test]
 fn core_payments_from_spdk_reach_their_receivers_only() {
     let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions::default()) else {
@@ -654,6 +664,13 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
             (To::Silent(ALICE, None), 40_000),
         ],
     );
+    // A wallet that has not spent what this next payment spends: the
+    // other branch of the reorg in 5. spends it again.
+    let mut other_branch = Sender {
+        wallet: sender.wallet.clone(),
+        coins: Vec::new(),
+        payees: &payees,
+    };
     let bob_label_1_and_alice = sender.pay(
         &[ScriptKind::P2pkh, ScriptKind::P2shP2wpkh],
         vec![
@@ -779,8 +796,77 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
         "left in the mempool"
     );
     let height_of = |txid: &str| heights.get(txid).map_or(0, |h| u64::from(*h));
-    let (mut last, _, listed) = subscribe_from_genesis(&osprey, &payees);
+    let (mut last, last_subscriptions, listed) = subscribe_from_genesis(&osprey, &payees);
     expected.assert_told(&mut last, &listed, height_of, &payees, &prevouts);
+
+    // 5.
+    let spent: Vec<OutPoint> = bob_label_1_and_alice
+        .tx
+        .input
+        .iter()
+        .map(|input| input.previous_output)
+        .collect();
+    let conflict = other_branch.pay_from(
+        &spent,
+        vec![
+            (To::Silent(BOB, Some(1)), 51_000),
+            (To::Silent(ALICE, None), 61_000),
+        ],
+    );
+    let mined: Value = node
+        .rpc()
+        .call(
+            "generateblock",
+            &[
+                json!(other_block_to.to_string()),
+                json!([bitcoin::consensus::encode::serialize_hex(&conflict.tx)]),
+            ],
+        )
+        .expect("generateblock with the conflicting transaction");
+    let new_branch = Expected::new(&[&conflict], &payees);
+    let arrived: Vec<BTreeSet<Entry>> = (0..payees.len())
+        .map(|payee| new_branch.entries(payee, |_| u64::from(tip + 3)))
+        .collect();
+    assert!(arrived.iter().all(|e| e.len() == 1), "{arrived:?}");
+    for (s, subs) in [
+        (&mut session, &subscriptions),
+        (&mut later, &later_subscriptions),
+        (&mut last, &last_subscriptions),
+    ] {
+        let mut got = vec![BTreeSet::new(); payees.len()];
+        while got != arrived {
+            let n = s.wait_notification(SP_METHOD, NOTIFY_TIMEOUT);
+            let (which, progress, entries) = read_notification(&n, subs);
+            assert_eq!(progress, 1.0, "{n}");
+            for entry in entries {
+                assert!(arrived[which].contains(&entry), "not the new branch's: {n}");
+                assert!(got[which].insert(entry), "sent twice: {n}");
+            }
+        }
+    }
+    let heights = confirmed_heights(&node, tip + 1);
+    assert_eq!(
+        heights.get(&conflict.tx.compute_txid().to_string()),
+        Some(&(tip + 3)),
+        "{mined}"
+    );
+    let height_of = |txid: &str| heights.get(txid).map_or(0, |h| u64::from(*h));
+    // What the reorgs left: the conflict's payments, not the transaction
+    // it replaced (gone from the chain and the mempool).
+    let left = Expected::new(
+        &[
+            &alice_twice,
+            &bob_change,
+            &bob_label_2,
+            &taproot_decoy,
+            &p2wsh_only,
+            &sentinel,
+            &conflict,
+        ],
+        &payees,
+    );
+    let (mut newest, _, listed) = subscribe_from_genesis(&osprey, &payees);
+    left.assert_told(&mut newest, &listed, height_of, &payees, &prevouts);
 }
 
 /// The height of each transaction in the node's blocks from `from` to the

@@ -24,9 +24,16 @@ pub fn notification(height: Height, header: &[u8; 80]) -> String {
 /// Answers `blockchain.headers.subscribe`: the current tip.
 pub fn subscribe(backend: &dyn Backend) -> Result<Value, RpcError> {
     let (height, _) = backend.tip();
-    let header = backend
-        .header(height)
-        .ok_or_else(|| RpcError::Internal(format!("tip header at height {height} is missing")))?;
+    let Some(header) = backend.header(height) else {
+        // Before the first sync's first commit there is no tip yet.
+        return Err(match backend.indexing() {
+            Some(at) => RpcError::Indexing {
+                height: at.height.0,
+                node_height: at.node_height.0,
+            },
+            None => RpcError::Internal(format!("tip header at height {height} is missing")),
+        });
+    };
     Ok(tip_json(height, &header))
 }
 

@@ -2475,6 +2475,16 @@ fn during_the_first_sync_only_what_is_right_at_any_height_is_answered() {
     assert_eq!(reply["error"]["code"], -32603, "{reply}");
     assert!(outcome.effects.is_empty());
 
+    // Before the first commit there is no tip to give.
+    let headers = h.backend.update(|s| std::mem::take(&mut s.headers));
+    let (code, message) = h.err("blockchain.headers.subscribe", json!([]));
+    assert_eq!(code, -32603);
+    assert!(
+        message.starts_with("unavailable index: indexing"),
+        "{message}"
+    );
+    h.backend.update(|s| s.headers = headers);
+
     h.backend.update(|s| s.indexing = None);
     for (method, params) in [
         ("blockchain.scripthash.get_balance", json!([SH])),

@@ -42,7 +42,10 @@ impl AsRef<Spend> for WalletCoin {
     }
 }
 
-/// Keys, coins and transaction building for tests.
+/// Keys, coins and transaction building for tests. A clone is a second
+/// wallet of the same keys and coins: what it spends, the first can spend
+/// too (a conflicting transaction, for a reorg's other branch).
+#[derive(Clone)]
 pub struct TestWallet {
     next_key: u64,
     /// Every script the wallet can spend, with its key and kind.

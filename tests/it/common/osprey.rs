@@ -215,8 +215,11 @@ impl Osprey {
                 .rpc()
                 .call("getblockheader", &[json!(hash.to_string()), json!(false)])
                 .expect("getblockheader");
-            // Every call is a fresh answer: the subscription's first reply.
-            let tip = session.call("blockchain.headers.subscribe", json!([]));
+            // Every call is a fresh answer: the subscription's first reply
+            // (an error before the first sync's first commit).
+            let tip = session
+                .raw_call("blockchain.headers.subscribe", json!([]))
+                .unwrap_or_default();
             // Headers are answered during the first sync too: at the tip,
             // wallets are served once a script question gets no error.
             if tip["height"] == json!(height)
