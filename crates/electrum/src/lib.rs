@@ -24,6 +24,7 @@ pub mod mempool;
 pub mod outpoint;
 pub mod params;
 pub mod request;
+pub mod script;
 pub mod scripthash;
 pub mod server;
 pub mod session;
@@ -36,7 +37,8 @@ pub mod fake;
 
 pub use dispatch::{BatchThreads, DispatchConfig, Dispatcher, Effect, Outcome, ReplyEstimate};
 pub use error::RpcError;
-pub use request::{Request, ScriptForm, ScriptKey, METHODS};
+pub use request::{Request, METHODS};
+pub use script::{ScriptForm, ScriptKey};
 pub use server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};
 pub use session::{SessionState, SubscriptionBudget};
 pub use silent_payments::{SilentPaymentsConfig, SpSubscription};

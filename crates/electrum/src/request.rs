@@ -5,6 +5,7 @@
 use crate::error::RpcError;
 use crate::jsonrpc::Params;
 use crate::params::ParamReader;
+use crate::script::{ScriptForm, ScriptKey, SCRIPTHASH_SUBSCRIBE, SCRIPTPUBKEY_SUBSCRIBE};
 use crate::silent_payments::{self, SpKeys, SpSubscribeRequest, SP_SUBSCRIBE, SP_UNSUBSCRIBE};
 use crate::version::ProtocolVersion;
 use bitcoin::{OutPoint, Txid};
@@ -14,8 +15,6 @@ use serde_json::Value;
 /// Method names that also name server pushes (a notification's method is
 /// its subscription's method).
 pub const HEADERS_SUBSCRIBE: &str = "blockchain.headers.subscribe";
-pub const SCRIPTHASH_SUBSCRIBE: &str = "blockchain.scripthash.subscribe";
-pub const SCRIPTPUBKEY_SUBSCRIBE: &str = "blockchain.scriptpubkey.subscribe";
 pub const OUTPOINT_SUBSCRIBE: &str = "blockchain.outpoint.subscribe";
 
 /// Every method [`Request::parse`] knows, for per-method metrics (a test
@@ -60,32 +59,6 @@ pub const METHODS: [&str; 38] = [
     SP_SUBSCRIBE,
     SP_UNSUBSCRIBE,
 ];
-
-/// How a client named a script: by script hash (up to 1.6), or by the
-/// script itself (`blockchain.scriptpubkey.*`, 1.7). The form picks the
-/// notification's method; either notification names the script by its hash.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ScriptForm {
-    ScriptHash,
-    ScriptPubKey,
-}
-
-/// A script as named in a request, with its hash (sha256(scriptPubKey)).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScriptKey {
-    pub scripthash: ScriptHash,
-    pub form: ScriptForm,
-}
-
-impl ScriptKey {
-    /// The method of this script's status notifications.
-    pub fn notification_method(&self) -> &'static str {
-        match self.form {
-            ScriptForm::ScriptHash => SCRIPTHASH_SUBSCRIBE,
-            ScriptForm::ScriptPubKey => SCRIPTPUBKEY_SUBSCRIBE,
-        }
-    }
-}
 
 /// The `blockchain.scripthash.*` / `blockchain.scriptpubkey.*` methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

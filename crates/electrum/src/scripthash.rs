@@ -13,7 +13,8 @@
 //! master and the Electrum client's 1.7 branch send and read them.
 
 use crate::error::RpcError;
-use crate::request::{ScriptForm, ScriptKey, ScriptMethod};
+use crate::request::ScriptMethod;
+use crate::script::{ScriptForm, ScriptKey};
 use osprey_answers::Backend;
 use osprey_answers::{Balance, Error, HistoryEntry, Utxo};
 use osprey_core::StatusHash;

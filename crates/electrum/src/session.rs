@@ -6,7 +6,7 @@
 //! Knows nothing of sockets or of other sessions.
 
 use crate::error::RpcError;
-use crate::request::{ScriptForm, ScriptKey};
+use crate::script::{ScriptForm, ScriptKey};
 use crate::version::{self, ProtocolVersion};
 use bitcoin::OutPoint;
 use osprey_core::{ByteBudget, Charge, Height, ScriptHash};

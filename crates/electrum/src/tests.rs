@@ -4,7 +4,7 @@
 use crate::dispatch::{BatchThreads, DispatchConfig, Dispatcher, Effect, Outcome, ReplyEstimate};
 use crate::fake::{fake_header, FakeBackend};
 use crate::jsonrpc::Incoming;
-use crate::request::{ScriptForm, ScriptKey};
+use crate::script::{ScriptForm, ScriptKey};
 use crate::server::{PeerFeatures, PeerInfo, Peers, PublicHost, ServerInfo};
 use crate::session::SessionState;
 use crate::version::ProtocolVersion;

@@ -36,6 +36,7 @@ mod notifier;
 mod outpoints;
 mod peers;
 mod per_ip;
+mod queued;
 mod scan_threads;
 mod session;
 mod silent;

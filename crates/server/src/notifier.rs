@@ -26,20 +26,19 @@
 //! processed after `seen` touched that script, so no update falls between.
 
 use crate::outpoints::Outpoints;
+use crate::queued::{Queued, SessionId};
 use crate::silent::HubInput;
 use bitcoin::OutPoint;
 use osprey_answers::{Backend, Change, OutpointAnswer};
-use osprey_core::{ByteBudget, Charge, Height, ScriptHash, StatusHash};
-use osprey_electrum::request::{ScriptForm, ScriptKey};
+use osprey_core::{ByteBudget, Height, ScriptHash, StatusHash};
 use osprey_electrum::{headers, outpoint, scripthash};
+use osprey_electrum::{ScriptForm, ScriptKey};
 use osprey_metrics::Metrics;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc, watch, Notify};
-
-pub(crate) type SessionId = u64;
 
 /// Statuses computed per blocking call, so one call stays short.
 const STATUS_CHUNK: usize = 1000;
@@ -59,25 +58,6 @@ pub(crate) struct SessionHandle {
     /// The session's silent-payments hub, once it has one: its lines go
     /// there instead of to `tx`.
     pub hub: Option<mpsc::Sender<HubInput>>,
-}
-
-/// A notification line waiting for its session to write it, charged to
-/// the client memory budget until then.
-#[derive(Debug)]
-pub(crate) struct Queued {
-    pub line: Arc<str>,
-    _charge: Charge,
-}
-
-impl Queued {
-    /// `line`, charged to `budget`; `None` if the budget cannot hold it.
-    pub fn charged(line: Arc<str>, budget: &Arc<ByteBudget>) -> Option<Queued> {
-        let mut charge = Charge::new(budget);
-        charge.resize(line.len()).then_some(Queued {
-            line,
-            _charge: charge,
-        })
-    }
 }
 
 /// Messages from sessions to the notifier.

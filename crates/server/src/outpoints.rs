@@ -7,7 +7,7 @@
 //! no history rows, an `OP_RETURN`). The script of `txid:vout` never
 //! changes, so once learned it is kept.
 
-use crate::notifier::SessionId;
+use crate::queued::SessionId;
 use bitcoin::{OutPoint, Txid};
 use osprey_answers::{Change, OutpointAnswer, OutpointStatus};
 use osprey_core::ScriptHash;

@@ -39,7 +39,7 @@
 //! the session drop them.
 
 use crate::fair::{Scheduler, SessionCost};
-use crate::notifier::Queued;
+use crate::queued::Queued;
 use bitcoin::hashes::{sha256d, Hash};
 use bitcoin::{BlockHash, Txid};
 use osprey_answers::{Backend, Change, Error, SpChunk, SpCursor, SpMatch};

@@ -8,7 +8,8 @@
 
 use super::{Dispatcher, Effect, Outcome};
 use crate::jsonrpc::{self, Answer, Call, Incoming, Message, Response};
-use crate::request::{Request, ScriptKey, ScriptMethod};
+use crate::request::{Request, ScriptMethod};
+use crate::script::ScriptKey;
 use crate::scripthash;
 use crate::session::SessionState;
 use osprey_core::StatusHash;

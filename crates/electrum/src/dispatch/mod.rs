@@ -24,7 +24,8 @@ pub use inline::ReplyEstimate;
 
 use crate::error::RpcError;
 use crate::jsonrpc::{self, Answer, Incoming, Message, Params, Response};
-use crate::request::{Request, ScriptKey, METHODS};
+use crate::request::{Request, METHODS};
+use crate::script::ScriptKey;
 use crate::server::{Peers, ServerInfo};
 use crate::session::{SessionState, SubscriptionBudget};
 use crate::silent_payments::{self, SilentPaymentsConfig, SpSubscription};

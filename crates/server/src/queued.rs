@@ -1,0 +1,28 @@
+//! What the notifier, the outpoint watch and the silent-payment hubs hand
+//! a session: a session's id, and a notification line waiting for the
+//! session to write it. Its own module so that those three can share it
+//! without importing one another.
+
+use osprey_core::{ByteBudget, Charge};
+use std::sync::Arc;
+
+pub(crate) type SessionId = u64;
+
+/// A notification line waiting for its session to write it, charged to
+/// the client memory budget until then.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub line: Arc<str>,
+    _charge: Charge,
+}
+
+impl Queued {
+    /// `line`, charged to `budget`; `None` if the budget cannot hold it.
+    pub fn charged(line: Arc<str>, budget: &Arc<ByteBudget>) -> Option<Queued> {
+        let mut charge = Charge::new(budget);
+        charge.resize(line.len()).then_some(Queued {
+            line,
+            _charge: charge,
+        })
+    }
+}
