@@ -181,7 +181,15 @@ fn startup_lines_sync_summary_and_metrics_tell_the_truth() {
     assert!(before.value("osprey_rocksdb_live_sst_bytes") > 0.0);
     assert!(before.value("osprey_rocksdb_written_bytes_total") > 0.0);
     assert!(before.value("process_resident_memory_bytes") > 1e6);
-    let (status, _) = http_get(monitoring, "/");
+    // electrs answers every path with its metrics; node boxes read `/`.
+    let (status, body) = http_get(monitoring, "/");
+    assert_eq!(status, 200, "GET /: {body}");
+    let electrs_height = format!("electrs_index_height{{type=\"tip\"}} {tip}");
+    assert!(
+        body.lines().any(|l| l == electrs_height),
+        "GET / should give {electrs_height:?}:\n{body}"
+    );
+    let (status, _) = http_get(monitoring, "/nothing-here");
     assert_eq!(status, 404);
     // 4.
     let mut session = osprey.session();
