@@ -235,7 +235,7 @@ impl Sender<'_> {
             .collect();
         let (tx, tweak_key) = self
             .wallet
-            .spend_shaped(&outpoints, &scripts, |tx, spent| {
+            .spend_shaped(outpoints, &scripts, |tx, spent| {
                 if recipients.is_empty() {
                     return Ok(None);
                 }
