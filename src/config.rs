@@ -105,7 +105,7 @@ pub enum Launch {
 #[derive(Debug)]
 enum Source {
     /// Settings given directly: variables or flags.
-    Settings(ConfigArgs),
+    Settings(Box<ConfigArgs>),
     /// A config file.
     File(PathBuf, files::UnknownKeys),
     /// Every file of a directory, in name order.
@@ -132,20 +132,6 @@ pub fn resolve(
 }
 
 impl ConfigArgs {
-    /// These settings as if given on the command line after their
-    /// `--conf-dir` and `--conf` (Osprey's files), without variables.
-    ///
-    /// # Errors
-    /// As [`resolve`].
-    pub fn resolve(&self) -> anyhow::Result<Config> {
-        let unknown = files::UnknownKeys::Refused;
-        let mut sources: Vec<Source> = Vec::new();
-        sources.extend(self.conf_dir.clone().map(|dir| Source::Dir(dir, unknown)));
-        sources.extend(self.conf.clone().map(|file| Source::File(file, unknown)));
-        sources.push(Source::Settings(self.clone()));
-        resolve_sources(sources, self.skip_default_conf_files, self.conf.is_some())
-    }
-
     /// Layers these settings over `file`'s, then over the defaults.
     ///
     /// # Errors
@@ -180,7 +166,7 @@ fn resolve_sources(
     let mut layers = Vec::new();
     for source in all {
         match source {
-            Source::Settings(settings) => layers.push(settings),
+            Source::Settings(settings) => layers.push(*settings),
             Source::File(path, unknown) => {
                 layers.push(files::read_file(&path, unknown, &mut warnings)?);
             }

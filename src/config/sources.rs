@@ -10,6 +10,7 @@ use super::{electrs, ConfigArgs, Launch, Source};
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, Args as _, FromArgMatches as _};
 use std::ffi::OsString;
+use std::sync::OnceLock;
 
 /// Settings that name config files rather than being layered.
 const FILE_SETTINGS: [&str; 3] = ["conf", "conf_dir", "skip_default_conf_files"];
@@ -36,8 +37,10 @@ pub(super) fn from_matches(
     if let (Some(file), true) = (&all.conf, from_env("conf")) {
         sources.push(Source::File(file.clone(), UnknownKeys::Refused));
     }
-    sources.push(Source::Settings(variables(electrs_variables_command())?));
-    sources.push(Source::Settings(variables(layer_command())?));
+    sources.push(Source::Settings(Box::new(variables(
+        electrs_variables_command(),
+    )?)));
+    sources.push(Source::Settings(Box::new(variables(layer_command())?)));
 
     // The command line, each setting at its last position.
     let command = ConfigArgs::augment_args(clap::Command::new("osprey"));
@@ -73,14 +76,16 @@ pub(super) fn from_matches(
             Given::Flags(tokens) => flags.extend(tokens),
             Given::Files(files) => {
                 if !flags.is_empty() {
-                    sources.push(Source::Settings(parse_flags(std::mem::take(&mut flags))?));
+                    sources.push(Source::Settings(Box::new(parse_flags(std::mem::take(
+                        &mut flags,
+                    ))?)));
                 }
                 sources.push(files);
             }
         }
     }
     if !flags.is_empty() {
-        sources.push(Source::Settings(parse_flags(flags)?));
+        sources.push(Source::Settings(Box::new(parse_flags(flags)?)));
     }
     let conf_given = all.conf.is_some();
     Ok((sources, all.skip_default_conf_files, conf_given))
@@ -136,15 +141,26 @@ fn layer_command() -> clap::Command {
 /// setting that electrs reads from a variable (all but its files').
 fn electrs_variables_command() -> clap::Command {
     layer_command().mut_args(|arg| {
-        let key = arg.get_id().as_str().to_string();
-        let electrs_variable = electrs::SETTINGS.iter().any(|(name, _)| *name == key)
-            && !FILE_SETTINGS.contains(&key.as_str());
-        if electrs_variable {
-            arg.env(format!("ELECTRS_{}", key.to_uppercase()))
-        } else {
-            arg.env(None)
-        }
+        let variable = electrs_variable(arg.get_id().as_str());
+        arg.env(variable)
     })
+}
+
+/// electrs' variable for setting `key`, if it has one. The names live in
+/// a static, as clap keeps `&'static str`s.
+fn electrs_variable(key: &str) -> Option<&'static str> {
+    static NAMES: OnceLock<Vec<(&'static str, String)>> = OnceLock::new();
+    NAMES
+        .get_or_init(|| {
+            electrs::SETTINGS
+                .iter()
+                .filter(|(key, _)| !FILE_SETTINGS.contains(key))
+                .map(|(key, _)| (*key, format!("ELECTRS_{}", key.to_uppercase())))
+                .collect()
+        })
+        .iter()
+        .find(|(name, _)| *name == key)
+        .map(|(_, variable)| variable.as_str())
 }
 
 /// The settings `command`'s variables give (no flags).
@@ -157,7 +173,7 @@ fn variables(command: clap::Command) -> anyhow::Result<ConfigArgs> {
 
 /// The settings `flags` give (no variables).
 fn parse_flags(flags: Vec<OsString>) -> anyhow::Result<ConfigArgs> {
-    let command = layer_command().mut_args(|arg| arg.env(None));
+    let command = layer_command().mut_args(|arg| arg.env(Option::<&'static str>::None));
     let matches = command
         .try_get_matches_from(flags)
         .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim()))?;

@@ -2,6 +2,24 @@ use super::*;
 use osprey_core::Network;
 use std::path::{Path, PathBuf};
 
+/// Tests resolve settings without a command line to place them on.
+trait Resolve {
+    fn resolve(&self) -> anyhow::Result<Config>;
+}
+
+impl Resolve for ConfigArgs {
+    /// These settings as if given on the command line of `osprey serve`
+    /// after their `--conf-dir` and `--conf`, without variables.
+    fn resolve(&self) -> anyhow::Result<Config> {
+        let unknown = files::UnknownKeys::Refused;
+        let mut sources: Vec<Source> = Vec::new();
+        sources.extend(self.conf_dir.clone().map(|dir| Source::Dir(dir, unknown)));
+        sources.extend(self.conf.clone().map(|file| Source::File(file, unknown)));
+        sources.push(Source::Settings(Box::new(self.clone())));
+        resolve_sources(sources, self.skip_default_conf_files, self.conf.is_some())
+    }
+}
+
 fn args(conf: Option<&Path>) -> ConfigArgs {
     ConfigArgs {
         conf: conf.map(Path::to_path_buf),
@@ -879,7 +897,7 @@ fn settings_layer_in_electrs_order() {
         .unwrap();
         std::fs::write(
             dir.path().join("electrs.toml"),
-            "banner = \"cwd\"\nsessions_max = 2\nline_bytes_max = 2\nbatch_reqests_max = 2\n",
+            "banner = \"cwd\"\nsessions_max = 2\nline_bytes_max = 2\nbatch_reqests_max = 2\ndb_dir = \"/cwd-db\"\n",
         )
         .unwrap();
         std::fs::write(dir.path().join("osprey.toml"), "line_bytes_max = 3\n").unwrap();
@@ -891,7 +909,8 @@ fn settings_layer_in_electrs_order() {
         let home = home.to_str().unwrap();
         let env = [
             ("HOME", home),
-            ("ELECTRS_SESSIONS_MAX", "3"),
+            ("OSPREY_SESSIONS_MAX", "3"),
+            ("ELECTRS_DB_DIR", "/var-db"),
             ("ELECTRS_LOG_FILTERS", "warn"),
             ("OSPREY_LOG_FILTER", "debug"),
             ("ELECTRS_SYNC_ONCE", "1"),
@@ -913,14 +932,17 @@ fn settings_layer_in_electrs_order() {
     );
     assert_eq!(c.line_bytes_max, 3, "./osprey.toml over electrs' files");
     assert_eq!(c.sessions_max, 3, "variables over files");
+    assert_eq!(
+        c.db_path,
+        Path::new("/var-db/regtest"),
+        "ELECTRS_* over files"
+    );
     assert_eq!(c.log_filter, "debug", "OSPREY_* over ELECTRS_*");
     assert!(c.sync_once && c.silent_payments, "1 is true");
     assert!(!c.reindex_on_format_change, "0 is false");
     assert_eq!(
         c.warnings,
-        [format!(
-            "config file electrs.toml: unknown key batch_reqests_max is ignored (electrs ignores it too)"
-        )],
+        ["config file electrs.toml: unknown key batch_reqests_max is ignored (electrs ignores it too)"],
         "ELECTRS_VERSION=0 asks for nothing"
     );
     // --conf where it stands: over the flags before it and the
