@@ -39,8 +39,12 @@ pub(super) fn from_matches(
     }
     sources.push(Source::Settings(Box::new(variables(
         electrs_variables_command(),
+        "ELECTRS_*",
     )?)));
-    sources.push(Source::Settings(Box::new(variables(layer_command())?)));
+    sources.push(Source::Settings(Box::new(variables(
+        layer_command(),
+        "OSPREY_*",
+    )?)));
 
     // The command line, each setting at its last position.
     let command = ConfigArgs::augment_args(clap::Command::new("osprey"));
@@ -163,11 +167,11 @@ fn electrs_variable(key: &str) -> Option<&'static str> {
         .map(|(_, variable)| variable.as_str())
 }
 
-/// The settings `command`'s variables give (no flags).
-fn variables(command: clap::Command) -> anyhow::Result<ConfigArgs> {
+/// The settings `command`'s variables (`prefix`) give (no flags).
+fn variables(command: clap::Command, prefix: &str) -> anyhow::Result<ConfigArgs> {
     let matches = command
         .try_get_matches_from(Vec::<OsString>::new())
-        .map_err(|e| anyhow::anyhow!("environment: {}", e.to_string().trim()))?;
+        .map_err(|e| anyhow::anyhow!("{prefix} variables: {}", clap_message(&e)))?;
     Ok(ConfigArgs::from_arg_matches(&matches)?)
 }
 
@@ -176,6 +180,13 @@ fn parse_flags(flags: Vec<OsString>) -> anyhow::Result<ConfigArgs> {
     let command = layer_command().mut_args(|arg| arg.env(Option::<&'static str>::None));
     let matches = command
         .try_get_matches_from(flags)
-        .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim()))?;
+        .map_err(|e| anyhow::anyhow!("{}", clap_message(&e)))?;
     Ok(ConfigArgs::from_arg_matches(&matches)?)
+}
+
+/// clap's message without its `error: ` and its usage lines.
+fn clap_message(error: &clap::Error) -> String {
+    let text = error.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    first.trim_start_matches("error: ").to_string()
 }
