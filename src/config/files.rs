@@ -74,13 +74,16 @@ pub(super) fn read_file(
     let mut table: toml::Table =
         toml::from_str(&text).with_context(|| format!("config file {}", path.display()))?;
     if unknown == UnknownKeys::Warned {
+        // The file's one name, so that a file read twice (by default and
+        // by --conf) warns once.
+        let name = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
         let known = file_keys();
         table.retain(|key, _| {
             let is_known = known.iter().any(|k| k == key);
             if !is_known {
                 warnings.push(format!(
                     "config file {}: unknown key {key} is ignored (electrs ignores it too)",
-                    path.display()
+                    name.display()
                 ));
             }
             is_known

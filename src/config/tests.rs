@@ -940,11 +940,19 @@ fn settings_layer_in_electrs_order() {
     assert_eq!(c.log_filter, "debug", "OSPREY_* over ELECTRS_*");
     assert!(c.sync_once && c.silent_payments, "1 is true");
     assert!(!c.reindex_on_format_change, "0 is false");
+    let cwd = std::env::current_dir().unwrap().canonicalize().unwrap();
+    let unknown = format!(
+        "config file {}: unknown key batch_reqests_max is ignored (electrs ignores it too)",
+        cwd.join("electrs.toml").display()
+    );
     assert_eq!(
         c.warnings,
-        ["config file electrs.toml: unknown key batch_reqests_max is ignored (electrs ignores it too)"],
+        [unknown.clone()],
         "ELECTRS_VERSION=0 asks for nothing"
     );
+    // The default file again with --conf: read twice, warned once.
+    let c = resolve_line(&["--conf", "./electrs.toml"]).unwrap();
+    assert_eq!(c.warnings, [unknown]);
     // --conf where it stands: over the flags before it and the
     // variables, under the flags after it; ./osprey.toml is not read.
     let c = resolve_line(&[
@@ -976,6 +984,24 @@ fn settings_layer_in_electrs_order() {
         ("Welcome to Osprey", 200, Network::Bitcoin)
     );
     assert_eq!(c.warnings, Vec::<String>::new());
+}
+
+/// A variable's value that does not parse stops startup, naming whose
+/// variables and the setting; electrs' switches take 1, 0, true, false.
+#[test]
+fn a_bad_variable_is_named() {
+    let name = "a_bad_variable_is_named";
+    if !in_child(name, &[("ELECTRS_AUTO_REINDEX", "maybe")], Path::new("/")) {
+        return;
+    }
+    let err = format!(
+        "{:#}",
+        resolve_line(&["--skip-default-conf-files"]).unwrap_err()
+    );
+    assert!(
+        err.contains("ELECTRS_* variables") && err.contains("auto-reindex"),
+        "{err}"
+    );
 }
 
 /// The user in the password database (uid from /proc/self), by reading
