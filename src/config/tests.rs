@@ -947,7 +947,7 @@ fn settings_layer_in_electrs_order() {
     );
     assert_eq!(
         c.warnings,
-        [unknown.clone()],
+        std::slice::from_ref(&unknown),
         "ELECTRS_VERSION=0 asks for nothing"
     );
     // The default file again with --conf: read twice, warned once.
