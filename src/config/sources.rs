@@ -16,12 +16,12 @@ use std::sync::OnceLock;
 const FILE_SETTINGS: [&str; 3] = ["conf", "conf_dir", "skip_default_conf_files"];
 
 /// The sources of `all`, the settings `matches` hold (a subcommand's,
-/// parsed with its variables),
-/// lowest precedence first, without the default files; and whether the
-/// default files are skipped, and whether a `--conf` file was given.
+/// parsed with its variables), lowest precedence first, without the
+/// default files; and whether the default files are skipped, and whether
+/// a `--conf` file was given.
 ///
 /// # Errors
-/// An `ELECTRS_*` variable whose value does not parse.
+/// A variable whose value does not parse.
 pub(super) fn from_matches(
     all: &ConfigArgs,
     matches: &ArgMatches,
@@ -132,7 +132,8 @@ fn flag_tokens(arg: &clap::Arg, matches: &ArgMatches) -> Vec<OsString> {
     }
 }
 
-/// `ConfigArgs`' flags without their variables: one layer's parser.
+/// `ConfigArgs`' flags, with their `OSPREY_*` variables: the parser of
+/// one layer, which the callers give the variables they read, or none.
 fn layer_command() -> clap::Command {
     ConfigArgs::augment_args(
         clap::Command::new("osprey")
