@@ -128,7 +128,16 @@ pub fn resolve(
     launch: Launch,
 ) -> anyhow::Result<Config> {
     let (sources, skip_default_files, conf_given) = sources::from_matches(args, matches, launch)?;
-    resolve_sources(sources, skip_default_files, conf_given)
+    let mut config = resolve_sources(sources, skip_default_files, conf_given)?;
+    if launch == Launch::Electrs && config.monitoring_addr.is_none() {
+        // A package's health check may ask electrs' metrics port.
+        let electrs_addr = electrs::default_monitoring_addr(config.network);
+        electrs::add_difference(
+            &mut config.warnings,
+            &format!("monitoring_addr is unset: electrs serves its metrics on {electrs_addr} then, Osprey serves none (set monitoring_addr to serve them)"),
+        );
+    }
+    Ok(config)
 }
 
 impl ConfigArgs {

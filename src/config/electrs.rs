@@ -290,6 +290,34 @@ fn either<T: PartialEq + Debug>(
     }
 }
 
+/// The start of the one startup line of differences.
+const DIFFERENCES: &str = "electrs settings Osprey does not honour as electrs does: ";
+
+/// Adds `difference` to the one startup line of differences in
+/// `warnings`, starting that line if there is none.
+pub(super) fn add_difference(warnings: &mut Vec<String>, difference: &str) {
+    match warnings.iter_mut().find(|w| w.starts_with(DIFFERENCES)) {
+        Some(line) => {
+            line.push_str(" | ");
+            line.push_str(difference);
+        }
+        None => warnings.push(format!("{DIFFERENCES}{difference}")),
+    }
+}
+
+/// Where electrs serves its metrics when `monitoring_addr` is unset
+/// (romanz/electrs `src/config.rs`, `default_monitoring_port`).
+pub(super) fn default_monitoring_addr(network: osprey_core::Network) -> String {
+    let port = match network {
+        osprey_core::Network::Bitcoin => 4224,
+        osprey_core::Network::Testnet => 14224,
+        osprey_core::Network::Testnet4 => 44224,
+        osprey_core::Network::Regtest => 24224,
+        osprey_core::Network::Signet => 34224,
+    };
+    format!("127.0.0.1:{port}")
+}
+
 /// The one startup line naming every electrs setting `settings` give
 /// that Osprey does not honour as electrs does, in the order of
 /// [`SETTINGS`]; `None` when there is none.
@@ -308,10 +336,7 @@ pub(super) fn differences_warning(settings: &ConfigArgs) -> Option<String> {
     if differences.is_empty() {
         return None;
     }
-    Some(format!(
-        "electrs settings Osprey does not honour as electrs does: {}",
-        differences.join(" | ")
-    ))
+    Some(format!("{DIFFERENCES}{}", differences.join(" | ")))
 }
 
 /// A warning if `db_path`, the network's index directory, holds electrs'

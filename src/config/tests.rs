@@ -877,6 +877,18 @@ fn a_node_packages_environment_starts_osprey() {
     }
     assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
     assert!(c.warnings[0].contains(": daemon_p2p_addr is ignored"));
+    assert!(
+        c.warnings[0]
+            .contains(" | monitoring_addr is unset: electrs serves its metrics on 127.0.0.1:4224"),
+        "{:?}",
+        c.warnings
+    );
+    let c = resolve_line(&["--monitoring-addr=127.0.0.1:4224"]).unwrap();
+    assert!(
+        !c.warnings[0].contains("monitoring_addr"),
+        "{:?}",
+        c.warnings
+    );
 }
 
 /// electrs' order, lowest first: its default files (the working
@@ -945,14 +957,13 @@ fn settings_layer_in_electrs_order() {
         "config file {}: unknown key batch_reqests_max is ignored (electrs ignores it too)",
         cwd.join("electrs.toml").display()
     );
-    assert_eq!(
-        c.warnings,
-        std::slice::from_ref(&unknown),
-        "ELECTRS_VERSION=0 asks for nothing"
-    );
+    // ELECTRS_VERSION=0 asks for nothing; regtest's metrics port is
+    // electrs' only difference here.
+    let metrics = "electrs settings Osprey does not honour as electrs does: monitoring_addr is unset: electrs serves its metrics on 127.0.0.1:24224 then, Osprey serves none (set monitoring_addr to serve them)";
+    assert_eq!(c.warnings, [unknown.as_str(), metrics]);
     // The default file again with --conf: read twice, warned once.
     let c = resolve_line(&["--conf", "./electrs.toml"]).unwrap();
-    assert_eq!(c.warnings, [unknown]);
+    assert_eq!(c.warnings, [unknown.as_str(), metrics]);
     // --conf where it stands: over the flags before it and the
     // variables, under the flags after it; ./osprey.toml is not read.
     let c = resolve_line(&[
@@ -978,7 +989,13 @@ fn settings_layer_in_electrs_order() {
     let c = resolve_line(&["--conf=conf.toml", "--electrum-rpc-addr=127.0.0.1:2222"]).unwrap();
     assert_eq!(c.electrum_rpc_addr.port(), 2222, "the flag after it");
     // No default file at all.
-    let c = resolve_line(&["--skip-default-conf-files", "--auth", "u:p"]).unwrap();
+    let c = resolve_line(&[
+        "--skip-default-conf-files",
+        "--auth",
+        "u:p",
+        "--monitoring-addr=127.0.0.1:4224",
+    ])
+    .unwrap();
     assert_eq!(
         (c.banner.as_str(), c.batch_requests_max, c.network),
         ("Welcome to Osprey", 200, Network::Bitcoin)
