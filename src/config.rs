@@ -22,6 +22,7 @@ mod layers;
 mod sources;
 mod validate;
 
+use anyhow::Context as _;
 pub use args::ConfigArgs;
 use osprey_core::Network;
 use std::net::SocketAddr;
@@ -113,11 +114,11 @@ enum Source {
 }
 
 /// The configuration of the subcommand whose settings `args` are, parsed
-/// (with its variables) into `matches`, started as `launch` says. Lowest precedence first:
-/// defaults; electrs' default files; `./osprey.toml`; `OSPREY_CONF_DIR`
-/// and `OSPREY_CONF`; `ELECTRS_*` variables; `OSPREY_*` variables; the
-/// command line from left to right, `--conf` and `--conf-dir` where they
-/// appear on it.
+/// (with its variables) into `matches`, started as `launch` says. Lowest
+/// precedence first: defaults; electrs' default files; `./osprey.toml`;
+/// `OSPREY_CONF_DIR` and `OSPREY_CONF`; `ELECTRS_*` variables; `OSPREY_*`
+/// variables; the command line from left to right, `--conf` and
+/// `--conf-dir` where they appear on it.
 ///
 /// # Errors
 /// A missing or malformed config file, an unknown key in one of Osprey's
@@ -146,7 +147,13 @@ impl ConfigArgs {
     /// # Errors
     /// As [`resolve`], without the files.
     pub fn over(&self, file: ConfigArgs) -> anyhow::Result<Config> {
-        layered(vec![file, self.clone()], Vec::new())
+        layered(
+            vec![
+                (file, "the config file".to_string()),
+                (self.clone(), "the flags".to_string()),
+            ],
+            Vec::new(),
+        )
     }
 }
 
@@ -173,15 +180,19 @@ fn resolve_sources(
     all.extend(sources);
     let mut warnings = Vec::new();
     let mut layers = Vec::new();
+    let mut read = |path: &std::path::Path, unknown| -> anyhow::Result<(ConfigArgs, String)> {
+        let layer = files::read_file(path, unknown, &mut warnings)?;
+        Ok((layer, format!("config file {}", path.display())))
+    };
     for source in all {
         match source {
-            Source::Settings(settings) => layers.push(*settings),
-            Source::File(path, unknown) => {
-                layers.push(files::read_file(&path, unknown, &mut warnings)?);
+            Source::Settings(settings) => {
+                layers.push((*settings, "the variables or flags".to_string()));
             }
+            Source::File(path, unknown) => layers.push(read(&path, unknown)?),
             Source::Dir(dir, unknown) => {
                 for path in files::files_in(&dir)? {
-                    layers.push(files::read_file(&path, unknown, &mut warnings)?);
+                    layers.push(read(&path, unknown)?);
                 }
             }
         }
@@ -197,12 +208,14 @@ fn resolve_sources(
     layered(layers, once)
 }
 
-/// `layers` (lowest first), electrs' names folded into Osprey's in each,
-/// combined and validated; `warnings` go first.
-fn layered(layers: Vec<ConfigArgs>, warnings: Vec<String>) -> anyhow::Result<Config> {
+/// `layers` (lowest first, each with where it came from), electrs' names
+/// folded into Osprey's in each, combined and validated; `warnings` go
+/// first.
+fn layered(layers: Vec<(ConfigArgs, String)>, warnings: Vec<String>) -> anyhow::Result<Config> {
     let mut combined = ConfigArgs::default();
-    for layer in layers {
-        combined = layer.electrs_names_folded()?.layered_over(combined);
+    for (layer, origin) in layers {
+        let layer = layer.electrs_names_folded().context(origin)?;
+        combined = layer.layered_over(combined);
     }
     let mut config = validate::validate(combined)?;
     config.warnings.splice(0..0, warnings);

@@ -685,8 +685,8 @@ fn electrs_names_convert_and_must_agree_with_osprey_names() {
         from_toml("banner = \"a\"\nserver_banner = \"b\"\n").unwrap_err()
     );
     assert!(
-        err.contains("banner (\"a\") and electrs' server_banner"),
-        "{err}"
+        err.contains("banner (\"a\") and electrs' server_banner") && err.contains("electrs.toml"),
+        "the file named: {err}"
     );
     let err = format!(
         "{:#}",
