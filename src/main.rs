@@ -107,27 +107,43 @@ fn version() -> &'static str {
 }
 
 /// The command line, with `serve` put in front of settings given without a
-/// subcommand: a node package starts electrs as `electrs --conf FILE ...`,
-/// and swapping in Osprey must need nothing but the program's name.
-/// `--help` and `--version` alone keep their meaning.
-fn with_default_subcommand(mut args: Vec<OsString>) -> Vec<OsString> {
+/// subcommand or of no arguments at all: a node package starts electrs as
+/// `electrs` or `electrs --conf FILE ...`, and swapping in Osprey must need
+/// nothing but the program's name. `--help` and `--version` alone keep
+/// their meaning. Also says whether `serve` was put in (a launch as
+/// electrs').
+fn with_default_subcommand(mut args: Vec<OsString>) -> (Vec<OsString>, config::Launch) {
     let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
     let own_flag = matches!(first, "-h" | "--help" | "-V" | "--version");
-    if first.starts_with('-') && !own_flag {
-        args.insert(1, "serve".into());
+    if args.len() <= 1 || (first.starts_with('-') && !own_flag) {
+        args.insert(1.min(args.len()), "serve".into());
+        return (args, config::Launch::Electrs);
     }
-    args
+    (args, config::Launch::Osprey)
+}
+
+/// The matches of the innermost subcommand (`osprey snapshot write`'s
+/// `write`): the one whose settings are resolved.
+fn innermost(matches: &clap::ArgMatches) -> &clap::ArgMatches {
+    let mut matches = matches;
+    while let Some((_, sub)) = matches.subcommand() {
+        matches = sub;
+    }
+    matches
 }
 
 fn main() -> ExitCode {
-    let args = with_default_subcommand(std::env::args_os().collect());
+    let (args, launch) = with_default_subcommand(std::env::args_os().collect());
     let matches = Cli::command().version(version()).get_matches_from(args);
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
+    // Settings are resolved from the matches, which know where each flag
+    // stood on the command line and which came from variables.
+    let resolve = |args: &config::ConfigArgs| config::resolve(args, innermost(&matches), launch);
     let result = match cli.command {
-        Command::Serve(args) => args.resolve().and_then(|config| {
+        Command::Serve(args) => resolve(&args).and_then(|config| {
             start_logging(&config);
             if config.sync_once {
                 serve::index_only(config, false, false)
@@ -139,11 +155,11 @@ fn main() -> ExitCode {
             config,
             progress_json,
             digest,
-        } => config.resolve().and_then(|config| {
+        } => resolve(&config).and_then(|config| {
             start_logging(&config);
             serve::index_only(config, progress_json, digest)
         }),
-        Command::Snapshot(command) => command.config().resolve().and_then(|config| {
+        Command::Snapshot(command) => resolve(command.config()).and_then(|config| {
             start_logging(&config);
             command.run(config)
         }),
@@ -174,12 +190,13 @@ mod tests {
     use super::*;
 
     fn parse(line: &[&str]) -> Result<Cli, clap::Error> {
-        let args = with_default_subcommand(line.iter().map(OsString::from).collect());
+        let (args, _) = with_default_subcommand(line.iter().map(OsString::from).collect());
         Cli::try_parse_from(args)
     }
 
-    /// electrs' command line with the program renamed is `osprey serve`;
-    /// Osprey's own subcommands, `--help` and `--version` are left alone.
+    /// electrs' command line with the program renamed, none included, is
+    /// `osprey serve`; Osprey's own subcommands, `--help` and `--version`
+    /// are left alone.
     #[test]
     fn settings_without_a_subcommand_are_serves() {
         let cli = parse(&[
@@ -210,10 +227,19 @@ mod tests {
                 "{own}: {kind:?}"
             );
         }
-        assert_eq!(
-            parse(&["osprey"]).map(|_| ()).unwrap_err().kind(),
-            clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand,
-            "no arguments at all still shows the help"
-        );
+        let Command::Serve(args) = parse(&["osprey"]).unwrap_or_else(|e| panic!("{e}")).command
+        else {
+            panic!("a bare osprey is not serve");
+        };
+        assert!(args.conf.is_none(), "electrs started without arguments");
+        for (line, launch) in [
+            (&["osprey"][..], config::Launch::Electrs),
+            (&["osprey", "--network", "regtest"], config::Launch::Electrs),
+            (&["osprey", "serve"], config::Launch::Osprey),
+            (&["osprey", "--help"], config::Launch::Osprey),
+        ] {
+            let (_, found) = with_default_subcommand(line.iter().map(OsString::from).collect());
+            assert_eq!(found, launch, "{line:?}");
+        }
     }
 }

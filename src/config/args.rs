@@ -7,11 +7,13 @@ use std::path::PathBuf;
 
 /// Flags of `osprey serve` and `osprey index`; each can also be set as an
 /// `OSPREY_<NAME>` environment variable or in the TOML config file, whose
-/// keys are these fields' names.
+/// keys are these fields' names. Switches take electrs' values in
+/// variables (`1`/`0` as well as `true`/`false`).
 #[derive(Args, Deserialize, Debug, Default, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigArgs {
-    /// TOML config file [default: ./osprey.toml if it exists]
+    /// TOML config file, read where this flag appears on the command line
+    /// (flags after it override it) [default: ./osprey.toml if it exists]
     #[arg(long, env = "OSPREY_CONF")]
     #[serde(skip)]
     pub conf: Option<PathBuf>,
@@ -48,7 +50,7 @@ pub struct ConfigArgs {
     #[arg(long, env = "OSPREY_LOG_FILTER")]
     pub log_filter: Option<String>,
     /// Delete the index and build it again
-    #[arg(long, env = "OSPREY_REINDEX")]
+    #[arg(long, env = "OSPREY_REINDEX", value_parser = clap::builder::BoolishValueParser::new())]
     #[serde(skip)]
     pub reindex: bool,
     /// History rows a script may have before queries about it are refused
@@ -122,7 +124,7 @@ pub struct ConfigArgs {
     /// Rebuild the index by itself when it was written in another format
     /// (after an upgrade or a downgrade); false: refuse to start instead
     /// [default: true]
-    #[arg(long, env = "OSPREY_REINDEX_ON_FORMAT_CHANGE")]
+    #[arg(long, env = "OSPREY_REINDEX_ON_FORMAT_CHANGE", value_parser = clap::builder::BoolishValueParser::new())]
     pub reindex_on_format_change: Option<bool>,
     /// Keep BIP-352 silent-payment records, which wallets such as Sparrow
     /// scan (about 100 bytes per eligible transaction); changing it
@@ -130,6 +132,7 @@ pub struct ConfigArgs {
     #[arg(
         long,
         env = "OSPREY_SILENT_PAYMENTS",
+        value_parser = clap::builder::BoolishValueParser::new(),
         num_args = 0..=1,
         default_missing_value = "true"
     )]
@@ -155,13 +158,14 @@ pub struct ConfigArgs {
     /// 127.0.0.1:4224 (electrs' port) [default: off]
     #[arg(long, env = "OSPREY_MONITORING_ADDR")]
     pub monitoring_addr: Option<String>,
-    /// Also read every file in this directory, in name order, before
-    /// --conf (electrs' --conf-dir)
+    /// Also read every file in this directory, in name order, where this
+    /// flag appears on the command line (electrs' --conf-dir)
     #[arg(long, env = "OSPREY_CONF_DIR")]
     #[serde(skip)]
     pub conf_dir: Option<PathBuf>,
-    /// Do not read ./osprey.toml (electrs' --skip-default-conf-files)
-    #[arg(long, env = "OSPREY_SKIP_DEFAULT_CONF_FILES")]
+    /// Do not read electrs' default files nor ./osprey.toml (electrs'
+    /// --skip-default-conf-files)
+    #[arg(long, env = "OSPREY_SKIP_DEFAULT_CONF_FILES", value_parser = clap::builder::BoolishValueParser::new())]
     #[serde(skip)]
     pub skip_default_conf_files: bool,
 
@@ -180,17 +184,17 @@ pub struct ConfigArgs {
     #[arg(long, env = "OSPREY_WAIT_DURATION_SECS", hide = true)]
     pub wait_duration_secs: Option<u64>,
     /// electrs: index to the tip, then exit
-    #[arg(long, env = "OSPREY_SYNC_ONCE", hide = true)]
+    #[arg(long, env = "OSPREY_SYNC_ONCE", hide = true, value_parser = clap::builder::BoolishValueParser::new())]
     #[serde(default)]
     pub sync_once: bool,
     #[arg(short = 'v', long, env = "OSPREY_VERBOSE", action = clap::ArgAction::Count, hide = true)]
     #[serde(default)]
     pub verbose: u8,
-    #[arg(long, env = "OSPREY_TIMESTAMP", hide = true)]
+    #[arg(long, env = "OSPREY_TIMESTAMP", hide = true, value_parser = clap::builder::BoolishValueParser::new())]
     #[serde(default)]
     pub timestamp: bool,
     /// `auto_reindex = true|false` in the file, `--auto-reindex BOOL`
-    #[arg(long, env = "OSPREY_AUTO_REINDEX", hide = true)]
+    #[arg(long, env = "OSPREY_AUTO_REINDEX", hide = true, value_parser = clap::builder::BoolishValueParser::new())]
     pub auto_reindex: Option<bool>,
     /// electrs' flag form of `auto_reindex = false`
     #[arg(long, hide = true)]
@@ -202,13 +206,13 @@ pub struct ConfigArgs {
     pub db_parallelism: Option<u8>,
     #[arg(long, env = "OSPREY_JSONRPC_TIMEOUT_SECS", hide = true)]
     pub jsonrpc_timeout_secs: Option<u64>,
-    #[arg(long, env = "OSPREY_IGNORE_MEMPOOL", hide = true)]
+    #[arg(long, env = "OSPREY_IGNORE_MEMPOOL", hide = true, value_parser = clap::builder::BoolishValueParser::new())]
     #[serde(default)]
     pub ignore_mempool: bool,
-    #[arg(long, env = "OSPREY_DISABLE_ELECTRUM_RPC", hide = true)]
+    #[arg(long, env = "OSPREY_DISABLE_ELECTRUM_RPC", hide = true, value_parser = clap::builder::BoolishValueParser::new())]
     #[serde(default)]
     pub disable_electrum_rpc: bool,
-    #[arg(long, env = "OSPREY_SKIP_BLOCK_DOWNLOAD_WAIT", hide = true)]
+    #[arg(long, env = "OSPREY_SKIP_BLOCK_DOWNLOAD_WAIT", hide = true, value_parser = clap::builder::BoolishValueParser::new())]
     #[serde(default)]
     pub skip_block_download_wait: bool,
     /// Any value but false, no, off or 0 counts as set: images often define
@@ -228,7 +232,7 @@ pub struct ConfigArgs {
     pub magic: Option<String>,
     #[arg(long, env = "OSPREY_COOKIE", hide = true, hide_env_values = true)]
     pub cookie: Option<String>,
-    #[arg(long, env = "OSPREY_JSONRPC_IMPORT", hide = true)]
+    #[arg(long, env = "OSPREY_JSONRPC_IMPORT", hide = true, value_parser = clap::builder::BoolishValueParser::new())]
     #[serde(default)]
     pub jsonrpc_import: bool,
     #[arg(long, env = "OSPREY_BULK_INDEX_THREADS", hide = true)]

@@ -5,17 +5,18 @@
 //! `tests/data/electrs/README.md`): `internal/config_specification.toml`
 //! for the keys, `src/config.rs` for their meanings; keys that earlier
 //! releases had come from the v0.9.0, v0.10.0 and v0.11.1 specs and from
-//! `doc/upgrading.md` (options electrs 0.9 removed). Packages that pass
+//! `doc/upgrading.md` (options electrs 0.9 removed); the files it reads
+//! and their precedence from `src/config.rs` and Kixunil/configure_me's
+//! generated `including_optional_config_files`. Packages that pass
 //! them: getumbrel/umbrel-apps `electrs/docker-compose.yml` (`ELECTRS_*`
 //! variables), Start9Labs/electrs-startos `startos/fileModels/electrs.toml.ts`
 //! (a TOML file) and raspiblitz/raspiblitz
 //! `home.admin/config.scripts/bonus.electrs.sh` (a TOML file and a flag).
 
-use super::files::home_dir;
 use super::ConfigArgs;
 use anyhow::bail;
 use std::fmt::Debug;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What Osprey does with one electrs setting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,12 +136,14 @@ pub const SETTINGS: &[(&str, Electrs)] = &[
     ("conf", Electrs::Same),
     (
         "conf_dir",
-        Electrs::Honoured("every file in the directory is read, in name order, under --conf"),
+        Electrs::Honoured(
+            "every file in the directory is read, in name order, where --conf-dir appears on the command line",
+        ),
     ),
     (
         "skip_default_conf_files",
         Electrs::Honoured(
-            "./osprey.toml is not read; Osprey never reads electrs' default files (/etc/electrs/config.toml, ~/.electrs/config.toml, ./electrs.toml)",
+            "electrs' default files (/etc/electrs/config.toml, ~/.electrs/config.toml, ./electrs.toml) and ./osprey.toml are not read",
         ),
     ),
     // Earlier releases: from the v0.9.0, v0.10.0 and v0.11.1 specs.
@@ -160,7 +163,10 @@ pub const SETTINGS: &[(&str, Electrs)] = &[
     // Removed in electrs 0.9 (its doc/upgrading.md).
     (
         "cookie",
-        Electrs::Ignored("give USER:PASSWORD as auth, or the node's cookie as cookie_file"),
+        Electrs::Alias {
+            osprey: "auth",
+            conversion: "electrs 0.8's USER:PASSWORD (RoninDojo still writes it)",
+        },
     ),
     (
         "jsonrpc_import",
@@ -184,13 +190,11 @@ pub const SETTINGS: &[(&str, Electrs)] = &[
     ),
 ];
 
-/// The startup warning for electrs setting `key`, or `None` if Osprey
-/// honours it.
-pub fn warning(key: &str) -> Option<String> {
+/// What Osprey does instead of electrs setting `key`, or `None` if
+/// Osprey honours it.
+pub fn difference(key: &str) -> Option<String> {
     match SETTINGS.iter().find(|(name, _)| *name == key)?.1 {
-        Electrs::Ignored(instead) => {
-            Some(format!("{key} (an electrs setting) is ignored: {instead}"))
-        }
+        Electrs::Ignored(instead) => Some(format!("{key} is ignored: {instead}")),
         Electrs::Same | Electrs::Alias { .. } | Electrs::Honoured(_) => None,
     }
 }
@@ -219,14 +223,15 @@ impl ConfigArgs {
             ("banner", self.banner.take()),
             ("server_banner", self.server_banner.take()),
         )?;
+        self.auth = either(("auth", self.auth.take()), ("cookie", self.cookie.take()))?;
         self.log_filter = either(
             ("log_filter", self.log_filter.take()),
             ("log_filters", self.log_filters.take()),
         )?;
-        // electrs: "0 - disable the limit".
+        // electrs: "0 - disable the limit". The key stays set, for the
+        // startup line to say how Osprey counts it.
         let index_lookup_limit =
             self.index_lookup_limit
-                .take()
                 .map(|limit| if limit == 0 { usize::MAX } else { limit });
         self.history_entries_max = either(
             ("history_entries_max", self.history_entries_max),
@@ -261,7 +266,6 @@ impl ConfigArgs {
             "index_batch_size" => self.index_batch_size.is_some(),
             "signet_magic" => self.signet_magic.is_some(),
             "magic" => self.magic.is_some(),
-            "cookie" => self.cookie.is_some(),
             "jsonrpc_import" => self.jsonrpc_import,
             "bulk_index_threads" => self.bulk_index_threads.is_some(),
             "tx_cache_size_mb" => self.tx_cache_size_mb.is_some(),
@@ -286,38 +290,53 @@ fn either<T: PartialEq + Debug>(
     }
 }
 
-/// One startup warning per electrs setting that `settings` give and Osprey
-/// ignores, in the order of [`SETTINGS`].
-pub(super) fn ignored_settings_warnings(settings: &ConfigArgs) -> Vec<String> {
-    SETTINGS
-        .iter()
-        .filter_map(|(key, _)| {
-            let warning = warning(key)?;
-            settings.sets_ignored(key).then_some(warning)
-        })
-        .collect()
+/// The start of the one startup line of differences.
+const DIFFERENCES: &str = "electrs settings Osprey does not honour as electrs does: ";
+
+/// Adds `difference` to the one startup line of differences in
+/// `warnings`, starting that line if there is none.
+pub(super) fn add_difference(warnings: &mut Vec<String>, difference: &str) {
+    match warnings.iter_mut().find(|w| w.starts_with(DIFFERENCES)) {
+        Some(line) => {
+            line.push_str(" | ");
+            line.push_str(difference);
+        }
+        None => warnings.push(format!("{DIFFERENCES}{difference}")),
+    }
 }
 
-/// A warning per file that electrs reads by default and Osprey was not
-/// given (`read`: the files read, canonical): whoever replaces electrs
-/// learns that its settings there do not count.
-pub(super) fn default_files_warnings(read: &[PathBuf]) -> Vec<String> {
-    let electrs_files = [
-        Some(PathBuf::from("/etc/electrs/config.toml")),
-        home_dir().map(|home| home.join(".electrs/config.toml")),
-        Some(PathBuf::from("electrs.toml")),
-    ];
-    electrs_files
-        .into_iter()
-        .flatten()
-        .filter(|path| path.canonicalize().is_ok_and(|path| !read.contains(&path)))
-        .map(|path| {
-            format!(
-                "{} exists: electrs reads it by default, Osprey does not (pass --conf {0} to use it)",
-                path.display()
-            )
+/// Where electrs serves its metrics when `monitoring_addr` is unset
+/// (romanz/electrs `src/config.rs`, `default_monitoring_port`).
+pub(super) fn default_monitoring_addr(network: osprey_core::Network) -> String {
+    let port = match network {
+        osprey_core::Network::Bitcoin => 4224,
+        osprey_core::Network::Testnet => 14224,
+        osprey_core::Network::Testnet4 => 44224,
+        osprey_core::Network::Regtest => 24224,
+        osprey_core::Network::Signet => 34224,
+    };
+    format!("127.0.0.1:{port}")
+}
+
+/// The one startup line naming every electrs setting `settings` give
+/// that Osprey does not honour as electrs does, in the order of
+/// [`SETTINGS`]; `None` when there is none.
+pub(super) fn differences_warning(settings: &ConfigArgs) -> Option<String> {
+    let differences: Vec<String> = SETTINGS
+        .iter()
+        .filter_map(|(key, what)| match (*key, what) {
+            ("index_lookup_limit", _) => settings
+                .index_lookup_limit
+                .filter(|limit| *limit > 0)
+                .map(|limit| format!("index_lookup_limit {limit} is history_entries_max, which counts every history entry of a script (each output received and each spent), where electrs 0.9-0.11 counted the transactions funding it and electrs 0.12 does not limit")),
+            (key, Electrs::Ignored(_)) if settings.sets_ignored(key) => difference(key),
+            _ => None,
         })
-        .collect()
+        .collect();
+    if differences.is_empty() {
+        return None;
+    }
+    Some(format!("{DIFFERENCES}{}", differences.join(" | ")))
 }
 
 /// A warning if `db_path`, the network's index directory, holds electrs'

@@ -1,7 +1,24 @@
-use super::files::read_files;
 use super::*;
 use osprey_core::Network;
 use std::path::{Path, PathBuf};
+
+/// Tests resolve settings without a command line to place them on.
+trait Resolve {
+    fn resolve(&self) -> anyhow::Result<Config>;
+}
+
+impl Resolve for ConfigArgs {
+    /// These settings as if given on the command line of `osprey serve`
+    /// after their `--conf-dir` and `--conf`, without variables.
+    fn resolve(&self) -> anyhow::Result<Config> {
+        let unknown = files::UnknownKeys::Refused;
+        let mut sources: Vec<Source> = Vec::new();
+        sources.extend(self.conf_dir.clone().map(|dir| Source::Dir(dir, unknown)));
+        sources.extend(self.conf.clone().map(|file| Source::File(file, unknown)));
+        sources.push(Source::Settings(Box::new(self.clone())));
+        resolve_sources(sources, self.skip_default_conf_files, self.conf.is_some())
+    }
+}
 
 fn args(conf: Option<&Path>) -> ConfigArgs {
     ConfigArgs {
@@ -406,11 +423,28 @@ const ELECTRS_EXAMPLE: &str = include_str!("../../tests/data/electrs/config_exam
 /// `internal/config_specification.toml`.
 const ELECTRS_SPEC: &str = include_str!("../../tests/data/electrs/config_specification.toml");
 
+/// The config of an electrs file given with `--conf` (and no default
+/// file).
 fn from_toml(text: &str) -> anyhow::Result<Config> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("electrs.toml");
     std::fs::write(&path, text).unwrap();
-    ConfigArgs::default().over(read_files(&[path])?)
+    resolve_sources(
+        vec![Source::File(path, files::UnknownKeys::Warned)],
+        true,
+        true,
+    )
+}
+
+/// The one startup line of differences, if any.
+fn differences(config: &Config) -> Option<&String> {
+    let mut lines = config
+        .warnings
+        .iter()
+        .filter(|w| w.starts_with("electrs settings Osprey does not honour"));
+    let line = lines.next();
+    assert!(lines.next().is_none(), "one line: {:?}", config.warnings);
+    line
 }
 
 #[test]
@@ -461,12 +495,16 @@ fn start9s_electrs_file_starts_osprey() {
         "a host name, resolved when connecting: {:?}",
         c.chain
     );
-    let ignored: Vec<&str> = c
-        .warnings
-        .iter()
-        .map(|w| w.split(' ').next().unwrap())
-        .collect();
-    assert_eq!(ignored, ["daemon_p2p_addr", "index_batch_size"]);
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    let line = differences(&c).unwrap();
+    assert!(
+        line.contains("daemon_p2p_addr is ignored") && line.contains("index_batch_size is ignored"),
+        "{line}"
+    );
+    assert!(
+        !line.contains("index_lookup_limit"),
+        "0 means no limit in both: {line}"
+    );
 }
 
 /// The settings electrs 0.12's spec declares, and the values its types
@@ -555,11 +593,19 @@ fn every_electrs_setting_is_honoured_or_warned_about_once() {
             _ => format!("{key} = {sample}\n"),
         };
         let config = from_toml(&text).unwrap_or_else(|e| panic!("{text}: {e:#}"));
-        let warned: Vec<&String> = config.warnings.iter().filter(|w| w.contains(key)).collect();
-        match what {
-            electrs::Electrs::Ignored(_) => {
+        match (*key, what) {
+            (_, electrs::Electrs::Ignored(_)) => {
                 assert_eq!(config.warnings.len(), 1, "{text}: {:?}", config.warnings);
-                assert!(warned[0].starts_with(&format!("{key} (an electrs setting) is ignored: ")));
+                let line = differences(&config).unwrap();
+                assert!(line.contains(&format!(": {key} is ignored: ")), "{line}");
+            }
+            // Honoured, but counted otherwise: named on the line too.
+            ("index_lookup_limit", _) => {
+                let line = differences(&config).unwrap();
+                assert!(
+                    line.contains("index_lookup_limit 3 is history_entries_max"),
+                    "{line}"
+                );
             }
             _ => assert_eq!(config.warnings, Vec::<String>::new(), "{text}"),
         }
@@ -576,7 +622,9 @@ fn every_electrs_setting_is_honoured_or_warned_about_once() {
     assert!(!config.reindex_on_format_change);
     assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
     assert!(
-        config.warnings[0].starts_with("verbose "),
+        differences(&config)
+            .unwrap()
+            .contains(": verbose is ignored"),
         "{:?}",
         config.warnings
     );
@@ -615,12 +663,13 @@ fn electrs_switches_parse_under_osprey_serve() {
     let c = args.over(ConfigArgs::default()).unwrap();
     assert!(c.sync_once);
     assert_eq!(c.history_entries_max, usize::MAX);
-    let ignored: Vec<&str> = c
-        .warnings
-        .iter()
-        .map(|w| w.split(' ').next().unwrap())
-        .collect();
-    assert_eq!(ignored, ["verbose", "version"]);
+    let line = differences(&c).unwrap();
+    let verbose = line.find(": verbose is ignored").unwrap();
+    let version = line.find(" | version is ignored").unwrap();
+    assert!(
+        verbose < version,
+        "in the order of electrs::SETTINGS: {line}"
+    );
 }
 
 #[test]
@@ -636,8 +685,8 @@ fn electrs_names_convert_and_must_agree_with_osprey_names() {
         from_toml("banner = \"a\"\nserver_banner = \"b\"\n").unwrap_err()
     );
     assert!(
-        err.contains("banner (\"a\") and electrs' server_banner"),
-        "{err}"
+        err.contains("banner (\"a\") and electrs' server_banner") && err.contains("electrs.toml"),
+        "the file named: {err}"
     );
     let err = format!(
         "{:#}",
@@ -656,15 +705,53 @@ fn electrs_names_convert_and_must_agree_with_osprey_names() {
     assert_eq!(c.electrum_rpc_addr.port(), 50001);
 }
 
+/// electrs ignores keys it does not know: in its files Osprey warns once
+/// per file and key; in Osprey's own files an unknown key is an error.
 #[test]
-fn typos_among_electrs_names_still_fail() {
-    let err = format!("{:#}", from_toml("server_baner = \"hi\"\n").unwrap_err());
-    assert!(err.contains("server_baner"), "{err}");
-    let err = format!(
-        "{:#}",
-        from_toml("daemon_p2p_adr = \"127.0.0.1:8333\"\n").unwrap_err()
+fn unknown_keys_warn_in_electrs_files_and_fail_in_ospreys() {
+    // RaspiBlitz writes `index-batch-size`, which no electrs knows.
+    let c = from_toml("index-batch-size = 10\nserver_baner = \"hi\"\nbanner = \"b\"\n").unwrap();
+    assert_eq!(c.banner, "b", "the rest of the file counts");
+    assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+    for (warning, key) in c.warnings.iter().zip(["index-batch-size", "server_baner"]) {
+        assert!(
+            warning.contains("electrs.toml: unknown key ") && warning.contains(key),
+            "{warning}"
+        );
+    }
+    // A flag-only setting is no key of a file either.
+    let c = from_toml("conf = \"/x.toml\"\n").unwrap();
+    assert!(
+        c.warnings[0].contains("unknown key conf "),
+        "{:?}",
+        c.warnings
     );
-    assert!(err.contains("daemon_p2p_adr"), "{err}");
+    // A known key with a value of the wrong type still stops startup.
+    let err = format!("{:#}", from_toml("sessions_max = \"many\"\n").unwrap_err());
+    assert!(err.contains("electrs.toml"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("osprey.toml");
+    std::fs::write(&path, "daemon_p2p_adr = \"127.0.0.1:8333\"\n").unwrap();
+    let err = format!("{:#}", args(Some(&path)).resolve().unwrap_err());
+    assert!(
+        err.contains("daemon_p2p_adr") && err.contains("osprey.toml"),
+        "{err}"
+    );
+}
+
+/// The keys a file knows are the fields serde reads.
+#[test]
+fn file_keys_are_the_fields_a_file_deserializes() {
+    use clap::Args as _;
+    let known = files::file_keys();
+    for arg in ConfigArgs::augment_args(clap::Command::new("osprey")).get_arguments() {
+        let key = arg.get_id().as_str();
+        let parsed = toml::from_str::<ConfigArgs>(&format!("{key} = 1"));
+        let unknown = parsed
+            .err()
+            .is_some_and(|e| e.to_string().contains("unknown field"));
+        assert_eq!(known.iter().any(|k| k == key), !unknown, "{key}");
+    }
 }
 
 #[test]
@@ -709,52 +796,64 @@ fn an_electrs_index_in_db_dir_is_left_alone_and_reported() {
     );
 }
 
+/// Runs test `name` again in a child process with only the variables
+/// `env`, in `cwd`: both are process-wide, so a test that sets them must
+/// have a process of its own. True in the child (test on), false in the
+/// parent once the child passed.
+fn in_child(name: &str, env: &[(&str, &str)], cwd: &Path) -> bool {
+    const CHILD: &str = "CONFIG_TEST_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", &format!("config::tests::{name}"), "--nocapture"])
+        .env_clear()
+        .envs(env.iter().copied())
+        .env(CHILD, "1")
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "the child ran {name}: {text}");
+    false
+}
+
+/// `line` (after the program's name) parsed as `osprey serve`'s settings
+/// with this process's variables, and resolved as a launch as electrs'.
+fn resolve_line(line: &[&str]) -> anyhow::Result<Config> {
+    use clap::{Args as _, FromArgMatches as _};
+    let matches = ConfigArgs::augment_args(clap::Command::new("osprey"))
+        .try_get_matches_from([&["osprey"][..], line].concat())?;
+    let args = ConfigArgs::from_arg_matches(&matches)?;
+    resolve(&args, &matches, Launch::Electrs)
+}
+
 /// The environment Umbrel's electrs app passes (getumbrel/umbrel-apps
-/// `electrs/docker-compose.yml` at 0346a208, for electrs 0.9.4, the
-/// newest there that names the cookie file), `ELECTRS_` renamed
-/// `OSPREY_` and its `${...}` filled in. Checked in a child process
-/// with only these variables, as the environment is process-wide.
+/// `electrs/docker-compose.yml` at 3f5655bd, electrs 0.9.10), its `${...}`
+/// filled in; no cookie file is named, so the cookie is found under
+/// `$HOME/.bitcoin`, where Umbrel mounts the node's directory.
 const UMBREL_ENV: &[(&str, &str)] = &[
-    ("OSPREY_LOG_FILTERS", "INFO"),
-    ("OSPREY_NETWORK", "bitcoin"),
-    ("OSPREY_DAEMON_RPC_ADDR", "10.21.21.8:8332"),
-    ("OSPREY_DAEMON_P2P_ADDR", "10.21.21.8:8333"),
-    ("OSPREY_ELECTRUM_RPC_ADDR", "0.0.0.0:50001"),
-    ("OSPREY_SERVER_BANNER", "Umbrel Electrs (v0.9.4)"),
-    ("OSPREY_DB_DIR", "/data/db"),
-    ("OSPREY_COOKIE_FILE", "/data/.bitcoin/.cookie"),
+    ("ELECTRS_LOG_FILTERS", "INFO"),
+    ("ELECTRS_NETWORK", "bitcoin"),
+    ("ELECTRS_DAEMON_RPC_ADDR", "10.21.21.8:8332"),
+    ("ELECTRS_DAEMON_P2P_ADDR", "10.21.21.8:8333"),
+    ("ELECTRS_ELECTRUM_RPC_ADDR", "0.0.0.0:50001"),
+    ("ELECTRS_SERVER_BANNER", "Umbrel Electrs (v0.9.10)"),
+    ("ELECTRS_DB_DIR", "/data/db"),
+    ("HOME", "/data"),
 ];
 
 #[test]
 fn a_node_packages_environment_starts_osprey() {
-    const CHILD: &str = "OSPREY_CONFIG_TEST_CHILD";
-    if std::env::var_os(CHILD).is_none() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "config::tests::a_node_packages_environment_starts_osprey",
-                "--nocapture",
-            ])
-            .env_clear()
-            .envs(UMBREL_ENV.iter().copied())
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{text}");
-        assert!(text.contains("1 passed"), "the child ran this test: {text}");
+    let name = "a_node_packages_environment_starts_osprey";
+    if !in_child(name, UMBREL_ENV, Path::new("/")) {
         return;
     }
-    use clap::{Args as _, FromArgMatches as _};
     // RaspiBlitz's one flag (raspiblitz/raspiblitz
-    // home.admin/config.scripts/bonus.electrs.sh, its systemd unit).
-    let matches = ConfigArgs::augment_args(clap::Command::new("osprey"))
-        .try_get_matches_from(["osprey", "--electrum-rpc-addr=0.0.0.0:50002"])
-        .unwrap();
-    let c = ConfigArgs::from_arg_matches(&matches)
-        .unwrap()
-        .over(ConfigArgs::default())
-        .unwrap();
+    // home.admin/config.scripts/bonus.electrs.sh, its systemd unit) over
+    // Umbrel's variable.
+    let c = resolve_line(&["--electrum-rpc-addr=0.0.0.0:50002"]).unwrap();
     assert_eq!(c.network, Network::Bitcoin);
     assert_eq!(c.db_path, PathBuf::from("/data/db/bitcoin"));
     assert_eq!(
@@ -764,7 +863,7 @@ fn a_node_packages_environment_starts_osprey() {
     );
     assert_eq!(
         (c.banner.as_str(), c.log_filter.as_str()),
-        ("Umbrel Electrs (v0.9.4)", "INFO")
+        ("Umbrel Electrs (v0.9.10)", "INFO")
     );
     match &c.chain {
         ChainConfig::Node { rpc_addr, auth, .. } => {
@@ -777,7 +876,185 @@ fn a_node_packages_environment_starts_osprey() {
         other => panic!("{other:?}"),
     }
     assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
-    assert!(c.warnings[0].starts_with("daemon_p2p_addr (an electrs setting) is ignored"));
+    assert!(c.warnings[0].contains(": daemon_p2p_addr is ignored"));
+    assert!(
+        c.warnings[0]
+            .contains(" | monitoring_addr is unset: electrs serves its metrics on 127.0.0.1:4224"),
+        "{:?}",
+        c.warnings
+    );
+    let c = resolve_line(&["--monitoring-addr=127.0.0.1:4224"]).unwrap();
+    assert!(
+        !c.warnings[0].contains("monitoring_addr"),
+        "{:?}",
+        c.warnings
+    );
+}
+
+/// electrs' order, lowest first: its default files (the working
+/// directory's over the home directory's), `./osprey.toml` over them,
+/// `ELECTRS_*` then `OSPREY_*` variables, then the command line from left
+/// to right with `--conf` where it stands.
+#[test]
+fn settings_layer_in_electrs_order() {
+    let name = "settings_layer_in_electrs_order";
+    let dir = tempfile::tempdir().unwrap();
+    if std::env::var_os("CONFIG_TEST_CHILD").is_none() {
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(home.join(".electrs")).unwrap();
+        std::fs::write(
+            home.join(".electrs/config.toml"),
+            "banner = \"home\"\nsessions_max = 1\nbatch_requests_max = 1\nnetwork = \"regtest\"\nauth = \"u:p\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("electrs.toml"),
+            "banner = \"cwd\"\nsessions_max = 2\nline_bytes_max = 2\nbatch_reqests_max = 2\ndb_dir = \"/cwd-db\"\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("osprey.toml"), "line_bytes_max = 3\n").unwrap();
+        std::fs::write(
+            dir.path().join("conf.toml"),
+            "sessions_max = 5\nelectrum_rpc_addr = \"127.0.0.1:1111\"\nreply_bytes_max = 2000000\n",
+        )
+        .unwrap();
+        let home = home.to_str().unwrap();
+        let env = [
+            ("HOME", home),
+            ("OSPREY_SESSIONS_MAX", "3"),
+            ("ELECTRS_DB_DIR", "/var-db"),
+            ("ELECTRS_LOG_FILTERS", "warn"),
+            ("OSPREY_LOG_FILTER", "debug"),
+            ("ELECTRS_SYNC_ONCE", "1"),
+            ("ELECTRS_AUTO_REINDEX", "0"),
+            ("OSPREY_SILENT_PAYMENTS", "1"),
+            ("ELECTRS_VERSION", "0"),
+        ];
+        in_child(name, &env, dir.path());
+        return;
+    }
+    let c = resolve_line(&[]).unwrap();
+    assert_eq!(
+        c.banner, "cwd",
+        "./electrs.toml over ~/.electrs/config.toml"
+    );
+    assert_eq!(
+        c.batch_requests_max, 1,
+        "the home file counts where cwd's is silent"
+    );
+    assert_eq!(c.line_bytes_max, 3, "./osprey.toml over electrs' files");
+    assert_eq!(c.sessions_max, 3, "variables over files");
+    assert_eq!(
+        c.db_path,
+        Path::new("/var-db/regtest"),
+        "ELECTRS_* over files"
+    );
+    assert_eq!(c.log_filter, "debug", "OSPREY_* over ELECTRS_*");
+    assert!(c.sync_once && c.silent_payments, "1 is true");
+    assert!(!c.reindex_on_format_change, "0 is false");
+    let cwd = std::env::current_dir().unwrap().canonicalize().unwrap();
+    let unknown = format!(
+        "config file {}: unknown key batch_reqests_max is ignored (electrs ignores it too)",
+        cwd.join("electrs.toml").display()
+    );
+    // ELECTRS_VERSION=0 asks for nothing; regtest's metrics port is
+    // electrs' only difference here.
+    let metrics = "electrs settings Osprey does not honour as electrs does: monitoring_addr is unset: electrs serves its metrics on 127.0.0.1:24224 then, Osprey serves none (set monitoring_addr to serve them)";
+    assert_eq!(c.warnings, [unknown.as_str(), metrics]);
+    // The default file again with --conf: read twice, warned once.
+    let c = resolve_line(&["--conf", "./electrs.toml"]).unwrap();
+    assert_eq!(c.warnings, [unknown.as_str(), metrics]);
+    // --conf where it stands: over the flags before it and the
+    // variables, under the flags after it; ./osprey.toml is not read.
+    let c = resolve_line(&[
+        "--electrum-rpc-addr",
+        "127.0.0.1:2222",
+        "--conf",
+        "conf.toml",
+        "--reply-bytes-max",
+        "3000000",
+    ])
+    .unwrap();
+    assert_eq!(
+        c.electrum_rpc_addr.port(),
+        1111,
+        "the file over the flag before it"
+    );
+    assert_eq!(
+        c.reply_bytes_max, 3_000_000,
+        "the flag after it over the file"
+    );
+    assert_eq!(c.sessions_max, 5, "the file over the variables");
+    assert_eq!(c.line_bytes_max, 2, "./osprey.toml is not read with --conf");
+    let c = resolve_line(&["--conf=conf.toml", "--electrum-rpc-addr=127.0.0.1:2222"]).unwrap();
+    assert_eq!(c.electrum_rpc_addr.port(), 2222, "the flag after it");
+    // No default file at all.
+    let c = resolve_line(&[
+        "--skip-default-conf-files",
+        "--auth",
+        "u:p",
+        "--monitoring-addr=127.0.0.1:4224",
+    ])
+    .unwrap();
+    assert_eq!(
+        (c.banner.as_str(), c.batch_requests_max, c.network),
+        ("Welcome to Osprey", 200, Network::Bitcoin)
+    );
+    assert_eq!(c.warnings, Vec::<String>::new());
+}
+
+/// A variable's value that does not parse stops startup, naming whose
+/// variables and the setting; electrs' switches take 1, 0, true, false.
+#[test]
+fn a_bad_variable_is_named() {
+    let name = "a_bad_variable_is_named";
+    if !in_child(name, &[("ELECTRS_AUTO_REINDEX", "maybe")], Path::new("/")) {
+        return;
+    }
+    let err = format!(
+        "{:#}",
+        resolve_line(&["--skip-default-conf-files"]).unwrap_err()
+    );
+    assert!(
+        err.contains("ELECTRS_* variables") && err.contains("auto-reindex"),
+        "{err}"
+    );
+}
+
+/// The user in the password database (uid from /proc/self), by reading
+/// /etc/passwd: the test's own way to the answer.
+fn passwd_home() -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
+    let uid = std::fs::metadata("/proc/self").unwrap().uid().to_string();
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.get(2) == Some(&uid.as_str())).then(|| PathBuf::from(fields[5]))
+    })
+}
+
+/// A service started without HOME still finds `~/.bitcoin` and
+/// `~/.electrs`, in the password database's home, as electrs does.
+#[test]
+fn without_home_the_password_databases_home_counts() {
+    let name = "without_home_the_password_databases_home_counts";
+    if !in_child(name, &[], Path::new("/")) {
+        return;
+    }
+    assert!(std::env::var_os("HOME").is_none());
+    let home = passwd_home().expect("this user is in /etc/passwd");
+    assert_eq!(files::home_dir(), Some(home.clone()));
+    let mut a = args(None);
+    a.network = Some("regtest".into());
+    a.skip_default_conf_files = true;
+    match a.resolve().unwrap().chain {
+        ChainConfig::Node {
+            auth: osprey_chain::rpc::Auth::CookieFile(cookie),
+            ..
+        } => assert_eq!(cookie, home.join(".bitcoin/regtest/.cookie")),
+        other => panic!("{other:?}"),
+    }
+    assert!(files::electrs_default_files().contains(&home.join(".electrs/config.toml")));
 }
 
 #[test]

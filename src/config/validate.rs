@@ -19,7 +19,9 @@ pub(super) fn validate(settings: ConfigArgs) -> anyhow::Result<Config> {
     let limits = osprey_server::Limits::default();
     let query = osprey_query::QueryConfig::default();
     let store = osprey_store::StoreConfig::default();
-    let warnings = electrs::ignored_settings_warnings(&settings);
+    let warnings: Vec<String> = electrs::differences_warning(&settings)
+        .into_iter()
+        .collect();
     let network: Network = match &settings.network {
         Some(name) => name
             .parse()

@@ -17,6 +17,7 @@
 //! | `snapshot`    | an exported and imported index equals the original; bad snapshots are refused |
 //! | `kill9`       | SIGKILL during the initial sync never corrupts the index |
 //! | `core`        | on Bitcoin Core: files, REST and JSON-RPC give one index; kills, a reorg, a restart |
+//! | `dropin`      | each node distribution's launch of electrs, the program renamed `osprey`, serves the node's tip |
 //! | `bench_e2e`   | `osprey chaingen`, `chaingen submit` and `bench` work end to end |
 //! | `packaging`   | the systemd unit passes `systemd-analyze verify`; its limits fit the defaults |
 //! | `listeners`   | TLS (a kept self-signed certificate) and WebSocket listeners serve the node's chain |
@@ -39,6 +40,7 @@ mod common;
 mod bad_input;
 mod bench_e2e;
 mod core;
+mod dropin;
 mod first_sync;
 mod kill9;
 mod listeners;
