@@ -114,6 +114,7 @@ fn resolved_default(config: &Config, key: &str) -> Option<String> {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join(","),
+        "ipv6_prefix_bits" => config.ipv6_prefix_bits.to_string(),
         "db_cache_mb" => (config.db_cache_bytes >> 20).to_string(),
         "reindex_on_format_change" => config.reindex_on_format_change.to_string(),
         "silent_payments" => config.silent_payments.to_string(),
@@ -135,6 +136,7 @@ fn resolved_default(config: &Config, key: &str) -> Option<String> {
         | "reindex"
         | "public_hosts"
         | "peers"
+        | "proxy_protocol_from"
         | "electrum_tls_addr"
         | "tls_cert_file"
         | "tls_key_file"
