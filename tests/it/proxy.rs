@@ -359,7 +359,7 @@ fn the_per_ip_cap_sees_the_client_haproxy_names() {
 
     // 4.
     let same_64 = ["[2001:db8:1:2::1]:4001", "[2001:db8:1:2:ffff::9]:4002"];
-    let mut v6 = vec![
+    let mut v6 = [
         relayed(osprey.addr, &v2_header(same_64[0].parse().unwrap())),
         relayed(
             osprey.addr,
