@@ -695,7 +695,7 @@ mod tests {
         let seed: u64 = std::env::var("OSPREY_TEST_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(0x5eed_0f_9b0c5);
+            .unwrap_or(0x05ee_d0f9_b0c5);
         let mut state = seed | 1;
         let mut next = move || {
             // xorshift64: enough to spread mutations, and replayable.
