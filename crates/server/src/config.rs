@@ -110,7 +110,8 @@ pub struct Limits {
     /// so that requests can always be read and answered. Default 512 MiB;
     /// at least twice `line_bytes_max + reply_bytes_max`.
     pub client_memory_bytes_max: usize,
-    /// Most concurrent sessions from one IP address. Default 12 (Fulcrum's
+    /// Most concurrent sessions from one IP address (an IPv6 one counted
+    /// by its `ipv6_prefix_bits` network). Default 12 (Fulcrum's
     /// `max_clients_per_ip`: a wallet opens one, a NAT shares a few); an
     /// extra connection gets a -102 error line and is closed. Addresses in
     /// `trusted_subnets` are exempt.
