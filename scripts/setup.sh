@@ -2,7 +2,7 @@
 # Installs what building and testing Osprey needs on a fresh Debian/Ubuntu
 # machine: clang/libclang (bindgen for RocksDB, which is compiled from
 # source), OpenSSL's headers (the tests' TLS client), systemd-analyze (the
-# unit's test) and, with --btcd, the regtest nodes the tests run: btcd, and
+# unit's test), HAProxy (the PROXY protocol's test) and, with --btcd, the regtest nodes the tests run: btcd, and
 # Bitcoin Core's shared libraries for the bitcoind in ../shared/peers (or
 # any bitcoind named by BITCOIND_EXE or on the PATH).
 set -euo pipefail
@@ -17,6 +17,9 @@ command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 pkg-config --exists openssl 2>/dev/null || need_apt+=(libssl-dev)
 # systemd-analyze: a test verifies contrib/osprey.service with it.
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
+# HAProxy: a test puts Debian's in front of Osprey, sending PROXY headers
+# (it is in /usr/sbin, which may not be on a user's PATH).
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]} with apt-get"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

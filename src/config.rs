@@ -69,6 +69,9 @@ pub struct Config {
     pub peers: Vec<osprey_server::PublicHost>,
     pub sessions_per_ip_max: usize,
     pub trusted_subnets: Vec<osprey_server::Subnet>,
+    /// Where PROXY protocol headers are honoured from (and required).
+    pub proxy_protocol_from: Vec<osprey_server::Subnet>,
+    pub ipv6_prefix_bits: u8,
     pub worker_threads: usize,
     /// RocksDB's block cache.
     pub db_cache_bytes: usize,

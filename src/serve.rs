@@ -433,6 +433,8 @@ pub fn run_server(
         client_memory_bytes_max: config.client_memory_bytes_max,
         sessions_per_ip_max: config.sessions_per_ip_max,
         trusted_subnets: config.trusted_subnets.clone(),
+        proxy_protocol_from: config.proxy_protocol_from.clone(),
+        ipv6_prefix_bits: config.ipv6_prefix_bits,
         worker_threads: config.worker_threads,
         ..osprey_server::Limits::default()
     };

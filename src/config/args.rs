@@ -114,6 +114,17 @@ pub struct ConfigArgs {
     /// the default) [default: 127.0.0.1/32,::1/128]
     #[arg(long, env = "OSPREY_TRUSTED_SUBNETS")]
     pub trusted_subnets: Option<String>,
+    /// Where a load balancer sending PROXY protocol headers (v1 or v2)
+    /// connects from, comma-separated CIDR: connections from there must
+    /// start with one and count as the client it names; a header from
+    /// anywhere else closes the connection. Unset: no proxy
+    #[arg(long, env = "OSPREY_PROXY_PROTOCOL_FROM")]
+    pub proxy_protocol_from: Option<String>,
+    /// Leading bits of an IPv6 address that name one client for
+    /// --sessions-per-ip-max and add_peer's rate limit, 32 to 128
+    /// [default: 64]
+    #[arg(long, env = "OSPREY_IPV6_PREFIX_BITS")]
+    pub ipv6_prefix_bits: Option<u8>,
     /// Threads that index and answer wallets [default: the cores available]
     #[arg(long, env = "OSPREY_WORKER_THREADS")]
     pub worker_threads: Option<usize>,

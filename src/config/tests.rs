@@ -71,6 +71,38 @@ fn typos_are_reported_with_the_key() {
 }
 
 #[test]
+fn proxy_sources_and_the_ipv6_prefix_are_checked_at_startup() {
+    let c = args(None).resolve().unwrap();
+    assert!(c.proxy_protocol_from.is_empty(), "no proxy by default");
+    assert_eq!(c.ipv6_prefix_bits, 64);
+    let mut a = args(None);
+    a.proxy_protocol_from = Some("127.0.0.1/32, fd00::/8".into());
+    a.ipv6_prefix_bits = Some(48);
+    let c = a.resolve().unwrap();
+    assert_eq!(
+        c.proxy_protocol_from
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["127.0.0.1/32", "fd00::/8"]
+    );
+    assert_eq!(c.ipv6_prefix_bits, 48);
+    let mut a = args(None);
+    a.proxy_protocol_from = Some("10.0.0.1/8".into());
+    let err = format!("{:#}", a.resolve().unwrap_err());
+    assert!(err.contains("proxy_protocol_from"), "{err}");
+    for bits in [0, 31, 129] {
+        let mut a = args(None);
+        a.ipv6_prefix_bits = Some(bits);
+        let err = format!("{:#}", a.resolve().unwrap_err());
+        assert!(
+            err.contains("ipv6_prefix_bits must be 32 to 128"),
+            "{bits}: {err}"
+        );
+    }
+}
+
+#[test]
 fn tls_listeners_get_a_kept_self_signed_certificate_unless_given_one() {
     let mut a = args(None);
     a.db_dir = Some("/data/osprey".into());
@@ -131,6 +163,7 @@ fn resolved_default(config: &Config, key: &str) -> Option<String> {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join(","),
+        "ipv6_prefix_bits" => config.ipv6_prefix_bits.to_string(),
         "db_cache_mb" => (config.db_cache_bytes >> 20).to_string(),
         "reindex_on_format_change" => config.reindex_on_format_change.to_string(),
         "silent_payments" => config.silent_payments.to_string(),
@@ -152,6 +185,7 @@ fn resolved_default(config: &Config, key: &str) -> Option<String> {
         | "reindex"
         | "public_hosts"
         | "peers"
+        | "proxy_protocol_from"
         | "electrum_tls_addr"
         | "tls_cert_file"
         | "tls_key_file"

@@ -98,8 +98,16 @@ pub(super) fn validate(settings: ConfigArgs) -> anyhow::Result<Config> {
                 .unwrap_or(limits.sessions_per_ip_max),
         )?,
         trusted_subnets: match settings.trusted_subnets {
-            Some(list) => subnet_list(&list)?,
+            Some(list) => subnet_list("trusted_subnets", &list)?,
             None => limits.trusted_subnets,
+        },
+        proxy_protocol_from: match settings.proxy_protocol_from {
+            Some(list) => subnet_list("proxy_protocol_from", &list)?,
+            None => limits.proxy_protocol_from,
+        },
+        ipv6_prefix_bits: match settings.ipv6_prefix_bits.unwrap_or(limits.ipv6_prefix_bits) {
+            bits @ 32..=128 => bits,
+            bits => bail!("ipv6_prefix_bits must be 32 to 128, got {bits}"),
         },
         worker_threads: positive(
             "worker_threads",
@@ -252,13 +260,13 @@ fn host_list(name: &str, list: Option<String>) -> anyhow::Result<Vec<osprey_serv
         .collect()
 }
 
-/// Parses `trusted_subnets`: comma-separated CIDR networks.
-fn subnet_list(list: &str) -> anyhow::Result<Vec<osprey_server::Subnet>> {
+/// Parses the setting `name`: comma-separated CIDR networks.
+fn subnet_list(name: &str, list: &str) -> anyhow::Result<Vec<osprey_server::Subnet>> {
     list.split(',')
         .filter(|item| !item.trim().is_empty())
         .map(|item| {
             item.parse()
-                .map_err(|e: String| anyhow::anyhow!("trusted_subnets: {e}"))
+                .map_err(|e: String| anyhow::anyhow!("{name}: {e}"))
         })
         .collect()
 }

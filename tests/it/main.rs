@@ -20,6 +20,7 @@
 //! | `dropin`      | each node distribution's launch of electrs, the program renamed `osprey`, serves the node's tip |
 //! | `bench_e2e`   | `osprey chaingen`, `chaingen submit` and `bench` work end to end |
 //! | `packaging`   | the systemd unit passes `systemd-analyze verify`; its limits fit the defaults |
+//! | `proxy`       | behind a real HAProxy (`send-proxy`, `send-proxy-v2`; TCP, TLS, WebSocket) the per-address cap and the logs see the client; IPv6 clients count by their /64; PROXY headers from anyone else close the connection |
 //! | `listeners`   | TLS (a kept self-signed certificate) and WebSocket listeners serve the node's chain |
 //! | `monitoring`  | the startup lines, the sync summary and `/metrics` say what is true |
 //! | `first_sync`  | the monitoring port answers electrs' paths and names before the node is reached |
@@ -30,6 +31,8 @@
 //! that cannot find it fails with the command that installs it. bitcoind is
 //! found through `$BITCOIND_EXE`, the PATH or `../shared/peers/bin`; without
 //! one the `core` tests skip loudly, except under CI, where they fail.
+//! HAProxy (`proxy`) is found through `$OSPREY_HAPROXY`, the PATH or
+//! `/usr/sbin/haproxy`; without it the test fails with how to install it.
 
 // Tests report what they were doing (ports, seeds, the server's log) on
 // stderr, which libtest captures and shows only for failing tests.
@@ -49,6 +52,7 @@ mod monitoring;
 mod outpoint;
 mod packaging;
 mod protocol;
+mod proxy;
 mod reorg;
 mod restart;
 mod silent_payments;

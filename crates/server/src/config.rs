@@ -110,7 +110,8 @@ pub struct Limits {
     /// so that requests can always be read and answered. Default 512 MiB;
     /// at least twice `line_bytes_max + reply_bytes_max`.
     pub client_memory_bytes_max: usize,
-    /// Most concurrent sessions from one IP address. Default 12 (Fulcrum's
+    /// Most concurrent sessions from one IP address (an IPv6 one counted
+    /// by its `ipv6_prefix_bits` network). Default 12 (Fulcrum's
     /// `max_clients_per_ip`: a wallet opens one, a NAT shares a few); an
     /// extra connection gets a -102 error line and is closed. Addresses in
     /// `trusted_subnets` are exempt.
@@ -121,6 +122,19 @@ pub struct Limits {
     /// `subnets_to_exclude_from_per_ip_limits`); a node package whose Tor
     /// runs in another container names that container's network.
     pub trusted_subnets: Vec<Subnet>,
+    /// Where a load balancer speaking the PROXY protocol (v1 or v2, as
+    /// HAProxy's `send-proxy` and `send-proxy-v2`) connects from. A
+    /// connection from there must start with a header, on every listener,
+    /// and is then taken to come from the client the header names (for
+    /// the per-address cap, add_peer's rate limit and the logs); without
+    /// one it is closed. From anywhere else a header closes the connection.
+    /// Default: none.
+    pub proxy_protocol_from: Vec<Subnet>,
+    /// How much of an IPv6 address names one client for the per-address
+    /// cap and add_peer's rate limit: its first this many bits. Default 64
+    /// (a host is usually given a whole /64); 32 to 128. IPv4 addresses,
+    /// also IPv4-mapped ones, count one by one.
+    pub ipv6_prefix_bits: u8,
     /// Cores the server may keep busy: request handlers in hand at once
     /// (`HANDLER_SLOTS_PER_CORE` each), batch threads, and how many lines
     /// may run before batches stop being spread over them (see `fair`).
@@ -152,6 +166,8 @@ impl Default for Limits {
             client_memory_bytes_max: 512 << 20,
             sessions_per_ip_max: 12,
             trusted_subnets: Subnet::LOOPBACK.to_vec(),
+            proxy_protocol_from: Vec::new(),
+            ipv6_prefix_bits: 64,
             worker_threads: std::thread::available_parallelism().map_or(1, usize::from),
             sp_labels_max: 10,
             sp_subscriptions_per_session_max: 10,
@@ -168,15 +184,21 @@ pub enum ConfigError {
         min: u64,
         value: u64,
     },
+    #[error("limit {name} must be at most {max}, got {value}")]
+    TooLarge {
+        name: &'static str,
+        max: u64,
+        value: u64,
+    },
 }
 
 impl Limits {
     /// Checks every limit, so a bad value fails at startup, not on a client.
     ///
     /// # Errors
-    /// `TooSmall` naming the first limit below its minimum.
+    /// `TooSmall` or `TooLarge` naming the first limit out of its range.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(&'static str, u64, u64); 14] = [
+        let checks: [(&'static str, u64, u64); 15] = [
             ("line_bytes_max", 1024, self.line_bytes_max as u64),
             // Room for the largest answer of all: 2,016 headers as hex.
             ("reply_bytes_max", 1 << 20, self.reply_bytes_max as u64),
@@ -208,11 +230,20 @@ impl Limits {
                 1,
                 self.sp_subscriptions_per_session_max as u64,
             ),
+            // Shorter prefixes would count a whole provider as one client.
+            ("ipv6_prefix_bits", 32, u64::from(self.ipv6_prefix_bits)),
         ];
         for (name, min, value) in checks {
             if value < min {
                 return Err(ConfigError::TooSmall { name, min, value });
             }
+        }
+        if self.ipv6_prefix_bits > 128 {
+            return Err(ConfigError::TooLarge {
+                name: "ipv6_prefix_bits",
+                max: 128,
+                value: u64::from(self.ipv6_prefix_bits),
+            });
         }
         Ok(())
     }
@@ -246,5 +277,18 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("sessions_max"));
+        for (bits, valid) in [
+            (31, false),
+            (32, true),
+            (64, true),
+            (128, true),
+            (129, false),
+        ] {
+            let limits = Limits {
+                ipv6_prefix_bits: bits,
+                ..Limits::default()
+            };
+            assert_eq!(limits.validate().is_ok(), valid, "ipv6_prefix_bits {bits}");
+        }
     }
 }

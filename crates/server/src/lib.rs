@@ -18,7 +18,9 @@
 //! `notifier` (the single owner of the subscription registry), `silent`
 //! (a session's silent-payment subscriptions and their scans),
 //! `scan_threads` (the low-priority threads scan chunks run on),
-//! `per_ip` (sessions per client address), `peers` (peer discovery: the
+//! `per_ip` (sessions per client address), `proxy_protocol` (the PROXY
+//! header a load balancer starts its connections with, naming the
+//! client), `peers` (peer discovery: the
 //! peer list, its checks, our announcement). Every listener shares one set
 //! of limits, session permits, client memory budget and notifier.
 
@@ -36,6 +38,7 @@ mod notifier;
 mod outpoints;
 mod peers;
 mod per_ip;
+mod proxy_protocol;
 mod queued;
 mod scan_threads;
 mod session;
@@ -71,7 +74,7 @@ use std::task::Poll;
 use std::time::Duration;
 use tls::Tls;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{broadcast, mpsc, watch, Semaphore};
+use tokio::sync::{broadcast, mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 use transport::Transport;
@@ -215,7 +218,7 @@ impl Server {
             genesis_hash: config.network.genesis_hash(),
             hosts: config.peering.public_hosts.clone(),
         };
-        let peer_list = PeerList::new(&config.peering, &info);
+        let peer_list = PeerList::new(&config.peering, &info, limits.ipv6_prefix_bits);
         let scheduler = Scheduler::new(limits.worker_threads, backend.transactions_are_local());
         let dispatcher = Arc::new(
             Dispatcher::new(
@@ -278,8 +281,23 @@ impl Server {
             scheduler,
             silent,
         });
-        let permits = Arc::new(Semaphore::new(limits.sessions_max));
-        let per_ip = PerIp::new(limits.sessions_per_ip_max, limits.trusted_subnets.clone());
+        let admission = Admission {
+            permits: Arc::new(Semaphore::new(limits.sessions_max)),
+            per_ip: PerIp::new(
+                limits.sessions_per_ip_max,
+                limits.trusted_subnets.clone(),
+                limits.ipv6_prefix_bits,
+            ),
+            ctx,
+            tls,
+            stop: stop_rx.clone(),
+        };
+        // Connections from a proxy wait for their PROXY header in a task
+        // of their own, then come back here to be admitted like any other
+        // under their client's address. Each holds a place in
+        // `headers_pending` until then, so the queue is bounded.
+        let headers_pending = Arc::new(Semaphore::new(limits.sessions_max));
+        let (proxied_tx, mut proxied_rx) = mpsc::unbounded_channel::<Proxied>();
         let mut sessions = JoinSet::new();
         let mut next_id: u64 = 0;
         for (kind, listener) in &listeners {
@@ -290,6 +308,11 @@ impl Server {
             while sessions.try_join_next().is_some() {}
             tokio::select! {
                 _ = &mut shutdown => break,
+                Some(proxied) = proxied_rx.recv() => {
+                    let Proxied { kind, stream, client, proxy, pending } = proxied;
+                    admission.admit(kind, stream, client, Some(proxy), &mut next_id, &mut sessions);
+                    drop(pending);
+                }
                 (kind, accepted) = accept_any(&listeners, next_id) => {
                     let (stream, peer) = match accepted {
                         Ok(accepted) => accepted,
@@ -302,59 +325,28 @@ impl Server {
                     };
                     // Responses are small and latency matters more than packets.
                     let _ = stream.set_nodelay(true);
-                    let ip_slot = match per_ip.admit(peer.ip()) {
-                        Ok(slot) => slot,
-                        Err(max) => {
-                            tracing::warn!(%peer, sessions_per_ip_max = max, "refusing connection: too many sessions from its address");
-                            let error = RpcError::ServerBusy(format!(
-                                "{max} sessions from your address already, the most allowed"
-                            ));
-                            tokio::spawn(refuse(kind, stream, tls.clone(), &ctx, error));
-                            continue;
-                        }
+                    if !limits.proxy_protocol_from.iter().any(|net| net.contains(peer.ip())) {
+                        admission.admit(kind, stream, peer, None, &mut next_id, &mut sessions);
+                        continue;
+                    }
+                    let Ok(pending) = Arc::clone(&headers_pending).try_acquire_owned() else {
+                        tracing::warn!(proxy = %peer, "refusing connection: too many PROXY headers awaited");
+                        continue;
                     };
-                    let permit = match Arc::clone(&permits).try_acquire_owned() {
-                        Ok(permit) => Some(permit),
-                        // Full: the session idle the longest makes room.
-                        Err(_) if ctx.activity.shed_idlest(SILENT_GRACE, Duration::from_secs(limits.shed_idle_secs)) => {
-                            tracing::info!(%peer, "full: closing the idlest session to make room");
-                            ctx.metrics.sessions.shed.inc();
-                            None
+                    let proxied_tx = proxied_tx.clone();
+                    sessions.spawn(async move {
+                        let mut stream = stream;
+                        match proxy_protocol::read_header(&mut stream).await {
+                            Ok(header) => {
+                                let client = header.client(peer);
+                                // Ignored error: the server is stopping.
+                                let _ = proxied_tx.send(Proxied { kind, stream, client, proxy: peer, pending });
+                            }
+                            // Debug: a misconfigured or probing proxy, not
+                            // worth a line per connection at info.
+                            Err(error) => tracing::debug!(proxy = %peer, protocol = %kind, %error, "closing a connection from a proxy"),
                         }
-                        Err(_) => {
-                            tracing::warn!(%peer, sessions_max = limits.sessions_max, "refusing connection: too many sessions");
-                            tokio::spawn(refuse(kind, stream, tls.clone(), &ctx, server_full(limits.sessions_max)));
-                            continue;
-                        }
-                    };
-                    next_id += 1;
-                    let span = tracing::info_span!("session", %peer, id = next_id, protocol = %kind);
-                    let ctx = Arc::clone(&ctx);
-                    let stop = stop_rx.clone();
-                    let id = next_id;
-                    let permits = Arc::clone(&permits);
-                    let tls = tls.clone();
-                    sessions.spawn(
-                        async move {
-                            let permit = match permit {
-                                Some(permit) => permit,
-                                None => match tokio::time::timeout(SHED_WAIT, permits.acquire_owned()).await {
-                                    Ok(Ok(permit)) => permit,
-                                    _ => {
-                                        // The shed session had not gone yet.
-                                        let error = server_full(ctx.limits.sessions_max);
-                                        return refuse(kind, stream, tls, &ctx, error).await;
-                                    }
-                                },
-                            };
-                            let Some(transport) = handshake(kind, stream, tls.as_deref(), &ctx.limits).await else {
-                                return;
-                            };
-                            session::run(transport, peer.ip(), id, ctx, stop).await;
-                            drop((permit, ip_slot));
-                        }
-                        .instrument(span),
-                    );
+                    });
                 }
             }
         }
@@ -379,6 +371,119 @@ impl Server {
         let _ = notifier.await;
         let _ = peer_checks.await;
         Ok(())
+    }
+}
+
+/// A connection from a proxy, past its PROXY header.
+struct Proxied {
+    kind: ListenerKind,
+    stream: TcpStream,
+    /// Who the header says the connection is for (the proxy itself for a
+    /// health check).
+    client: SocketAddr,
+    proxy: SocketAddr,
+    /// Its place among the connections awaiting a header, until admitted.
+    pending: OwnedSemaphorePermit,
+}
+
+/// What decides whether a connection becomes a session: the per-address
+/// cap, then `sessions_max` (shedding the idlest session when full).
+struct Admission {
+    permits: Arc<Semaphore>,
+    per_ip: Arc<PerIp>,
+    ctx: Arc<SessionContext>,
+    tls: Option<Arc<Tls>>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Admission {
+    /// Starts a session for `stream` from `peer`, the client (as the PROXY
+    /// header from `proxy` names it, when relayed), in `sessions`, or
+    /// refuses it with an error line.
+    fn admit(
+        &self,
+        kind: ListenerKind,
+        stream: TcpStream,
+        peer: SocketAddr,
+        proxy: Option<SocketAddr>,
+        next_id: &mut u64,
+        sessions: &mut JoinSet<()>,
+    ) {
+        let Admission {
+            permits,
+            per_ip,
+            ctx,
+            tls,
+            stop,
+        } = self;
+        let limits = &ctx.limits;
+        let ip_slot = match per_ip.admit(peer.ip()) {
+            Ok(slot) => slot,
+            Err(max) => {
+                tracing::warn!(%peer, sessions_per_ip_max = max, "refusing connection: too many sessions from its address");
+                let error = RpcError::ServerBusy(format!(
+                    "{max} sessions from your address already, the most allowed"
+                ));
+                tokio::spawn(refuse(kind, stream, tls.clone(), ctx, error));
+                return;
+            }
+        };
+        let permit = match Arc::clone(permits).try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            // Full: the session idle the longest makes room.
+            Err(_)
+                if ctx
+                    .activity
+                    .shed_idlest(SILENT_GRACE, Duration::from_secs(limits.shed_idle_secs)) =>
+            {
+                tracing::info!(%peer, "full: closing the idlest session to make room");
+                ctx.metrics.sessions.shed.inc();
+                None
+            }
+            Err(_) => {
+                tracing::warn!(%peer, sessions_max = limits.sessions_max, "refusing connection: too many sessions");
+                tokio::spawn(refuse(
+                    kind,
+                    stream,
+                    tls.clone(),
+                    ctx,
+                    server_full(limits.sessions_max),
+                ));
+                return;
+            }
+        };
+        *next_id += 1;
+        let id = *next_id;
+        let span = tracing::info_span!("session", %peer, id, protocol = %kind, proxy = tracing::field::Empty);
+        if let Some(proxy) = proxy {
+            span.record("proxy", tracing::field::display(proxy));
+        }
+        let ctx = Arc::clone(ctx);
+        let stop = stop.clone();
+        let permits = Arc::clone(permits);
+        let tls = tls.clone();
+        sessions.spawn(
+            async move {
+                let permit = match permit {
+                    Some(permit) => permit,
+                    None => match tokio::time::timeout(SHED_WAIT, permits.acquire_owned()).await {
+                        Ok(Ok(permit)) => permit,
+                        _ => {
+                            // The shed session had not gone yet.
+                            let error = server_full(ctx.limits.sessions_max);
+                            return refuse(kind, stream, tls, &ctx, error).await;
+                        }
+                    },
+                };
+                let Some(transport) = handshake(kind, stream, tls.as_deref(), &ctx.limits).await
+                else {
+                    return;
+                };
+                session::run(transport, peer.ip(), id, ctx, stop).await;
+                drop((permit, ip_slot));
+            }
+            .instrument(span),
+        );
     }
 }
 

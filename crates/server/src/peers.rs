@@ -16,8 +16,10 @@
 //! public hosts). An add_peer is checked in the background, and only for a
 //! host that resolves to the caller's own address (ElectrumX's
 //! `on_add_peer`), so nobody can make us connect elsewhere. Everything is
-//! bounded: one add_peer per calling address per ten minutes, four checks
-//! at a time, a hundred learned peers, one learned peer per address.
+//! bounded: one add_peer per calling address per ten minutes (an IPv6
+//! caller's address counted by its prefix, as the per-address cap counts
+//! it), four checks at a time, a hundred learned peers, one learned peer
+//! per address.
 
 use osprey_electrum::{server, PeerFeatures, PeerInfo, Peers, ProtocolVersion, PublicHost};
 use serde_json::{json, Value};
@@ -31,6 +33,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::config::PeerConfig;
+use crate::per_ip::counted_address;
 
 /// Peers learned through add_peer kept at once (configured ones come on top).
 const LEARNED_PEERS_MAX: usize = 100;
@@ -66,7 +69,7 @@ struct Entry {
 #[derive(Default)]
 struct Book {
     entries: Vec<Entry>,
-    /// When each address last called add_peer.
+    /// When each address ([`counted_address`]) last called add_peer.
     recent_adds: HashMap<IpAddr, Instant>,
     checks_running: usize,
 }
@@ -82,6 +85,8 @@ pub(crate) struct PeerBook {
     /// The first element of our `server.version` call.
     client_name: String,
     private_peers_allowed: bool,
+    /// How much of an IPv6 caller's address the rate limit counts.
+    ipv6_prefix_bits: u8,
     /// Where add_peer's checks run (add_peer is called on blocking threads).
     runtime: tokio::runtime::Handle,
 }
@@ -92,8 +97,14 @@ pub(crate) struct PeerList(Arc<PeerBook>);
 
 impl PeerList {
     /// The list for a server described by `info`, with the configured
-    /// peers not yet checked. Must be called within the tokio runtime.
-    pub fn new(config: &PeerConfig, info: &osprey_electrum::ServerInfo) -> PeerList {
+    /// peers not yet checked; add_peer's callers are told apart by
+    /// [`counted_address`] with `ipv6_prefix_bits`. Must be called within
+    /// the tokio runtime.
+    pub fn new(
+        config: &PeerConfig,
+        info: &osprey_electrum::ServerInfo,
+        ipv6_prefix_bits: u8,
+    ) -> PeerList {
         let entries = config
             .peers
             .iter()
@@ -117,6 +128,7 @@ impl PeerList {
             announcement,
             client_name: info.server_version.clone(),
             private_peers_allowed: config.private_peers_allowed,
+            ipv6_prefix_bits,
             runtime: tokio::runtime::Handle::current(),
         }))
     }
@@ -174,13 +186,14 @@ impl Peers for PeerList {
         state
             .recent_adds
             .retain(|_, at| now.duration_since(*at) < ADD_PEER_INTERVAL);
-        if state.recent_adds.contains_key(&source) {
+        let caller = counted_address(source, book.ipv6_prefix_bits);
+        if state.recent_adds.contains_key(&caller) {
             return refuse("one add_peer per address every ten minutes");
         }
         if state.recent_adds.len() >= RECENT_ADDS_MAX {
             return refuse("too many recent add_peer calls");
         }
-        state.recent_adds.insert(source, now);
+        state.recent_adds.insert(caller, now);
         let listed = candidates.iter().any(|c| {
             state
                 .entries
@@ -490,5 +503,54 @@ mod tests {
         ] {
             assert!(!is_public(private.parse().unwrap()), "{private}");
         }
+    }
+
+    /// A public server's list that takes add_peers from private addresses
+    /// (the callers below are documentation addresses).
+    fn announcing_list(ipv6_prefix_bits: u8) -> PeerList {
+        let info = osprey_electrum::ServerInfo {
+            server_version: "Osprey test".into(),
+            banner: String::new(),
+            donation_address: String::new(),
+            genesis_hash: bitcoin::constants::genesis_block(bitcoin::Network::Regtest).block_hash(),
+            hosts: vec!["electrum.example.com:t50001".parse().unwrap()],
+        };
+        let config = PeerConfig {
+            public_hosts: info.hosts.clone(),
+            peers: Vec::new(),
+            private_peers_allowed: true,
+        };
+        PeerList::new(&config, &info, ipv6_prefix_bits)
+    }
+
+    /// Features announcing a host at an IP address that is none of the
+    /// callers': each add_peer is accepted, and its check fails at once
+    /// without a lookup or a connection.
+    fn features() -> PeerFeatures {
+        PeerFeatures {
+            genesis_hash: String::new(),
+            hosts: vec!["192.0.2.200:t50001".parse().unwrap()],
+            protocol_max: "1.4".into(),
+            pruning: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn add_peer_callers_are_counted_by_their_ipv6_prefix() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let list = announcing_list(64);
+        assert!(list.add(features(), ip("2001:db8:1:2::1")));
+        assert!(
+            !list.add(features(), ip("2001:db8:1:2:ffff::2")),
+            "another address of the same /64 within ten minutes"
+        );
+        assert!(list.add(features(), ip("2001:db8:1:3::1")), "the next /64");
+        // IPv4 callers count one address each.
+        assert!(list.add(features(), ip("192.0.2.1")));
+        assert!(!list.add(features(), ip("::ffff:192.0.2.1")));
+        // At /128, each IPv6 address is a caller of its own.
+        let exact = announcing_list(128);
+        assert!(exact.add(features(), ip("2001:db8:1:2::1")));
+        assert!(exact.add(features(), ip("2001:db8:1:2::2")));
     }
 }

@@ -3,6 +3,11 @@
 //! whole `sessions_max`. Counts only; the accept loop refuses, the session
 //! task holds a slot and gives it back when it ends.
 //!
+//! An IPv6 client is counted by its network, the first `ipv6_prefix_bits`
+//! bits of its address (/64 by default, [`counted_address`]): one host is
+//! usually given a whole /64, so counting single addresses would let it
+//! open sessions from as many as it likes. IPv4 is counted per address.
+//!
 //! Exempt: the `trusted_subnets`, by default 127.0.0.1/32 and ::1/128 (also
 //! as IPv4-mapped IPv6), as in Fulcrum's default
 //! `subnets_to_exclude_from_per_ip_limits`. A Tor daemon or a reverse proxy
@@ -111,26 +116,39 @@ impl fmt::Display for Subnet {
     }
 }
 
+/// What `ip` is counted as by per-address limits: an IPv4 address (also
+/// written IPv4-mapped) as itself, an IPv6 one as its network of
+/// `ipv6_prefix_bits` (host bits zero).
+pub(crate) fn counted_address(ip: IpAddr, ipv6_prefix_bits: u8) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(mask_v6(v6, ipv6_prefix_bits.min(128)))),
+    }
+}
+
 /// Live sessions per address. Holds an entry only while the address has a
 /// session, so its size is bounded by the sessions (no leak).
 pub(crate) struct PerIp {
     max: usize,
     trusted: Vec<Subnet>,
+    ipv6_prefix_bits: u8,
+    /// Keyed by [`counted_address`].
     counts: Mutex<HashMap<IpAddr, usize>>,
 }
 
 /// A session's place in its address' count, given back on drop.
 pub(crate) struct IpSlot {
     table: Arc<PerIp>,
-    /// `None` for an exempt address.
+    /// The counted address; `None` for an exempt one.
     ip: Option<IpAddr>,
 }
 
 impl PerIp {
-    pub fn new(max: usize, trusted: Vec<Subnet>) -> Arc<PerIp> {
+    pub fn new(max: usize, trusted: Vec<Subnet>, ipv6_prefix_bits: u8) -> Arc<PerIp> {
         Arc::new(PerIp {
             max,
             trusted,
+            ipv6_prefix_bits,
             counts: Mutex::new(HashMap::new()),
         })
     }
@@ -147,6 +165,7 @@ impl PerIp {
                 ip: None,
             });
         }
+        let ip = counted_address(ip, self.ipv6_prefix_bits);
         let mut counts = self.lock();
         let count = counts.entry(ip).or_insert(0);
         if *count >= self.max {
@@ -268,7 +287,7 @@ mod tests {
 
     #[test]
     fn a_trusted_subnet_is_left_out_of_the_count() {
-        let table = PerIp::new(1, vec![subnet("10.21.0.0/16")]);
+        let table = PerIp::new(1, vec![subnet("10.21.0.0/16")], 64);
         let tor: Vec<IpSlot> = (0..20)
             .map(|_| table.admit(ip("10.21.21.11")).unwrap())
             .collect();
@@ -283,7 +302,7 @@ mod tests {
 
     #[test]
     fn the_cap_holds_per_address_and_slots_come_back() {
-        let table = PerIp::new(2, Subnet::LOOPBACK.to_vec());
+        let table = PerIp::new(2, Subnet::LOOPBACK.to_vec(), 64);
         let a1 = table.admit(ip("203.0.113.7")).unwrap();
         let _a2 = table.admit(ip("203.0.113.7")).unwrap();
         assert_eq!(table.admit(ip("203.0.113.7")).err(), Some(2));
@@ -298,5 +317,56 @@ mod tests {
         let a3 = table.admit(ip("203.0.113.7")).unwrap();
         drop((a3, _a2, _b, local));
         assert_eq!(table.addresses(), 0, "no entry outlives its sessions");
+    }
+
+    #[test]
+    fn ipv6_clients_count_by_their_prefix() {
+        let table = PerIp::new(2, Subnet::LOOPBACK.to_vec(), 64);
+        // Two hosts' worth of addresses in one /64 share its two places.
+        let _a = table.admit(ip("2001:db8:1:2::1")).unwrap();
+        let _b = table.admit(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")).unwrap();
+        assert_eq!(table.admit(ip("2001:db8:1:2:abcd::7")).err(), Some(2));
+        // The next /64 is another client.
+        let _c = table.admit(ip("2001:db8:1:3::1")).unwrap();
+        assert_eq!(table.addresses(), 2);
+        // IPv4 stays per address, also when written IPv4-mapped.
+        let _d = table.admit(ip("203.0.113.7")).unwrap();
+        let _e = table.admit(ip("::ffff:203.0.113.8")).unwrap();
+        let _f = table.admit(ip("203.0.113.8")).unwrap();
+        assert_eq!(table.admit(ip("::ffff:203.0.113.8")).err(), Some(2));
+        assert_eq!(table.addresses(), 4);
+        // ::1 is trusted by address, not by its /64.
+        let _local: Vec<IpSlot> = (0..5).map(|_| table.admit(ip("::1")).unwrap()).collect();
+        assert!(table.admit(ip("::2")).is_ok());
+
+        // At /128 each address counts alone; at /32 a whole ISP's block
+        // is one client.
+        let exact = PerIp::new(1, Vec::new(), 128);
+        let _g = exact.admit(ip("2001:db8::1")).unwrap();
+        assert!(exact.admit(ip("2001:db8::2")).is_ok());
+        let wide = PerIp::new(1, Vec::new(), 32);
+        let _h = wide.admit(ip("2001:db8:ffff::1")).unwrap();
+        assert_eq!(wide.admit(ip("2001:db8:1::1")).err(), Some(1));
+        assert!(wide.admit(ip("2001:db9::1")).is_ok());
+    }
+
+    #[test]
+    fn counted_addresses_keep_ipv4_and_cut_ipv6_to_the_prefix() {
+        for (address, bits, counted) in [
+            ("2001:db8:1:2:3:4:5:6", 64, "2001:db8:1:2::"),
+            ("2001:db8:1:2:3:4:5:6", 48, "2001:db8:1::"),
+            ("2001:db8:1:2:3:4:5:6", 56, "2001:db8:1::"),
+            ("2001:db8:1:2ff:3:4:5:6", 56, "2001:db8:1:200::"),
+            ("2001:db8:1:2:3:4:5:6", 128, "2001:db8:1:2:3:4:5:6"),
+            ("2001:db8:1:2:3:4:5:6", 32, "2001:db8::"),
+            ("203.0.113.7", 64, "203.0.113.7"),
+            ("::ffff:203.0.113.7", 64, "203.0.113.7"),
+        ] {
+            assert_eq!(
+                counted_address(ip(address), bits),
+                ip(counted),
+                "{address}/{bits}"
+            );
+        }
     }
 }

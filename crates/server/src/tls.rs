@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 // Tokio's clock, which tests can pause and advance.
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -94,7 +94,10 @@ impl Tls {
     ///
     /// # Errors
     /// A failed handshake (a plain-text client on the TLS port, say).
-    pub async fn accept(&self, stream: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
+    pub async fn accept<S>(&self, stream: S) -> std::io::Result<TlsStream<S>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
         self.cert.reload_if_changed();
         self.acceptor.accept(stream).await
     }

@@ -13,6 +13,7 @@
 //! and the session only sees [`Frame`]s in and lines out.
 
 use crate::framer::{Frame, LineFramer};
+use crate::proxy_protocol::HeaderGuard;
 use crate::tls::Tls;
 use futures_util::{SinkExt, StreamExt};
 use std::fmt;
@@ -61,10 +62,11 @@ impl fmt::Display for ListenerKind {
     }
 }
 
-/// A connection's bytes, in clear or through TLS.
+/// A connection's bytes, in clear or through TLS; either way closed if
+/// they start with a PROXY header (see [`HeaderGuard`]).
 pub(crate) enum Stream {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    Plain(HeaderGuard<TcpStream>),
+    Tls(Box<TlsStream<HeaderGuard<TcpStream>>>),
 }
 
 /// A connection after its handshakes: what the session reads requests from
@@ -88,16 +90,18 @@ pub(crate) enum Transport {
 
 impl Transport {
     /// Runs the TLS and WebSocket handshakes `kind` needs (the caller
-    /// bounds them in time).
+    /// bounds them in time). `tcp` is past the PROXY header, if its source
+    /// sends one: a further header closes the connection.
     ///
     /// # Errors
-    /// A failed handshake.
+    /// A failed handshake, or a PROXY header.
     pub async fn open(
         kind: ListenerKind,
         tcp: TcpStream,
         tls: Option<&Tls>,
         line_bytes_max: usize,
     ) -> io::Result<Transport> {
+        let tcp = HeaderGuard::new(tcp);
         let stream = match (kind.uses_tls(), tls) {
             (false, _) => Stream::Plain(tcp),
             (true, Some(tls)) => Stream::Tls(Box::new(tls.accept(tcp).await?)),
