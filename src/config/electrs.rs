@@ -91,7 +91,7 @@ pub const SETTINGS: &[(&str, Electrs)] = &[
     (
         "disable_electrum_rpc",
         Electrs::Ignored(
-            "Osprey serves Electrum clients once synced; `osprey index` indexes to the tip without serving, then exits",
+            "Osprey's Electrum port opens at startup and serves wallets once synced; `osprey index` indexes to the tip without serving, then exits",
         ),
     ),
     (
