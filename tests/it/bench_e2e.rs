@@ -32,7 +32,7 @@ fn chaingen_submit_serve_and_bench_end_to_end() {
     // 3.
     let osprey = Osprey::start(&node, &dir.path().join("db"), OspreyConfig::default());
     // 4.
-    let server = osprey.addr.to_string();
+    let server = osprey.addr().to_string();
     let (out, output) = bench_once(dir.path(), &server, &chain, &["--runs", "1"]);
     // 5.
     let mut records = Vec::new();
@@ -279,7 +279,7 @@ fn bench_with_silent_payment_scans_running() {
         OspreyConfig::with_args(&["--silent-payments"]),
     );
     // 2.
-    let server = osprey.addr.to_string();
+    let server = osprey.addr().to_string();
     let (out, _) = bench_once(
         dir.path(),
         &server,

@@ -107,6 +107,7 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
     // The port is open: what node boxes read (the banner, the indexed
     // tip) is answered; what wallets ask gets the progress, not a
     // partial answer.
+    during_ibd.wait_listening();
     let mut early = during_ibd.session();
     early.negotiate(json!("1.4"));
     early.call("server.banner", json!([]));
@@ -216,7 +217,7 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
     let view = NodeView::load(&node);
     let scripts = wallet_and_sampled_scripts(&manifest, &view, &mut rng, SAMPLE_SCRIPTS);
     let scripthashes: Vec<String> = scripts.iter().map(|s| scripthash(s)).collect();
-    let answers = collect_answers(files.addr, &scripthashes);
+    let answers = collect_answers(files.addr(), &scripthashes);
     assert_answers_match_node(
         "osprey from Core's files, killed",
         &answers,
@@ -227,12 +228,12 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
         assert_same_answers(
             &format!("from the files vs {what}"),
             &answers,
-            &collect_answers(other.addr, &scripthashes),
+            &collect_answers(other.addr(), &scripthashes),
         );
     }
-    let chain_answers = collect_chain(files.addr);
+    let chain_answers = collect_chain(files.addr());
     assert_chain_matches_node("osprey from Core's files", &chain_answers, &view);
-    assert_eq!(chain_answers, collect_chain(over_rpc.addr), "headers");
+    assert_eq!(chain_answers, collect_chain(over_rpc.addr()), "headers");
 
     // 5.
     let (tip, _) = node.tip().expect("tip");
@@ -257,13 +258,13 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
     );
     let after_reorg = wait_answers_match_node(
         "files, after the reorg",
-        files.addr,
+        files.addr(),
         &view,
         &reorg_scripts,
         SETTLE,
     );
     for (what, other) in [("JSON-RPC", &over_rpc), ("REST", &over_rest)] {
-        let theirs = wait_answers_match_node(what, other.addr, &view, &reorg_scripts, SETTLE);
+        let theirs = wait_answers_match_node(what, other.addr(), &view, &reorg_scripts, SETTLE);
         assert_same_answers(
             &format!("files vs {what} after the reorg"),
             &after_reorg,
@@ -292,8 +293,8 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
     let mut scripts = reorg_scripts;
     scripts.extend(paid.into_iter().map(|(script, _)| script));
     let restarted =
-        wait_answers_match_node("files, restarted", files.addr, &view, &scripts, SETTLE);
-    let reference = wait_answers_match_node("JSON-RPC", over_rpc.addr, &view, &scripts, SETTLE);
+        wait_answers_match_node("files, restarted", files.addr(), &view, &scripts, SETTLE);
+    let reference = wait_answers_match_node("JSON-RPC", over_rpc.addr(), &view, &scripts, SETTLE);
     assert_same_answers(
         "restarted from the files vs JSON-RPC",
         &restarted,
@@ -301,7 +302,7 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
     );
     assert_chain_matches_node(
         "restarted from the files",
-        &collect_chain(files.addr),
+        &collect_chain(files.addr()),
         &view,
     );
 }
@@ -367,8 +368,8 @@ fn core_without_rest_reads_its_files_or_json_rpc() {
     }
     let view = NodeView::load(&node);
     let scripts = view.scripts();
-    let from_files = wait_answers_match_node("files", files.addr, &view, &scripts, SETTLE);
-    let from_rpc = wait_answers_match_node("JSON-RPC", over_rpc.addr, &view, &scripts, SETTLE);
+    let from_files = wait_answers_match_node("files", files.addr(), &view, &scripts, SETTLE);
+    let from_rpc = wait_answers_match_node("JSON-RPC", over_rpc.addr(), &view, &scripts, SETTLE);
     assert_same_answers("files vs JSON-RPC", &from_files, &from_rpc);
     assert_answers_match_node("files", &from_files, &view, &scripts);
     // Transactions, confirmed ones without a txindex: from the files, and
@@ -388,7 +389,7 @@ fn core_without_rest_reads_its_files_or_json_rpc() {
                     session.call("blockchain.transaction.get", json!([txid])),
                     want,
                     "transaction {txid} of block {height} from {}",
-                    server.addr
+                    server.addr()
                 );
             }
         }

@@ -255,24 +255,24 @@ fn sigkill_during_initial_sync(seed_name: &str, extra: &[&str]) {
     let view = NodeView::load(&node);
     let scripts = wallet_and_sampled_scripts(&manifest, &view, &mut rng, SAMPLE_SCRIPTS);
     let scripthashes: Vec<String> = scripts.iter().map(|s| scripthash(s)).collect();
-    let answers_killed = collect_answers(killed.addr, &scripthashes);
+    let answers_killed = collect_answers(killed.addr(), &scripthashes);
     assert_answers_match_node(
         "osprey killed and restarted",
         &answers_killed,
         &view,
         &scripts,
     );
-    let answers_fresh = collect_answers(reference.addr, &scripthashes);
+    let answers_fresh = collect_answers(reference.addr(), &scripthashes);
     assert_same_answers(
         "killed-and-restarted vs fresh index",
         &answers_killed,
         &answers_fresh,
     );
-    let chain_killed = collect_chain(killed.addr);
+    let chain_killed = collect_chain(killed.addr());
     assert_chain_matches_node("osprey killed and restarted", &chain_killed, &view);
     assert_eq!(
         chain_killed,
-        collect_chain(reference.addr),
+        collect_chain(reference.addr()),
         "headers of the killed and the fresh index"
     );
     if extra.contains(&"--silent-payments") {

@@ -12,7 +12,7 @@ use osprey_testenv::{Node, ScriptKind, TestWallet};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::{self, Message};
 
-use crate::common::osprey::free_port;
+use crate::common::osprey::ANY_PORT;
 use crate::common::{scripthash, start_btcd, wait_until, NodeView, Osprey, OspreyConfig};
 
 /// How long a notification may take (the server polls every 100 ms).
@@ -70,15 +70,20 @@ fn tls_and_websocket_listeners_serve_the_nodes_chain() {
     wallet.sync(&node).expect("wallet sync");
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("db");
-    let tls_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let ws_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    // Port 0: the process binds free ports itself and logs them.
     let config = OspreyConfig::with_args(&[
         "--electrum-tls-addr",
-        &tls_addr.to_string(),
+        ANY_PORT,
         "--electrum-ws-addr",
-        &ws_addr.to_string(),
+        ANY_PORT,
     ]);
     let mut osprey = Osprey::start(&node, &db, config.clone());
+    let reported = |osprey: &Osprey, protocol| {
+        osprey
+            .listening(protocol)
+            .unwrap_or_else(|| panic!("osprey serves but reports no {protocol} listener"))
+    };
+    let (tls_addr, ws_addr) = (reported(&osprey, "tls"), reported(&osprey, "ws"));
     let cert_file = db.join("tls-cert.pem");
     let generated = std::fs::read(&cert_file).expect("a self-signed certificate in --db-dir");
     assert!(
@@ -153,7 +158,7 @@ fn tls_and_websocket_listeners_serve_the_nodes_chain() {
         generated,
         "the self-signed certificate is kept across restarts"
     );
-    let client = ssl_client(tls_addr);
+    let client = ssl_client(reported(&osprey, "tls"));
     client.ping().expect("TLS after a restart");
     drop(osprey);
 }

@@ -60,7 +60,7 @@ fn check(
     what: &str,
 ) -> NodeView {
     let view = NodeView::load(node);
-    wait_answers_match_node(what, osprey.addr, &view, scripts, SETTLE);
+    wait_answers_match_node(what, osprey.addr(), &view, scripts, SETTLE);
     let want: HashMap<String, Value> = scripts
         .iter()
         .map(|s| (scripthash(s), view.status(s)))

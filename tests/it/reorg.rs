@@ -195,14 +195,14 @@ fn reorg_case(silent_payments: bool) {
     let scripthashes: Vec<String> = scripts.iter().map(|s| scripthash(s)).collect();
     let answers_a = wait_answers_match_node(
         "osprey A after the reorg",
-        osprey_a.addr,
+        osprey_a.addr(),
         &view,
         &scripts,
         SYNC_TIMEOUT,
     );
     assert_chain_matches_node(
         "osprey A after the reorg",
-        &collect_chain(osprey_a.addr),
+        &collect_chain(osprey_a.addr()),
         &view,
     );
     let new_proof = session.call("blockchain.block.header", json!([0, checkpoint]));
@@ -238,11 +238,11 @@ fn reorg_case(silent_payments: bool) {
 
     // 9.
     let mut osprey_b = Osprey::start(&node, &dir.path().join("db-b"), config.clone());
-    let answers_b = collect_answers(osprey_b.addr, &scripthashes);
+    let answers_b = collect_answers(osprey_b.addr(), &scripthashes);
     assert_same_answers("reorged osprey A vs fresh osprey B", &answers_a, &answers_b);
     assert_eq!(
-        collect_chain(osprey_a.addr),
-        collect_chain(osprey_b.addr),
+        collect_chain(osprey_a.addr()),
+        collect_chain(osprey_b.addr()),
         "headers of A and B"
     );
 
@@ -272,14 +272,14 @@ fn reorg_case(silent_payments: bool) {
     let scripthashes: Vec<String> = scripts.iter().map(|s| scripthash(s)).collect();
     let answers_a = wait_answers_match_node(
         "osprey A back on the old branch",
-        osprey_a.addr,
+        osprey_a.addr(),
         &back,
         &scripts,
         SYNC_TIMEOUT,
     );
     let answers_b = wait_answers_match_node(
         "osprey B back on the old branch",
-        osprey_b.addr,
+        osprey_b.addr(),
         &back,
         &scripts,
         SYNC_TIMEOUT,
@@ -287,15 +287,15 @@ fn reorg_case(silent_payments: bool) {
     assert_same_answers("A vs B back on the old branch", &answers_a, &answers_b);
     let db_c = dir.path().join("db-c");
     let mut osprey_c = Osprey::start(&node, &db_c, config.clone());
-    let answers_c = collect_answers(osprey_c.addr, &scripthashes);
+    let answers_c = collect_answers(osprey_c.addr(), &scripthashes);
     assert_same_answers(
         "A vs fresh osprey C on the old branch",
         &answers_a,
         &answers_c,
     );
-    let chain = collect_chain(osprey_a.addr);
+    let chain = collect_chain(osprey_a.addr());
     assert_chain_matches_node("osprey A back on the old branch", &chain, &back);
-    assert_eq!(chain, collect_chain(osprey_c.addr), "headers of A and C");
+    assert_eq!(chain, collect_chain(osprey_c.addr()), "headers of A and C");
     if silent_payments {
         assert!(
             sp_record_bytes(&db_a) > 0,
@@ -341,7 +341,7 @@ fn reorg_deeper_than_the_undo_limit_stops_and_reindex_recovers() {
     // 4.
     let status = osprey.wait_exit(Duration::from_secs(60));
     let Some(status) = status else {
-        let served = crate::common::answers::collect_chain(osprey.addr).tip;
+        let served = crate::common::answers::collect_chain(osprey.addr()).tip;
         panic!("osprey still runs 60 s after a reorg deeper than --reorg-depth-max; it serves tip {served}");
     };
     assert!(
@@ -364,10 +364,14 @@ fn reorg_deeper_than_the_undo_limit_stops_and_reindex_recovers() {
     let scripts = view.scripts();
     wait_answers_match_node(
         "osprey after --reindex",
-        osprey.addr,
+        osprey.addr(),
         &view,
         &scripts,
         SYNC_TIMEOUT,
     );
-    assert_chain_matches_node("osprey after --reindex", &collect_chain(osprey.addr), &view);
+    assert_chain_matches_node(
+        "osprey after --reindex",
+        &collect_chain(osprey.addr()),
+        &view,
+    );
 }

@@ -12,7 +12,7 @@ use crate::common::answers::{
     assert_chain_matches_node, assert_same_answers, collect_chain, wait_answers_match_node,
 };
 use crate::common::command::{generate_chain, submit_chain};
-use crate::common::{start_btcd, NodeView, Osprey, OspreyConfig};
+use crate::common::{start_btcd, NodeView, Osprey, OspreyConfig, SYNC_TIMEOUT};
 
 /// How long a server may take to show the node's mempool.
 const SETTLE: Duration = Duration::from_secs(30);
@@ -90,24 +90,35 @@ fn restart_after_sigterm_equals_a_fresh_index() {
     );
     let scripts = view.scripts();
     assert!(scripts.contains(&mining_address().script_pubkey()));
-    let answers_a =
-        wait_answers_match_node("restarted osprey A", osprey_a.addr, &view, &scripts, SETTLE);
+    let answers_a = wait_answers_match_node(
+        "restarted osprey A",
+        osprey_a.addr(),
+        &view,
+        &scripts,
+        SETTLE,
+    );
     let answers_b =
-        wait_answers_match_node("fresh osprey B", osprey_b.addr, &view, &scripts, SETTLE);
+        wait_answers_match_node("fresh osprey B", osprey_b.addr(), &view, &scripts, SETTLE);
     assert_same_answers(
         "restarted osprey A vs fresh osprey B",
         &answers_a,
         &answers_b,
     );
-    let chain_a = collect_chain(osprey_a.addr);
+    let chain_a = collect_chain(osprey_a.addr());
     assert_chain_matches_node("restarted osprey A", &chain_a, &view);
-    assert_eq!(chain_a, collect_chain(osprey_b.addr), "headers of A and B");
+    assert_eq!(
+        chain_a,
+        collect_chain(osprey_b.addr()),
+        "headers of A and B"
+    );
 }
 
 /// 1. Generate a 2300-block chain with `osprey chaingen --preset tiny
 ///    --blocks 2300` and submit it to btcd: the initial sync takes over a
 ///    second and two batches.
-/// 2. Start osprey; send SIGTERM 100 ms later, while it indexes.
+/// 2. Start osprey; send SIGTERM as soon as it logs its first progress
+///    line ("indexed height H of 2300", H below the tip): it is indexing
+///    then, whatever the machine's speed.
 /// 3. It exits cleanly (status 0) without indexing on to the tip: a stop
 ///    request is honoured during the initial sync, not only once it is over
 ///    (on mainnet that takes hours, and a service manager would SIGKILL it).
@@ -127,9 +138,14 @@ fn sigterm_during_initial_sync_stops_promptly() {
     let db = dir.path().join("db");
     let mut osprey = Osprey::spawn(&node, &db, OspreyConfig::default());
     let marker = osprey.log().len();
+    let of_tip = format!(" of {} (", manifest.tip_height);
+    let progress = osprey.wait_log_line("the first progress line", SYNC_TIMEOUT, |line| {
+        line.contains("indexed height ") && line.contains(&of_tip)
+    });
+    let tip_line = format!("indexed height {}{of_tip}", manifest.tip_height);
     assert!(
-        osprey.run_for(Duration::from_millis(100)).is_none(),
-        "osprey exited before the SIGTERM"
+        !progress.contains(&tip_line),
+        "the first batch reached the tip, leaving no sync to interrupt (a longer chain is needed): {progress}"
     );
     let sent_at = osprey.uptime();
     // 3.
@@ -137,12 +153,8 @@ fn sigterm_during_initial_sync_stops_promptly() {
     let stopped_at = osprey.uptime();
     let log = osprey.log();
     let after = &log[marker.min(log.len())..];
-    eprintln!("SIGTERM at {sent_at:?}, exited at {stopped_at:?} with {status}");
+    eprintln!("SIGTERM at {sent_at:?} after {progress:?}, exited at {stopped_at:?} with {status}");
     assert!(status.success(), "osprey exited with {status} on SIGTERM");
-    let tip_line = format!(
-        "indexed height {} of {}",
-        manifest.tip_height, manifest.tip_height
-    );
     assert!(
         !after.contains(&tip_line),
         "after SIGTERM at {sent_at:?} osprey went on indexing to the tip and exited only at {stopped_at:?}"

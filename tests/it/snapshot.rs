@@ -207,14 +207,28 @@ fn imported_snapshot_equals_the_original_and_resumes() {
     let view = NodeView::load(&node);
     let scripts = view.scripts();
     let settle = Duration::from_secs(30);
-    let answers_b =
-        wait_answers_match_node("imported osprey B", osprey_b.addr, &view, &scripts, settle);
-    let answers_a =
-        wait_answers_match_node("original osprey A", osprey_a.addr, &view, &scripts, settle);
+    let answers_b = wait_answers_match_node(
+        "imported osprey B",
+        osprey_b.addr(),
+        &view,
+        &scripts,
+        settle,
+    );
+    let answers_a = wait_answers_match_node(
+        "original osprey A",
+        osprey_a.addr(),
+        &view,
+        &scripts,
+        settle,
+    );
     assert_same_answers("imported B vs original A", &answers_b, &answers_a);
-    let chain_b = collect_chain(osprey_b.addr);
+    let chain_b = collect_chain(osprey_b.addr());
     assert_chain_matches_node("imported osprey B", &chain_b, &view);
-    assert_eq!(chain_b, collect_chain(osprey_a.addr), "headers of B and A");
+    assert_eq!(
+        chain_b,
+        collect_chain(osprey_a.addr()),
+        "headers of B and A"
+    );
 }
 
 /// The byte offset of `name`'s contents in the tar file `archive`: the

@@ -379,22 +379,23 @@ impl Scheduler {
 }
 
 /// What one session has cost lately, in microseconds of handler time.
+/// Decays on tokio's clock, which a test can pause and advance.
 pub(crate) struct SessionCost {
     micros: f64,
-    at: Instant,
+    at: tokio::time::Instant,
 }
 
 impl SessionCost {
     pub fn new() -> SessionCost {
         SessionCost {
             micros: 0.0,
-            at: Instant::now(),
+            at: tokio::time::Instant::now(),
         }
     }
 
     /// The cost as of now, after decay.
     pub fn now(&mut self) -> u64 {
-        let now = Instant::now();
+        let now = tokio::time::Instant::now();
         let halvings = now.duration_since(self.at).as_secs_f64() / COST_HALF_LIFE.as_secs_f64();
         self.micros *= 0.5f64.powf(halvings);
         self.at = now;
@@ -520,8 +521,9 @@ mod tests {
 
     /// Bytes sent cost: a client that re-asks a long shared history,
     /// cheap to hand out, becomes greedy by what it makes the server send.
-    #[test]
-    fn bytes_sent_make_a_session_greedy() {
+    /// The clock is paused: no decay between the replies.
+    #[tokio::test(start_paused = true)]
+    async fn bytes_sent_make_a_session_greedy() {
         let mut cost = SessionCost::new();
         let reply = 2_200_000; // a 26k-entry history
         let mut replies = 0;
@@ -529,16 +531,23 @@ mod tests {
             cost.charge(Duration::from_micros(500), reply);
             replies += 1;
         }
-        assert!((8..=10).contains(&replies), "{replies}");
+        assert_eq!(replies, 10);
     }
 
-    #[test]
-    fn cost_halves_every_half_life() {
+    /// On the paused clock only `advance` moves time, so the decay is
+    /// exact: nothing before the first half-life passes, then a half per
+    /// half-life.
+    #[tokio::test(start_paused = true)]
+    async fn cost_halves_every_half_life() {
         let mut cost = SessionCost::new();
         cost.charge(Duration::from_millis(8), 0);
-        assert!((7_900..=8_000).contains(&cost.now()), "{}", cost.now());
-        cost.at -= COST_HALF_LIFE * 2;
-        let quartered = cost.now();
-        assert!((1_970..=2_000).contains(&quartered), "{quartered}");
+        assert_eq!(cost.now(), 8_000);
+        tokio::time::advance(COST_HALF_LIFE).await;
+        assert_eq!(cost.now(), 4_000);
+        tokio::time::advance(COST_HALF_LIFE * 2).await;
+        assert_eq!(cost.now(), 1_000);
+        tokio::time::advance(COST_HALF_LIFE / 2).await;
+        // 1000 / sqrt(2), truncated.
+        assert_eq!(cost.now(), 707);
     }
 }

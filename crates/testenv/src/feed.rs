@@ -8,13 +8,40 @@
 //! genesis with the same config, and [`Generator::branch`] switches to the
 //! branch's seed at its fork, so branches share the blocks below the fork
 //! and carry their own transactions (spending the shared coins) above it.
+//!
+//! It is also a [`ChainSource`] with a mempool of its own, for the query
+//! layer's tracker: [`ChainFeed::mine`] puts blocks of the test's own
+//! transactions (say, from a [`crate::TestWallet`], whose coinbases they
+//! pay) on top of the drawn chain; a broadcast replaces the transactions
+//! it conflicts with, as a node with full replace-by-fee does; a block
+//! takes its transactions and their conflicts out of the mempool; and the
+//! transactions of blocks a reorg disconnects go back into it. No policy
+//! and no script is checked: the tracker's tests need a node's mempool
+//! bookkeeping, not its rules (those are the functional tests', on real
+//! nodes).
 
-use bitcoin::{Block, BlockHash, TxOut, Txid};
-use osprey_chain::{BlockFeed, BlockWithPrevouts, Error};
+use bitcoin::block::{Header, Version as BlockVersion};
+use bitcoin::blockdata::{locktime::absolute::LockTime, transaction::Version};
+use bitcoin::consensus::{deserialize, serialize};
+use bitcoin::hashes::Hash;
+use bitcoin::{
+    Amount, Block, BlockHash, OutPoint, ScriptBuf, Sequence, Transaction, TxIn, TxMerkleNode,
+    TxOut, Txid, Witness,
+};
+use osprey_chain::{
+    BlockFeed, BlockWithPrevouts, ChainSource, Error, MempoolAcceptance, MempoolFees, MempoolTx,
+    TxLocation,
+};
 use osprey_chaingen::{Config, Generator, Profile, Shape, Signatures};
 use osprey_core::Height;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+
+/// What each coinbase of a block made by [`ChainFeed::mine`] pays.
+const MINED_COINBASE: Amount = Amount::from_sat(50 * 100_000_000);
+
+/// The fee floors the feed's mempool reports (1 sat/vB), in BTC/kvB.
+const FEED_RELAY_FEE: f64 = 0.000_01;
 
 /// The highest block any branch may reach: the generator's shape is fixed
 /// so that a branch drawn again is the same block for block.
@@ -48,6 +75,10 @@ struct State {
     failing_from: Option<Height>,
     /// Blocks served without the outputs they spend.
     withheld: HashSet<BlockHash>,
+    /// The blocks [`ChainFeed::mine`] made (the others are drawn).
+    mined: HashSet<BlockHash>,
+    /// The mempool, in the order transactions entered it.
+    mempool: Vec<Transaction>,
 }
 
 struct KnownBlock {
@@ -74,6 +105,8 @@ impl ChainFeed {
                 changes: Vec::new(),
                 failing_from: None,
                 withheld: HashSet::new(),
+                mined: HashSet::new(),
+                mempool: Vec::new(),
             }),
         };
         feed.state().draw(tip);
@@ -106,11 +139,62 @@ impl ChainFeed {
     /// Mines `blocks` more blocks on the best chain's branch.
     ///
     /// # Panics
-    /// When the chain would pass [`FEED_HEIGHT_MAX`].
+    /// When the chain would pass [`FEED_HEIGHT_MAX`], or its tip is a block
+    /// of [`ChainFeed::mine`] (drawn blocks cannot follow those).
     pub fn extend(&self, blocks: u32) {
         let mut state = self.state();
         let tip = state.best.len() as u32 - 1;
+        state.assert_drawn_above(Height(tip));
+        let old = state.best.clone();
         state.draw(tip + blocks);
+        state.reorganise_mempool(&old);
+    }
+
+    /// Mines one block on the tip holding `txs` (in this order, after a
+    /// coinbase paying [`crate::mining_address`]), as a miner would with
+    /// whatever transactions, in the mempool or not; returns its hash. They
+    /// and the mempool transactions that conflict with them (with their
+    /// descendants) leave the mempool.
+    ///
+    /// # Panics
+    /// When a transaction spends an output no block of the feed, no other
+    /// of `txs` and nothing in the mempool has.
+    pub fn mine(&self, txs: &[Transaction]) -> BlockHash {
+        let mut state = self.state();
+        let old = state.best.clone();
+        let hash = state.mine(txs.to_vec());
+        state.reorganise_mempool(&old);
+        hash
+    }
+
+    /// Mines one block of every mempool transaction, oldest first; returns
+    /// its hash.
+    pub fn mine_mempool(&self) -> BlockHash {
+        let txs = self.state().mempool.clone();
+        self.mine(&txs)
+    }
+
+    /// Puts `tx` in the mempool, replacing every mempool transaction that
+    /// spends an output it spends (and their descendants), as a node with
+    /// full replace-by-fee would; returns its txid. No fee rule is checked.
+    pub fn add_to_mempool(&self, tx: Transaction) -> Txid {
+        let mut state = self.state();
+        let spent: HashSet<OutPoint> = tx.input.iter().map(|i| i.previous_output).collect();
+        state.drop_from_mempool(|t| t.input.iter().any(|i| spent.contains(&i.previous_output)));
+        let txid = tx.compute_txid();
+        if !state.mempool.iter().any(|t| t.compute_txid() == txid) {
+            state.mempool.push(tx);
+        }
+        txid
+    }
+
+    /// Txids in the mempool, oldest first.
+    pub fn mempool(&self) -> Vec<Txid> {
+        self.state()
+            .mempool
+            .iter()
+            .map(Transaction::compute_txid)
+            .collect()
     }
 
     /// Replaces the blocks above `after` with `blocks` new ones drawn with
@@ -118,25 +202,31 @@ impl ChainFeed {
     /// as long or shorter than the old one as `blocks` says.
     ///
     /// # Panics
-    /// When `after` is above the tip, or the branch would pass
-    /// [`FEED_HEIGHT_MAX`].
+    /// When `after` is above the tip, a block of [`ChainFeed::mine`] is at
+    /// or below it, or the branch would pass [`FEED_HEIGHT_MAX`].
     pub fn fork(&self, after: Height, blocks: u32, seed: u64) {
         let mut state = self.state();
         assert!(
             after.as_usize() < state.best.len(),
             "no block {after} to fork after"
         );
+        state.assert_drawn_above(after);
+        let old = state.best.clone();
         state.segments.retain(|&(start, _)| start <= after.0);
         state.segments.push((after.0 + 1, seed));
         state.draw(after.0 + blocks);
+        state.reorganise_mempool(&old);
     }
 
     /// Goes back to the best chain's block at `height`, as a node told to
-    /// invalidate the block above it: the chain gets shorter.
+    /// invalidate the block above it: the chain gets shorter, and the
+    /// transactions of the blocks above it go back into the mempool.
     pub fn rewind(&self, height: Height) {
         let mut state = self.state();
+        let old = state.best.clone();
         state.best.truncate(height.as_usize() + 1);
         state.segments.retain(|&(start, _)| start <= height.0);
+        state.reorganise_mempool(&old);
     }
 
     /// Makes `change` once `fetches` more calls to [`BlockFeed::blocks`]
@@ -168,6 +258,154 @@ impl ChainFeed {
 }
 
 impl State {
+    /// Drawing blocks again replaces the ones above `height`: it must not
+    /// reach a block of [`ChainFeed::mine`], which the generator cannot
+    /// draw.
+    fn assert_drawn_above(&self, height: Height) {
+        if let Some(mined) = self.best[..=height.as_usize()]
+            .iter()
+            .position(|hash| self.mined.contains(hash))
+        {
+            panic!(
+                "block {mined} was mined, not drawn: drawn blocks cannot follow it (mine on, or rewind below it)"
+            );
+        }
+    }
+
+    /// Appends a block of a coinbase and `txs` to the best chain.
+    fn mine(&mut self, txs: Vec<Transaction>) -> BlockHash {
+        let height = self.best.len() as u32;
+        let parent = &self.known[self.best.last().expect("at least genesis")].block;
+        let (prev_blockhash, time, bits) = (
+            parent.block_hash(),
+            parent.header.time + 1,
+            parent.header.bits,
+        );
+        // The height (BIP 34) and how many blocks were mined before: two
+        // blocks mined at one height (a reorg) differ even when they hold
+        // the same transactions.
+        let script_sig = bitcoin::script::Builder::new()
+            .push_int(i64::from(height))
+            .push_int(self.mined.len() as i64 + 1)
+            .into_script();
+        let coinbase = Transaction {
+            version: Version::ONE,
+            lock_time: LockTime::ZERO,
+            input: vec![TxIn {
+                previous_output: OutPoint::null(),
+                script_sig,
+                sequence: Sequence::MAX,
+                witness: Witness::new(),
+            }],
+            output: vec![TxOut {
+                value: MINED_COINBASE,
+                script_pubkey: crate::mining_address().script_pubkey(),
+            }],
+        };
+        let mut block = Block {
+            header: Header {
+                version: BlockVersion::from_consensus(0x2000_0000),
+                prev_blockhash,
+                merkle_root: TxMerkleNode::all_zeros(),
+                time,
+                bits,
+                nonce: 0,
+            },
+            txdata: std::iter::once(coinbase).chain(txs).collect(),
+        };
+        block.header.merkle_root = block
+            .compute_merkle_root()
+            .expect("a block has transactions");
+        // Outputs spent within the block or from the mempool are learnt
+        // with it (`learn` looks every spent output up).
+        for tx in &self.mempool {
+            self.outputs
+                .entry(tx.compute_txid())
+                .or_insert_with(|| tx.output.clone());
+        }
+        let hash = block.block_hash();
+        self.mined.insert(hash);
+        self.best.push(hash);
+        self.learn(Height(height), block);
+        hash
+    }
+
+    /// Brings the mempool from the chain `old` to the best chain, as a node
+    /// does: the transactions of the blocks that left the chain come back
+    /// (ahead of the others, which may spend them), then the transactions
+    /// of the blocks that joined it go, with those that conflict with them
+    /// and their descendants.
+    fn reorganise_mempool(&mut self, old: &[BlockHash]) {
+        let common = old
+            .iter()
+            .zip(&self.best)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let mut returned: Vec<Transaction> = old[common..]
+            .iter()
+            .flat_map(|hash| self.known[hash].block.txdata.iter().skip(1).cloned())
+            .collect();
+        if !returned.is_empty() {
+            returned.append(&mut self.mempool);
+            self.mempool = returned;
+        }
+        let mut confirmed = HashSet::new();
+        let mut spent = HashSet::new();
+        for hash in &self.best[common..] {
+            for tx in &self.known[hash].block.txdata {
+                confirmed.insert(tx.compute_txid());
+                spent.extend(tx.input.iter().map(|i| i.previous_output));
+            }
+        }
+        if confirmed.is_empty() {
+            return;
+        }
+        // The confirmed ones leave first: as conflicts (their own inputs
+        // are in `spent`) they would take their mempool children along.
+        self.mempool
+            .retain(|t| !confirmed.contains(&t.compute_txid()));
+        self.drop_from_mempool(|t| t.input.iter().any(|i| spent.contains(&i.previous_output)));
+    }
+
+    /// Removes the mempool transactions `doomed` picks, and every mempool
+    /// transaction spending an output of one removed.
+    fn drop_from_mempool(&mut self, doomed: impl Fn(&Transaction) -> bool) {
+        let mut gone: HashSet<Txid> = HashSet::new();
+        // Oldest first: a child entered after its parent.
+        self.mempool.retain(|tx| {
+            let drop = doomed(tx)
+                || tx
+                    .input
+                    .iter()
+                    .any(|i| gone.contains(&i.previous_output.txid));
+            if drop {
+                gone.insert(tx.compute_txid());
+            }
+            !drop
+        });
+    }
+
+    /// The transaction `txid`, from the block `location` names, else the
+    /// mempool, else any block of the best chain.
+    fn transaction(&self, txid: &Txid, location: Option<TxLocation>) -> Option<&Transaction> {
+        let located = location.and_then(|at| {
+            self.known
+                .get(&at.block_hash)?
+                .block
+                .txdata
+                .get(at.position as usize)
+        });
+        located
+            .into_iter()
+            .chain(&self.mempool)
+            .chain(
+                self.best
+                    .iter()
+                    .flat_map(|hash| &self.known[hash].block.txdata),
+            )
+            .find(|tx| tx.compute_txid() == *txid)
+    }
+
     /// Makes the best chain the blocks `0..=tip` drawn along `segments`,
     /// learning the ones not seen before.
     fn draw(&mut self, tip: u32) {
@@ -302,5 +540,77 @@ impl BlockFeed for ChainFeed {
             change(self);
         }
         served
+    }
+}
+
+impl ChainSource for ChainFeed {
+    fn transaction(&self, txid: &Txid, location: Option<TxLocation>) -> Result<Vec<u8>, Error> {
+        self.state()
+            .transaction(txid, location)
+            .map(serialize)
+            .ok_or_else(|| Error::persistent(format!("no transaction {txid}")))
+    }
+
+    fn transaction_verbose(
+        &self,
+        txid: &Txid,
+        _location: Option<TxLocation>,
+    ) -> Result<serde_json::Value, Error> {
+        Err(Error::unsupported(format!(
+            "the feed has no node to describe {txid}"
+        )))
+    }
+
+    fn mempool_txids(&self) -> Result<Vec<Txid>, Error> {
+        Ok(self.mempool())
+    }
+
+    fn mempool_transactions(&self, txids: &[Txid]) -> Result<Vec<MempoolTx>, Error> {
+        let wanted: HashSet<&Txid> = txids.iter().collect();
+        Ok(self
+            .state()
+            .mempool
+            .iter()
+            .map(|tx| (tx.compute_txid(), tx))
+            .filter(|(txid, _)| wanted.contains(txid))
+            .map(|(txid, tx)| MempoolTx {
+                txid,
+                tx: tx.clone(),
+            })
+            .collect())
+    }
+
+    fn broadcast(&self, raw_hex: &str) -> Result<Txid, Error> {
+        let tx: Transaction = hex::decode(raw_hex)
+            .ok()
+            .and_then(|raw| deserialize(&raw).ok())
+            .ok_or_else(|| Error::persistent("TX decode failed".to_string()))?;
+        Ok(self.add_to_mempool(tx))
+    }
+
+    fn broadcast_package(&self, _raw_hexes: &[String]) -> Result<serde_json::Value, Error> {
+        Err(Error::unsupported(
+            "the feed relays no packages".to_string(),
+        ))
+    }
+
+    fn test_mempool_accept(&self, _raw_hexes: &[String]) -> Result<Vec<MempoolAcceptance>, Error> {
+        Err(Error::unsupported("the feed checks no policy".to_string()))
+    }
+
+    fn estimate_fee(&self, _blocks: u16, _mode: Option<&str>) -> Result<Option<f64>, Error> {
+        Ok(None)
+    }
+
+    fn relay_fee(&self) -> Result<f64, Error> {
+        Ok(FEED_RELAY_FEE)
+    }
+
+    fn mempool_fees(&self) -> Result<MempoolFees, Error> {
+        Ok(MempoolFees {
+            mempoolminfee: FEED_RELAY_FEE,
+            minrelaytxfee: FEED_RELAY_FEE,
+            incrementalrelayfee: FEED_RELAY_FEE,
+        })
     }
 }

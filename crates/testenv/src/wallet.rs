@@ -1,9 +1,9 @@
 //! A deterministic test wallet: holds keys of every script kind plus the
 //! harness's mining key, follows the node's chain to learn its coins, and
 //! builds real signed transactions (signing is `osprey_chaingen::sign`, the
-//! code that signs generated chains). Broadcasting is left to the caller
-//! ([`crate::Node::send_raw_transaction`]), so tests can also put the
-//! transactions in blocks of their own.
+//! code that signs generated chains). It follows a [`ChainFeed`] as well.
+//! Broadcasting is left to the caller ([`crate::Node::send_raw_transaction`]),
+//! so tests can also put the transactions in blocks of their own.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -18,6 +18,7 @@ use osprey_chaingen::params::COINBASE_MATURITY;
 use osprey_chaingen::sign::{sign_transaction, vsize_max, Key, ScriptKind, Spend};
 use serde_json::{json, Value};
 
+use crate::feed::ChainFeed;
 use crate::node::{mining_key, Node};
 
 /// Change below this is left to the fee instead (above every dust limit).
@@ -167,10 +168,7 @@ impl TestWallet {
         let (tip, _) = node.tip()?;
         if let Some(last) = self.height() {
             if last > tip || node.block_hash(last)? != self.scanned[last as usize] {
-                // Reorg: start over; simple and fast enough for test chains.
-                self.scanned.clear();
-                self.confirmed.clear();
-                self.confirmed_txids.clear();
+                self.start_over();
             }
         }
         let from = self.scanned.len() as u32;
@@ -193,14 +191,67 @@ impl TestWallet {
                 let raw = raw?;
                 let hex = raw.as_str().context("getblock answer is not hex")?;
                 let block: bitcoin::Block = bitcoin::consensus::deserialize(&hex::decode(hex)?)?;
-                for tx in &block.txdata {
-                    if apply(&self.scripts, &mut self.confirmed, tx, Some(*height)) {
-                        self.confirmed_txids.insert(tx.compute_txid());
-                    }
-                }
-                self.scanned.push(block.block_hash());
+                self.scan(*height, &block);
             }
         }
+        self.settle_pending();
+        Ok(())
+    }
+
+    /// [`TestWallet::sync`] on a [`ChainFeed`]'s best chain instead of a
+    /// node's. The feed checks no script, so coins of every kind count as
+    /// spendable whatever the height.
+    pub fn sync_feed(&mut self, feed: &ChainFeed) {
+        self.segwit_height = 0;
+        let best = feed.hashes();
+        if let Some(last) = self.height() {
+            if best.get(last as usize) != Some(&self.scanned[last as usize]) {
+                self.start_over();
+            }
+        }
+        for height in self.scanned.len() as u32..best.len() as u32 {
+            let block = feed
+                .block(osprey_core::Height(height))
+                .expect("a block of the best chain");
+            self.scan(height, &block);
+        }
+        self.settle_pending();
+    }
+
+    /// Forgets a transaction it built that no block holds: its inputs are
+    /// coins again and its outputs are not, so that a replacement can
+    /// spend them.
+    ///
+    /// # Errors
+    /// When no such transaction is pending.
+    pub fn abandon(&mut self, txid: Txid) -> Result<()> {
+        let before = self.pending.len();
+        self.pending.retain(|tx| tx.compute_txid() != txid);
+        ensure!(self.pending.len() < before, "{txid} is not pending");
+        self.settle_pending();
+        Ok(())
+    }
+
+    /// A reorg: scans from genesis again (simple and fast enough for test
+    /// chains).
+    fn start_over(&mut self) {
+        self.scanned.clear();
+        self.confirmed.clear();
+        self.confirmed_txids.clear();
+    }
+
+    fn scan(&mut self, height: u32, block: &bitcoin::Block) {
+        for tx in &block.txdata {
+            if apply(&self.scripts, &mut self.confirmed, tx, Some(height)) {
+                self.confirmed_txids.insert(tx.compute_txid());
+            }
+        }
+        self.scanned.push(block.block_hash());
+    }
+
+    /// The coins: the confirmed ones after the pending transactions that
+    /// can still confirm.
+    fn settle_pending(&mut self) {
         self.coins = self.confirmed.clone();
         for tx in std::mem::take(&mut self.pending) {
             if self.confirmed_txids.contains(&tx.compute_txid()) {
@@ -217,7 +268,6 @@ impl TestWallet {
                 self.pending.push(tx);
             }
         }
-        Ok(())
     }
 
     /// Coins a transaction for the next block may spend: mature, and only

@@ -1,13 +1,15 @@
-//! The `osprey serve` child process: started on a free loopback port against
-//! a harness node, waited for until it serves the node's tip, stopped with
-//! SIGTERM or SIGKILL, and killed when dropped. Its stderr goes to a log file
-//! next to its `--db-dir` (appended to across restarts, each start marked);
-//! when a test fails, the drop prints the ports, the directory and the log's
-//! tail.
+//! The `osprey serve` child process: started against a harness node with
+//! its Electrum port at 0, so that the process binds a free loopback port
+//! itself and no other process can take it between a pick and the bind;
+//! the test reads the bound address back from the log. Waited for until it
+//! serves the node's tip, stopped with SIGTERM or SIGKILL, and killed when
+//! dropped. Its stderr goes to a log file next to its `--db-dir` (appended
+//! to across restarts, each start marked); when a test fails, the drop
+//! prints the address, the directory and the log's tail.
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -40,49 +42,34 @@ impl OspreyConfig {
     }
 }
 
+/// What a listener flag set to this lets the process pick: a free
+/// loopback port, bound once, reported in its log.
+pub const ANY_PORT: &str = "127.0.0.1:0";
+
 /// A running (or stopped) `osprey serve`.
 pub struct Osprey {
     child: Option<Child>,
-    /// Where Electrum clients connect.
-    pub addr: SocketAddr,
+    /// Where Electrum clients connect, once the process reported it.
+    addr: Option<SocketAddr>,
     db_dir: PathBuf,
     log_path: PathBuf,
+    /// Where this start's part of the log begins.
+    log_start: usize,
     node_rpc: SocketAddr,
     config: OspreyConfig,
     started: Instant,
 }
 
-/// Returns a loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
-    listener
-        .local_addr()
-        .expect("a bound socket has an address")
-        .port()
-}
-
 impl Osprey {
     /// Starts `osprey serve` on `db_dir` against `node` and waits until it
-    /// serves the node's tip. Retries on a fresh port when the chosen one
-    /// was taken in between.
+    /// serves the node's tip.
     ///
     /// # Panics
     /// When it exits or does not catch up within [`SYNC_TIMEOUT`].
     pub fn start(node: &dyn Node, db_dir: &Path, config: OspreyConfig) -> Osprey {
-        for attempt in 0..3 {
-            let mut osprey = Osprey::spawn(node, db_dir, config.clone());
-            match osprey.wait_serving(SYNC_TIMEOUT) {
-                Ok(()) => {
-                    osprey.wait_synced(node);
-                    return osprey;
-                }
-                Err(log) if log.contains("in use") && attempt < 2 => {
-                    eprintln!("port {} was taken; retrying", osprey.addr);
-                }
-                Err(log) => panic!("osprey did not start serving: {log}"),
-            }
-        }
-        unreachable!("the last attempt panics or returns")
+        let mut osprey = Osprey::spawn(node, db_dir, config);
+        osprey.wait_ready(node);
+        osprey
     }
 
     /// Starts `osprey serve` without waiting for anything.
@@ -90,7 +77,6 @@ impl Osprey {
     /// # Panics
     /// When the binary cannot be run.
     pub fn spawn(node: &dyn Node, db_dir: &Path, config: OspreyConfig) -> Osprey {
-        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let log_path = db_dir.with_extension("log");
         let mut log = OpenOptions::new()
             .create(true)
@@ -119,7 +105,7 @@ impl Osprey {
             "--db-dir".into(),
             db_dir.display().to_string(),
             "--electrum-rpc-addr".into(),
-            addr.to_string(),
+            ANY_PORT.into(),
             "--poll-interval-ms".into(),
             "100".into(),
             "--log-filter".into(),
@@ -127,6 +113,9 @@ impl Osprey {
         ]);
         args.extend(config.args.iter().cloned());
         writeln!(log, "\n===== osprey {} =====", args.join(" ")).expect("writing the log");
+        let log_start = std::fs::metadata(&log_path)
+            .map(|m| m.len() as usize)
+            .unwrap_or_default();
         let mut command = Command::new(env!("CARGO_BIN_EXE_osprey"));
         command
             .args(&args)
@@ -146,7 +135,7 @@ impl Osprey {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", env!("CARGO_BIN_EXE_osprey")));
         eprintln!(
-            "osprey pid {} serving {addr}, db {}, log {}, node rpc {}",
+            "osprey pid {}, db {}, log {}, node rpc {}",
             child.id(),
             db_dir.display(),
             log_path.display(),
@@ -154,17 +143,93 @@ impl Osprey {
         );
         Osprey {
             child: Some(child),
-            addr,
+            addr: None,
             db_dir: db_dir.to_path_buf(),
             log_path,
+            log_start,
             node_rpc: node.rpc_addr(),
             config,
             started: Instant::now(),
         }
     }
 
-    /// Waits until the Electrum port accepts connections and answers
-    /// `server.version`; returns the log tail if the process exits first.
+    /// The address the process reports its `protocol` listener (`tcp`,
+    /// `tls`, `ws` or `wss`) bound, in this start's log; `None` until it
+    /// logged it.
+    pub fn listening(&self, protocol: &str) -> Option<SocketAddr> {
+        let log = self.log();
+        let protocol = format!("protocol={protocol}");
+        complete_lines(log.get(self.log_start..).unwrap_or_default())
+            .filter(|l| l.contains("Electrum server listening"))
+            .filter(|l| l.split_whitespace().any(|field| field == protocol))
+            .find_map(|l| {
+                l.split_whitespace()
+                    .find_map(|field| field.strip_prefix("addr="))
+                    .and_then(|addr| addr.parse().ok())
+            })
+    }
+
+    /// The address `/metrics` is served on, as the process reports it in
+    /// this start's log (`--monitoring-addr`).
+    ///
+    /// # Panics
+    /// When the process has not logged it.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        let log = self.log();
+        let this_start = log.get(self.log_start..).unwrap_or_default();
+        complete_lines(this_start)
+            .find_map(|l| {
+                let (_, rest) = l.split_once("metrics: http://")?;
+                rest.strip_suffix("/metrics")?.parse().ok()
+            })
+            .unwrap_or_else(|| panic!("no metrics address in the log:\n{this_start}"))
+    }
+
+    /// Waits until a whole line of this start's log satisfies `wanted`, and
+    /// returns it: the process said it reached a state.
+    ///
+    /// # Panics
+    /// When the process exits first, or no such line comes within
+    /// `timeout` (`what` says what was awaited).
+    pub fn wait_log_line(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        wanted: impl Fn(&str) -> bool,
+    ) -> String {
+        let started = Instant::now();
+        loop {
+            let log = self.log();
+            let this_start = log.get(self.log_start..).unwrap_or_default();
+            if let Some(line) = complete_lines(this_start).find(|l| wanted(l)) {
+                return line.to_string();
+            }
+            if let Some(status) = self.try_wait() {
+                panic!(
+                    "osprey exited with {status} before {what}; log:\n{}",
+                    self.log_tail(LOG_TAIL_LINES)
+                );
+            }
+            assert!(
+                started.elapsed() < timeout,
+                "no log line after {timeout:?}: {what}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Where Electrum clients connect: the TCP listener's bound address.
+    ///
+    /// # Panics
+    /// When the server is not serving yet (see [`Osprey::wait_ready`]).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+            .expect("osprey is not serving yet: wait_ready reads its address")
+    }
+
+    /// Waits until the process reports its Electrum port and that port
+    /// answers `server.version`; returns the log tail if the process exits
+    /// first.
     fn wait_serving(&mut self, timeout: Duration) -> Result<(), String> {
         let started = Instant::now();
         loop {
@@ -174,8 +239,11 @@ impl Osprey {
                     self.log_tail(LOG_TAIL_LINES)
                 ));
             }
-            if let Ok(mut session) = Session::try_connect(self.addr) {
+            if let Some(addr) = self.listening("tcp") {
+                let mut session = Session::try_connect(addr)
+                    .unwrap_or_else(|e| panic!("osprey listens on {addr} but refuses: {e}"));
                 session.negotiate(json!("1.4"));
+                self.addr = Some(addr);
                 return Ok(());
             }
             if started.elapsed() > timeout {
@@ -236,7 +304,7 @@ impl Osprey {
             if started.elapsed() > SYNC_TIMEOUT {
                 panic!(
                     "osprey at {} still reports tip {tip} after {SYNC_TIMEOUT:?}; node is at {height} {hash}",
-                    self.addr
+                    self.addr()
                 );
             }
             if let Some(status) = self.try_wait() {
@@ -248,7 +316,7 @@ impl Osprey {
 
     /// A fresh raw JSON-RPC session (no `server.version` sent yet).
     pub fn session(&self) -> Session {
-        Session::connect(self.addr)
+        Session::connect(self.addr())
     }
 
     /// A fresh `electrum-client` connection (it negotiates protocol 1.6),
@@ -258,8 +326,9 @@ impl Osprey {
             .timeout(Some(Duration::from_secs(30)))
             .retry(0)
             .build();
-        Client::from_config(&format!("tcp://{}", self.addr), config)
-            .unwrap_or_else(|e| panic!("electrum-client connecting to {}: {e:?}", self.addr))
+        let addr = self.addr();
+        Client::from_config(&format!("tcp://{addr}"), config)
+            .unwrap_or_else(|e| panic!("electrum-client connecting to {addr}: {e:?}"))
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -354,11 +423,18 @@ impl Osprey {
     }
 }
 
+/// The lines of a log being written that are whole: a line still being
+/// written could end in a shorter port number.
+fn complete_lines(log: &str) -> impl Iterator<Item = &str> {
+    log.split_inclusive('\n')
+        .filter_map(|line| line.strip_suffix('\n'))
+}
+
 impl Drop for Osprey {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!(
-                "---- osprey on {} (db {}, node rpc {}, flags {:?}): last {LOG_TAIL_LINES} log lines of {} ----\n{}\n----",
+                "---- osprey on {:?} (db {}, node rpc {}, flags {:?}): last {LOG_TAIL_LINES} log lines of {} ----\n{}\n----",
                 self.addr,
                 self.db_dir.display(),
                 self.node_rpc,
