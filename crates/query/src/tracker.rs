@@ -307,7 +307,7 @@ pub(crate) mod tests {
     use osprey_core::Network;
     use osprey_indexer::IndexerConfig;
     use osprey_store::{Store, StoreConfig};
-    use osprey_testenv::{BtcdNode, Node, ScriptKind, TestWallet};
+    use osprey_testenv::{BtcdNode, ChainFeed, Node, ScriptKind, TestWallet};
 
     /// A new index of `node` (nothing indexed yet): its directory, its
     /// queries and the tracker that keeps it up to date.
@@ -320,7 +320,6 @@ pub(crate) mod tests {
         node: &dyn Node,
         config: StoreConfig,
     ) -> (tempfile::TempDir, Arc<Query>, Tracker) {
-        let dir = tempfile::tempdir().expect("tempdir");
         let source: Arc<dyn ChainSource> = Arc::new(
             Daemon::connect(
                 &node.rpc_addr().to_string(),
@@ -329,6 +328,15 @@ pub(crate) mod tests {
             )
             .expect("connecting to btcd"),
         );
+        tracking_source(source, config)
+    }
+
+    /// A new index of `source` and the tracker that keeps it up to date.
+    fn tracking_source(
+        source: Arc<dyn ChainSource>,
+        config: StoreConfig,
+    ) -> (tempfile::TempDir, Arc<Query>, Tracker) {
+        let dir = tempfile::tempdir().expect("tempdir");
         let store =
             Arc::new(Store::open(&dir.path().join("db"), "regtest", config).expect("store"));
         let indexer = Indexer::new(Arc::clone(&store), source.clone(), IndexerConfig::default());
@@ -379,5 +387,43 @@ pub(crate) mod tests {
 
         tracker.update(&mut |_| {}).expect("update");
         assert_eq!(history(), [(txid, 106)], "confirmed once indexed");
+    }
+
+    /// The same moment on an in-memory chain and mempool ([`ChainFeed`]),
+    /// which makes it exact: the block is mined between the poll that saw
+    /// the payment and the next one, with no node timing in between.
+    #[test]
+    fn a_mined_payment_stays_unconfirmed_until_its_block_is_indexed_on_a_feed() {
+        let feed = Arc::new(ChainFeed::new(1, 21));
+        // Coinbases paying the wallet, the first ones mature.
+        for _ in 0..101 {
+            feed.mine(&[]);
+        }
+        let mut wallet = TestWallet::new();
+        wallet.sync_feed(&feed);
+        let (_dir, query, mut tracker) = tracking_source(feed.clone(), StoreConfig::default());
+        let payee = wallet.new_script(ScriptKind::P2wpkh);
+        let tx = wallet
+            .send(payee.clone(), Amount::from_sat(100_000))
+            .expect("paying");
+        let txid = feed.add_to_mempool(tx);
+        tracker.update(&mut |_| {}).expect("update");
+        let scripthash = ScriptHash::from_script(payee.as_bytes());
+        let history = || -> Vec<(Txid, i64)> {
+            let history = query.history(&scripthash).expect("history");
+            history.iter().map(|e| (e.txid, e.height)).collect()
+        };
+        assert_eq!(history(), [(txid, 0)], "in the mempool");
+
+        feed.mine_mempool();
+        assert!(feed.mempool().is_empty());
+        tracker
+            .update_mempool(&mut Vec::new())
+            .expect("mempool poll");
+        assert_eq!(history(), [(txid, 0)], "still unconfirmed, not gone");
+
+        tracker.update(&mut |_| {}).expect("update");
+        let mined = i64::from(feed.tip().0 .0);
+        assert_eq!(history(), [(txid, mined)], "confirmed once indexed");
     }
 }

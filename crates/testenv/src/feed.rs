@@ -25,8 +25,8 @@ use bitcoin::blockdata::{locktime::absolute::LockTime, transaction::Version};
 use bitcoin::consensus::{deserialize, serialize};
 use bitcoin::hashes::Hash;
 use bitcoin::{
-    Amount, Block, BlockHash, OutPoint, ScriptBuf, Sequence, Transaction, TxIn, TxMerkleNode,
-    TxOut, Txid, Witness,
+    Amount, Block, BlockHash, OutPoint, Sequence, Transaction, TxIn, TxMerkleNode, TxOut, Txid,
+    Witness,
 };
 use osprey_chain::{
     BlockFeed, BlockWithPrevouts, ChainSource, Error, MempoolAcceptance, MempoolFees, MempoolTx,
@@ -179,12 +179,13 @@ impl ChainFeed {
     /// full replace-by-fee would; returns its txid. No fee rule is checked.
     pub fn add_to_mempool(&self, tx: Transaction) -> Txid {
         let mut state = self.state();
+        let txid = tx.compute_txid();
+        if state.mempool.iter().any(|t| t.compute_txid() == txid) {
+            return txid;
+        }
         let spent: HashSet<OutPoint> = tx.input.iter().map(|i| i.previous_output).collect();
         state.drop_from_mempool(|t| t.input.iter().any(|i| spent.contains(&i.previous_output)));
-        let txid = tx.compute_txid();
-        if !state.mempool.iter().any(|t| t.compute_txid() == txid) {
-            state.mempool.push(tx);
-        }
+        state.mempool.push(tx);
         txid
     }
 
