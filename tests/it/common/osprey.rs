@@ -160,6 +160,7 @@ impl Osprey {
         let log = self.log();
         let protocol = format!("protocol={protocol}");
         complete_lines(log.get(self.log_start..).unwrap_or_default())
+            .into_iter()
             .filter(|l| l.contains("Electrum server listening"))
             .filter(|l| l.split_whitespace().any(|field| field == protocol))
             .find_map(|l| {
@@ -178,6 +179,7 @@ impl Osprey {
         let log = self.log();
         let this_start = log.get(self.log_start..).unwrap_or_default();
         complete_lines(this_start)
+            .into_iter()
             .find_map(|l| {
                 let (_, rest) = l.split_once("metrics: http://")?;
                 rest.strip_suffix("/metrics")?.parse().ok()
@@ -201,7 +203,7 @@ impl Osprey {
         loop {
             let log = self.log();
             let this_start = log.get(self.log_start..).unwrap_or_default();
-            if let Some(line) = complete_lines(this_start).find(|l| wanted(l)) {
+            if let Some(line) = complete_lines(this_start).into_iter().find(|l| wanted(l)) {
                 return line.to_string();
             }
             if let Some(status) = self.try_wait() {
@@ -425,9 +427,10 @@ impl Osprey {
 
 /// The lines of a log being written that are whole: a line still being
 /// written could end in a shorter port number.
-fn complete_lines(log: &str) -> impl Iterator<Item = &str> {
+fn complete_lines(log: &str) -> Vec<&str> {
     log.split_inclusive('\n')
         .filter_map(|line| line.strip_suffix('\n'))
+        .collect()
 }
 
 impl Drop for Osprey {
