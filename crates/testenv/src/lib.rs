@@ -3,7 +3,9 @@
 //! installed) started on loopback ports in temporary directories, and a
 //! [`TestWallet`] that signs real transactions of every script kind, and
 //! [`ChainFixture`]s: generated chains to read or to load into a node, and
-//! a [`ChainFeed`]: a generated chain in memory that reorganises on cue.
+//! a [`ChainFeed`]: a generated chain in memory that reorganises on cue,
+//! with a mempool of its own, a chain source for the indexer's and the
+//! query layer's tests.
 //! Never used by production code (`publish = false`).
 
 mod blocks;

@@ -245,6 +245,7 @@ impl Osprey {
                 let mut session = Session::try_connect(addr)
                     .unwrap_or_else(|e| panic!("osprey listens on {addr} but refuses: {e}"));
                 session.negotiate(json!("1.4"));
+                eprintln!("osprey pid {:?} serves Electrum on {addr}", self.pid());
                 self.addr = Some(addr);
                 return Ok(());
             }
