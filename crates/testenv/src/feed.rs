@@ -615,3 +615,66 @@ impl ChainSource for ChainFeed {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ScriptKind, TestWallet};
+
+    /// A feed whose first coinbases paying the test wallet are mature, and
+    /// that wallet.
+    fn funded() -> (ChainFeed, TestWallet) {
+        let feed = ChainFeed::new(1, 5);
+        for _ in 0..101 {
+            feed.mine(&[]);
+        }
+        let mut wallet = TestWallet::new();
+        wallet.sync_feed(&feed);
+        (feed, wallet)
+    }
+
+    /// The mempool's bookkeeping, as a node keeps it: a second broadcast
+    /// of a transaction changes nothing; a replacement evicts its original
+    /// and the original's child; a block takes its transactions out and
+    /// leaves their children; a rewind puts the block's transactions back,
+    /// ahead of the children that spend them.
+    #[test]
+    fn the_mempool_follows_broadcasts_replacements_blocks_and_rewinds() {
+        let (feed, mut wallet) = funded();
+        let payee = wallet.new_script(ScriptKind::P2wpkh);
+        let parent = wallet
+            .send(payee.clone(), Amount::from_sat(1_000_000))
+            .expect("a payment");
+        let parent_id = feed.add_to_mempool(parent.clone());
+        let paid = OutPoint {
+            txid: parent_id,
+            vout: 0,
+        };
+        let child = wallet
+            .spend(&[paid], &[(payee.clone(), Amount::from_sat(900_000))])
+            .expect("a child");
+        let child_id = feed.add_to_mempool(child);
+        assert_eq!(feed.add_to_mempool(parent.clone()), parent_id);
+        assert_eq!(feed.mempool(), [parent_id, child_id], "nothing changed");
+
+        let mut replacement = parent.clone();
+        replacement.output[0].value = Amount::from_sat(990_000);
+        let replacement_id = feed.add_to_mempool(replacement);
+        assert_eq!(feed.mempool(), [replacement_id], "original and child gone");
+
+        feed.add_to_mempool(parent.clone());
+        wallet
+            .abandon(child_id)
+            .expect("the first child is pending");
+        let child = wallet
+            .spend(&[paid], &[(payee, Amount::from_sat(800_000))])
+            .expect("a child again");
+        let child_id = feed.add_to_mempool(child);
+        let before = feed.tip().0;
+        feed.mine(&[parent]);
+        assert_eq!(feed.mempool(), [child_id], "the child waits");
+
+        feed.rewind(before);
+        assert_eq!(feed.mempool(), [parent_id, child_id], "the parent is back");
+    }
+}
