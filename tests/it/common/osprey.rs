@@ -158,16 +158,9 @@ impl Osprey {
     /// logged it.
     pub fn listening(&self, protocol: &str) -> Option<SocketAddr> {
         let log = self.log();
-        let protocol = format!("protocol={protocol}");
         complete_lines(log.get(self.log_start..).unwrap_or_default())
             .into_iter()
-            .filter(|l| l.contains("Electrum server listening"))
-            .filter(|l| l.split_whitespace().any(|field| field == protocol))
-            .find_map(|l| {
-                l.split_whitespace()
-                    .find_map(|field| field.strip_prefix("addr="))
-                    .and_then(|addr| addr.parse().ok())
-            })
+            .find_map(|line| listening_on(line, protocol))
     }
 
     /// The address `/metrics` is served on, as the process reports it in
@@ -214,7 +207,8 @@ impl Osprey {
             }
             assert!(
                 started.elapsed() < timeout,
-                "no log line after {timeout:?}: {what}"
+                "no log line after {timeout:?}: {what}; log:\n{}",
+                self.log_tail(LOG_TAIL_LINES)
             );
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -223,51 +217,41 @@ impl Osprey {
     /// Where Electrum clients connect: the TCP listener's bound address.
     ///
     /// # Panics
-    /// When the server is not serving yet (see [`Osprey::wait_ready`]).
+    /// When it is not known yet (see [`Osprey::wait_listening`]).
     pub fn addr(&self) -> SocketAddr {
         self.addr
-            .expect("osprey is not serving yet: wait_ready reads its address")
+            .expect("the Electrum port is not known yet: wait_listening or wait_ready reads it")
     }
 
-    /// Waits until the process reports its Electrum port and that port
-    /// answers `server.version`; returns the log tail if the process exits
-    /// first.
-    fn wait_serving(&mut self, timeout: Duration) -> Result<(), String> {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.try_wait() {
-                return Err(format!(
-                    "osprey exited with {status}; log:\n{}",
-                    self.log_tail(LOG_TAIL_LINES)
-                ));
-            }
-            if let Some(addr) = self.listening("tcp") {
-                let mut session = Session::try_connect(addr)
-                    .unwrap_or_else(|e| panic!("osprey listens on {addr} but refuses: {e}"));
-                session.negotiate(json!("1.4"));
-                eprintln!("osprey pid {:?} serves Electrum on {addr}", self.pid());
-                self.addr = Some(addr);
-                return Ok(());
-            }
-            if started.elapsed() > timeout {
-                return Err(format!(
-                    "not serving after {timeout:?}; log:\n{}",
-                    self.log_tail(LOG_TAIL_LINES)
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
+    /// Waits until the process reports its Electrum TCP port bound (it
+    /// opens before the first sync), and returns it.
+    ///
+    /// # Panics
+    /// When the process exits first or does not bind within
+    /// [`SYNC_TIMEOUT`].
+    pub fn wait_listening(&mut self) -> SocketAddr {
+        if let Some(addr) = self.addr {
+            return addr;
         }
+        let line = self.wait_log_line("the Electrum TCP port is bound", SYNC_TIMEOUT, |line| {
+            listening_on(line, "tcp").is_some()
+        });
+        let addr = listening_on(&line, "tcp").expect("the line was picked for its address");
+        eprintln!("osprey pid {:?} listens for Electrum on {addr}", self.pid());
+        self.addr = Some(addr);
+        addr
     }
 
-    /// Waits (after a [`Osprey::spawn`]) until the server serves the node's
-    /// tip.
+    /// Waits (after a [`Osprey::spawn`]) until the server listens,
+    /// answers `server.version`, and serves the node's tip.
     ///
     /// # Panics
     /// When it exits or does not catch up within [`SYNC_TIMEOUT`].
     pub fn wait_ready(&mut self, node: &dyn Node) {
-        if let Err(log) = self.wait_serving(SYNC_TIMEOUT) {
-            panic!("osprey did not start serving: {log}");
-        }
+        let addr = self.wait_listening();
+        let mut session = Session::try_connect(addr)
+            .unwrap_or_else(|e| panic!("osprey listens on {addr} but refuses: {e}"));
+        session.negotiate(json!("1.4"));
         self.wait_synced(node);
     }
 
@@ -424,6 +408,22 @@ impl Osprey {
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
+}
+
+/// The address in a line `Electrum server listening protocol=PROTOCOL
+/// addr=ADDR` (the server crate's, logged once the listener is bound).
+fn listening_on(line: &str, protocol: &str) -> Option<SocketAddr> {
+    if !line.contains("Electrum server listening") {
+        return None;
+    }
+    let mut fields = line.split_whitespace();
+    let wanted = format!("protocol={protocol}");
+    if !fields.clone().any(|field| field == wanted) {
+        return None;
+    }
+    fields
+        .find_map(|field| field.strip_prefix("addr="))
+        .and_then(|addr| addr.parse().ok())
 }
 
 /// The lines of a log being written that are whole: a line still being
