@@ -15,7 +15,7 @@ use osprey_testenv::Node;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::{self, Message};
 
-use crate::common::osprey::free_port;
+use crate::common::osprey::{free_port, ANY_PORT};
 use crate::common::{start_btcd, wait_until, Osprey, OspreyConfig};
 
 /// Where HAProxy connects to Osprey from.
@@ -264,8 +264,6 @@ fn the_per_ip_cap_sees_the_client_haproxy_names() {
     let node = start_btcd();
     node.generate(3).expect("mining");
     let dir = tempfile::tempdir().expect("tempdir");
-    let tls_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let ws_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let osprey = Osprey::start(
         &node,
         &dir.path().join("db"),
@@ -275,18 +273,24 @@ fn the_per_ip_cap_sees_the_client_haproxy_names() {
             "--proxy-protocol-from",
             &format!("{PROXY_SOURCE}/32"),
             "--electrum-tls-addr",
-            &tls_addr.to_string(),
+            ANY_PORT,
             "--electrum-ws-addr",
-            &ws_addr.to_string(),
+            ANY_PORT,
         ]),
     );
+    let reported = |protocol| {
+        osprey
+            .listening(protocol)
+            .unwrap_or_else(|| panic!("osprey serves but reports no {protocol} listener"))
+    };
+    let (tls_addr, ws_addr) = (reported("tls"), reported("ws"));
     let front = |_| SocketAddr::from(([127, 0, 0, 1], free_port()));
     let [tcp_v1, tcp_v2, tls_v2, ws_v1]: [SocketAddr; 4] = [0, 1, 2, 3].map(front);
     let haproxy = Haproxy::start(
         dir.path(),
         &[
-            (tcp_v1, osprey.addr, "send-proxy"),
-            (tcp_v2, osprey.addr, "send-proxy-v2"),
+            (tcp_v1, osprey.addr(), "send-proxy"),
+            (tcp_v2, osprey.addr(), "send-proxy-v2"),
             (tls_v2, tls_addr, "send-proxy-v2"),
             (ws_v1, ws_addr, "send-proxy"),
         ],
@@ -360,9 +364,9 @@ fn the_per_ip_cap_sees_the_client_haproxy_names() {
     // 4.
     let same_64 = ["[2001:db8:1:2::1]:4001", "[2001:db8:1:2:ffff::9]:4002"];
     let mut v6 = [
-        relayed(osprey.addr, &v2_header(same_64[0].parse().unwrap())),
+        relayed(osprey.addr(), &v2_header(same_64[0].parse().unwrap())),
         relayed(
-            osprey.addr,
+            osprey.addr(),
             b"PROXY TCP6 2001:db8:1:2:ffff::9 ::1 4002 50001\r\n",
         ),
     ];
@@ -371,27 +375,27 @@ fn the_per_ip_cap_sees_the_client_haproxy_names() {
     }
     let third_in_64 = "[2001:db8:1:2:abcd::3]:4003".parse().unwrap();
     assert!(
-        !relayed(osprey.addr, &v2_header(third_in_64)).served(),
+        !relayed(osprey.addr(), &v2_header(third_in_64)).served(),
         "a third address of the same /64 is refused"
     );
     let next_64 = "[2001:db8:1:3::1]:4004".parse().unwrap();
-    assert!(relayed(osprey.addr, &v2_header(next_64)).served());
+    assert!(relayed(osprey.addr(), &v2_header(next_64)).served());
     let local = b"\r\n\r\n\0\r\nQUIT\n\x20\x00\x00\x00";
     // One after the other: admitted in the order they connect.
     let mut checks = Vec::new();
     for i in 0..2 {
-        let mut check = relayed(osprey.addr, local);
+        let mut check = relayed(osprey.addr(), local);
         assert!(check.served(), "health check {i} is served");
         checks.push(check);
     }
     assert!(
-        !relayed(osprey.addr, local).served(),
+        !relayed(osprey.addr(), local).served(),
         "a third counts against 127.0.0.5 like any address"
     );
     drop(checks);
 
     // 5.
-    let mut headless = Lines::new(connect_from(PROXY_SOURCE, osprey.addr));
+    let mut headless = Lines::new(connect_from(PROXY_SOURCE, osprey.addr()));
     assert!(headless.closed_unanswered(), "no header from the proxy");
     wait_for_log(&osprey, "closing a connection from a proxy");
     let spoofs: [&[u8]; 2] = [
@@ -399,7 +403,7 @@ fn the_per_ip_cap_sees_the_client_haproxy_names() {
         &v2_header("192.0.2.9:4000".parse().unwrap()),
     ];
     for spoof in spoofs {
-        let mut direct = Lines::new(connect_from("127.0.0.4", osprey.addr));
+        let mut direct = Lines::new(connect_from("127.0.0.4", osprey.addr()));
         direct.send_raw(spoof);
         assert!(direct.closed_unanswered(), "a header from 127.0.0.4");
         let mut through = Lines::new(connect_from("127.0.0.4", tcp_v2));
@@ -421,7 +425,7 @@ fn the_per_ip_cap_sees_the_client_haproxy_names() {
         !osprey.log().contains("peer=192.0.2.9"),
         "no session was taken to come from a spoofed address"
     );
-    let mut plain = Lines::new(connect_from("127.0.0.4", osprey.addr));
+    let mut plain = Lines::new(connect_from("127.0.0.4", osprey.addr()));
     assert!(plain.served(), "a client without a header is served");
     drop(haproxy);
 }

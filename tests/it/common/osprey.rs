@@ -46,6 +46,18 @@ impl OspreyConfig {
 /// loopback port, bound once, reported in its log.
 pub const ANY_PORT: &str = "127.0.0.1:0";
 
+/// A loopback port that was free a moment ago, for a port a test must
+/// write down before the process that binds it starts (an electrs config
+/// file, HAProxy's frontends): another process may take it in between.
+/// Osprey's own listeners take [`ANY_PORT`] instead.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
+    listener
+        .local_addr()
+        .expect("a bound socket has an address")
+        .port()
+}
+
 /// A running (or stopped) `osprey serve`.
 pub struct Osprey {
     child: Option<Child>,
