@@ -480,7 +480,15 @@ pub fn run_server(
         "Electrum port open: server methods, headers and fee estimates now; wallets once the index reaches the node's tip"
     );
     let mut progress = Progress::new(false, metrics);
-    let result = follow_the_tip(config, &mut tracker, &mut progress, &query, &stop, &server);
+    let result = follow_the_tip(
+        config,
+        &mut tracker,
+        &mut progress,
+        &query,
+        &stop,
+        &server,
+        addr,
+    );
     stop.store(true, Ordering::Relaxed);
     let served = runtime.block_on(server).context("server task");
     drop(monitoring);
@@ -497,6 +505,7 @@ fn follow_the_tip(
     query: &Arc<Query>,
     stop: &Arc<AtomicBool>,
     server: &tokio::task::JoinHandle<anyhow::Result<()>>,
+    addr: std::net::SocketAddr,
 ) -> anyhow::Result<()> {
     let poll = Duration::from_millis(config.poll_interval_ms);
     // While the node itself is still in its initial block download, keep
@@ -525,7 +534,7 @@ fn follow_the_tip(
     progress.finish(dir_bytes(&config.db_path));
     query.release_wallets();
     let (height, hash) = query.tip();
-    tracing::info!(height = height.0, %hash, addr = %config.electrum_rpc_addr, "serving Electrum clients");
+    tracing::info!(height = height.0, %hash, %addr, "serving Electrum clients");
     let (new_block, watcher) = watch_for_new_blocks(Arc::clone(query), poll, Arc::clone(stop));
     let mut result = Ok(());
     let mut trimmer = memory::Trimmer::new();
