@@ -22,7 +22,7 @@ use crate::common::answers::{
 use crate::common::command::{generate_chain, submit_chain};
 use crate::common::{
     collect_answers, scripthash, seed, wait_until, wallet_and_sampled_scripts, NodeView, Osprey,
-    OspreyConfig, Rng, SYNC_TIMEOUT,
+    OspreyConfig, Rng, Session, SYNC_TIMEOUT,
 };
 use crate::kill9::{start_and_kill, KillAt};
 
@@ -113,22 +113,23 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
     early.call("server.banner", json!([]));
     let tip = early.call("blockchain.headers.subscribe", json!([]));
     assert_eq!(tip["height"], json!(manifest.tip_height), "the indexed tip");
-    let refused = early.call_err(
-        "blockchain.scripthash.get_balance",
-        json!([manifest.wallet.addresses[0].scripthash]),
-    );
-    assert_eq!(
-        refused.code, -32603,
-        "electrs' code for an unavailable index"
-    );
+    let balance = json!([manifest.wallet.addresses[0].scripthash]);
     let progress = format!(
         "indexing: height {} of {}",
         manifest.tip_height, manifest.tip_height
     );
-    assert!(
-        refused.message.contains(&progress),
-        "{refused:?} should say {progress:?}"
-    );
+    let assert_refused = |session: &mut Session| {
+        let refused = session.call_err("blockchain.scripthash.get_balance", balance.clone());
+        assert_eq!(
+            refused.code, -32603,
+            "electrs' code for an unavailable index"
+        );
+        assert!(
+            refused.message.contains(&progress),
+            "{refused:?} should say {progress:?}"
+        );
+    };
+    assert_refused(&mut early);
     // The index's tip is notified as it moves while wallets wait: 20
     // blocks undone on the node and done again (Core stays in initial
     // block download: its tip is still old).
@@ -159,14 +160,8 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
         );
         last = height;
     }
-    let still = early.call_err(
-        "blockchain.scripthash.get_balance",
-        json!([manifest.wallet.addresses[0].scripthash]),
-    );
-    assert_eq!(
-        still.code, -32603,
-        "the node is still in initial block download"
-    );
+    // The node is still in initial block download.
+    assert_refused(&mut early);
     node.generate(1)
         .expect("mining past initial block download");
     // The subscriber of the first sync is told of the new tip.
@@ -176,10 +171,7 @@ fn core_files_index_survives_kills_a_reorg_and_a_restart() {
         json!(manifest.tip_height + 1)
     );
     during_ibd.wait_ready(&node);
-    early.call(
-        "blockchain.scripthash.get_balance",
-        json!([manifest.wallet.addresses[0].scripthash]),
-    );
+    early.call("blockchain.scripthash.get_balance", balance);
     drop(during_ibd);
     // 2.
     let mut over_rpc = Osprey::spawn(

@@ -340,6 +340,22 @@ fn take_received(session: &mut Session, subscriptions: &[Value]) -> Vec<BTreeSet
     found
 }
 
+/// Waits for live notifications (progress 1.0) until each subscription
+/// was sent exactly `expected`'s entries for it, each once, and nothing
+/// else.
+fn receive_exactly(session: &mut Session, subscriptions: &[Value], expected: &[BTreeSet<Entry>]) {
+    let mut got = vec![BTreeSet::new(); expected.len()];
+    while got != expected {
+        let n = session.wait_notification(SP_METHOD, NOTIFY_TIMEOUT);
+        let (which, progress, entries) = read_notification(&n, subscriptions);
+        assert_eq!(progress, 1.0, "{n}");
+        for entry in entries {
+            assert!(expected[which].contains(&entry), "not expected: {n}");
+            assert!(got[which].insert(entry), "sent twice: {n}");
+        }
+    }
+}
+
 /// Waits for the headers notification of the block `hash` at `height`
 /// (older ones are skipped): the server sends it after the silent-payment
 /// notifications of the same block (docs/silent-payments.md, 1.3 rule 7).
@@ -770,19 +786,7 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
         (&mut session, &subscriptions),
         (&mut later, &later_subscriptions),
     ] {
-        let mut got = vec![BTreeSet::new(); payees.len()];
-        while got != returned {
-            let n = s.wait_notification(SP_METHOD, NOTIFY_TIMEOUT);
-            let (which, progress, entries) = read_notification(&n, subs);
-            assert_eq!(progress, 1.0, "{n}");
-            for entry in entries {
-                assert!(
-                    returned[which].contains(&entry),
-                    "not a returned payment: {n}"
-                );
-                assert!(got[which].insert(entry), "sent twice: {n}");
-            }
-        }
+        receive_exactly(s, subs, &returned);
     }
     let other_block_to = decoy(5).address(ScriptKind::P2wpkh, bitcoin::Network::Regtest);
     let other = mine_block(
@@ -842,16 +846,7 @@ fn core_payments_from_spdk_reach_their_receivers_only() {
         (&mut later, &later_subscriptions),
         (&mut last, &last_subscriptions),
     ] {
-        let mut got = vec![BTreeSet::new(); payees.len()];
-        while got != arrived {
-            let n = s.wait_notification(SP_METHOD, NOTIFY_TIMEOUT);
-            let (which, progress, entries) = read_notification(&n, subs);
-            assert_eq!(progress, 1.0, "{n}");
-            for entry in entries {
-                assert!(arrived[which].contains(&entry), "not the new branch's: {n}");
-                assert!(got[which].insert(entry), "sent twice: {n}");
-            }
-        }
+        receive_exactly(s, subs, &arrived);
     }
     let heights = confirmed_heights(&node, tip + 1);
     assert_eq!(
