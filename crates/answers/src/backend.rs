@@ -17,6 +17,29 @@ use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_chain::{MempoolAcceptance, MempoolFees};
 use osprey_core::{Height, ScriptHash, StatusHash};
 use osprey_sp::ScanKeys;
+use std::sync::Arc;
+
+/// Where the CPU-heavy part of a silent-payments scan runs (the point
+/// multiplications, about 63 µs a record). The server runs it on threads
+/// at the lowest CPU priority; the rest of a scan (the index's and the
+/// mempool's locks, reads, the confirming lookups) stays on the caller's
+/// thread. A thread at that priority that is preempted holding a lock does
+/// not run again until a core is idle: the commit of a new block would
+/// wait behind it, and every reader behind the commit.
+pub trait Compute: Sync {
+    /// Runs `job`, returning once it has run, or has been dropped unrun
+    /// (the threads are gone).
+    fn run(&self, job: Box<dyn FnOnce() + Send>);
+}
+
+/// [`Compute`] on the caller's own thread.
+pub struct InPlace;
+
+impl Compute for InPlace {
+    fn run(&self, job: Box<dyn FnOnce() + Send>) {
+        job();
+    }
+}
 
 /// Everything the Electrum methods need to know: `osprey_query::Query`'s
 /// methods, as a trait so that the fake (`osprey_electrum::fake::FakeBackend`)
@@ -97,26 +120,30 @@ pub trait Backend: Send + Sync + 'static {
     /// Scans the confirmed records from `from` up to the end of block `to`
     /// (at most the tip), stopping after about `records_max` records, for
     /// transactions whose `k = 0` output pays `keys`. A chunk costs about
-    /// 63 µs of CPU per record: the server runs it on a blocking thread.
+    /// 63 µs of CPU per record, spent in `compute`; the rest runs on the
+    /// caller's thread (a blocking one, in the server).
     ///
     /// # Errors
     /// `NotSupported` when silent payments are off; `Internal` if the
     /// records cannot be read.
     fn sp_scan(
         &self,
-        keys: &ScanKeys,
+        keys: &Arc<ScanKeys>,
         from: SpCursor,
         to: Height,
         records_max: usize,
+        compute: &dyn Compute,
     ) -> Result<SpChunk, Error>;
     /// Scans the mempool's transactions (all of them, or only those named
-    /// that are still in it) for payments to `keys`; each match has height 0.
+    /// that are still in it) for payments to `keys`, the point
+    /// multiplications in `compute`; each match has height 0.
     ///
     /// # Errors
     /// `NotSupported` when silent payments are off.
     fn sp_scan_mempool(
         &self,
-        keys: &ScanKeys,
+        keys: &Arc<ScanKeys>,
         only: Option<&[Txid]>,
+        compute: &dyn Compute,
     ) -> Result<Vec<SpMatch>, Error>;
 }

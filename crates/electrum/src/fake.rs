@@ -6,8 +6,8 @@ use bitcoin::hashes::{sha256d, Hash};
 use bitcoin::secp256k1::{PublicKey, Secp256k1, SecretKey};
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_answers::{
-    height_at_time, Backend, Balance, Error, HistoryEntry, Indexing, OutpointAnswer, RecentTx,
-    SpChunk, SpCursor, SpMatch, TxMerkle, Utxo,
+    height_at_time, Backend, Balance, Compute, Error, HistoryEntry, Indexing, OutpointAnswer,
+    RecentTx, SpChunk, SpCursor, SpMatch, TxMerkle, Utxo,
 };
 use osprey_chain::{MempoolAcceptance, MempoolFees};
 use osprey_core::{Height, ScriptHash, StatusHash};
@@ -484,12 +484,15 @@ impl Backend for FakeBackend {
         height_at_time(times, unix)
     }
 
+    /// The gate, when set, is waited for in `compute`, where a real scan
+    /// spends its CPU.
     fn sp_scan(
         &self,
-        keys: &ScanKeys,
+        keys: &Arc<ScanKeys>,
         from: SpCursor,
         to: Height,
         records_max: usize,
+        compute: &dyn Compute,
     ) -> Result<SpChunk, Error> {
         self.sp_enabled_or_refused()?;
         let gate = {
@@ -497,62 +500,94 @@ impl Backend for FakeBackend {
             state.sp_scan_calls += 1;
             state.sp_scan_gate.clone()
         };
-        if let Some(gate) = gate {
-            gate.wait();
-        }
         let to = to.min(self.tip().0);
-        let state = self.lock();
-        let block_len = |height: u32| state.sp_blocks.get(&height).map_or(0, Vec::len);
-        let mut chunk = SpChunk {
-            next: from,
-            ..SpChunk::default()
+        let mut scanned = Vec::new();
+        let mut chunk = {
+            let state = self.lock();
+            let block_len = |height: u32| state.sp_blocks.get(&height).map_or(0, Vec::len);
+            let mut chunk = SpChunk {
+                next: from,
+                ..SpChunk::default()
+            };
+            // At least one record, so that every call makes progress.
+            while chunk.next.height <= to && chunk.records < records_max.max(1) {
+                let height = chunk.next.height.0;
+                let done = chunk.next.records_done as usize;
+                let take = block_len(height)
+                    .saturating_sub(done)
+                    .min(records_max.max(1) - chunk.records);
+                for tx in state
+                    .sp_blocks
+                    .get(&height)
+                    .into_iter()
+                    .flatten()
+                    .skip(done)
+                    .take(take)
+                {
+                    scanned.push((height, tx.clone()));
+                }
+                chunk.records += take;
+                chunk.next.records_done += take as u32;
+                if chunk.next.records_done as usize >= block_len(height) {
+                    chunk.next = SpCursor::at_height(Height(height + 1));
+                }
+            }
+            chunk.done = chunk.next.height > to;
+            chunk.bytes_scanned = chunk.records as u64;
+            chunk.bytes_left = (chunk.next.height.0..=to.0)
+                .map(|height| block_len(height) as u64)
+                .sum::<u64>()
+                .saturating_sub(u64::from(chunk.next.records_done));
+            chunk
         };
-        // At least one record, so that every call makes progress.
-        while chunk.next.height <= to && chunk.records < records_max.max(1) {
-            let height = chunk.next.height.0;
-            let done = chunk.next.records_done as usize;
-            let take = block_len(height)
-                .saturating_sub(done)
-                .min(records_max.max(1) - chunk.records);
-            for tx in state
-                .sp_blocks
-                .get(&height)
-                .into_iter()
-                .flatten()
-                .skip(done)
-                .take(take)
-            {
-                chunk.matches.extend(tx.matches(keys, height));
+        chunk.matches = run_in(compute, {
+            let keys = Arc::clone(keys);
+            move || {
+                if let Some(gate) = gate {
+                    gate.wait();
+                }
+                scanned
+                    .iter()
+                    .filter_map(|(height, tx)| tx.matches(&keys, *height))
+                    .collect()
             }
-            chunk.records += take;
-            chunk.next.records_done += take as u32;
-            if chunk.next.records_done as usize >= block_len(height) {
-                chunk.next = SpCursor::at_height(Height(height + 1));
-            }
-        }
-        chunk.done = chunk.next.height > to;
-        chunk.bytes_scanned = chunk.records as u64;
-        chunk.bytes_left = (chunk.next.height.0..=to.0)
-            .map(|height| block_len(height) as u64)
-            .sum::<u64>()
-            .saturating_sub(u64::from(chunk.next.records_done));
+        })?;
         Ok(chunk)
     }
 
     fn sp_scan_mempool(
         &self,
-        keys: &ScanKeys,
+        keys: &Arc<ScanKeys>,
         only: Option<&[Txid]>,
+        compute: &dyn Compute,
     ) -> Result<Vec<SpMatch>, Error> {
         self.sp_enabled_or_refused()?;
-        Ok(self
+        let pool: Vec<FakeSpTx> = self
             .lock()
             .sp_mempool
             .iter()
             .filter(|tx| only.is_none_or(|only| only.contains(&tx.txid)))
-            .filter_map(|tx| tx.matches(keys, 0))
-            .collect())
+            .cloned()
+            .collect();
+        run_in(compute, {
+            let keys = Arc::clone(keys);
+            move || pool.iter().filter_map(|tx| tx.matches(&keys, 0)).collect()
+        })
     }
+}
+
+/// `job`'s result, run in `compute`.
+fn run_in<T: Send + 'static>(
+    compute: &dyn Compute,
+    job: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Error> {
+    let (done, result) = std::sync::mpsc::sync_channel(1);
+    compute.run(Box::new(move || {
+        let _ = done.send(job());
+    }));
+    result
+        .recv()
+        .map_err(|_| Error::Internal("a scan job was dropped unrun".into()))
 }
 
 #[cfg(test)]
@@ -563,6 +598,7 @@ mod tests {
         absolute, transaction, Amount, CompressedPublicKey, ScriptBuf, Sequence, Transaction, TxIn,
         TxOut, Witness,
     };
+    use osprey_answers::InPlace;
 
     fn public(i: u8) -> PublicKey {
         SecretKey::from_slice(&[i; 32])
@@ -614,8 +650,9 @@ mod tests {
 
     #[test]
     fn the_fake_scans_its_records_in_chunks_and_its_mempool() {
-        let keys =
-            ScanKeys::new(SecretKey::from_slice(&[1; 32]).unwrap(), public(101), []).unwrap();
+        let keys = Arc::new(
+            ScanKeys::new(SecretKey::from_slice(&[1; 32]).unwrap(), public(101), []).unwrap(),
+        );
         let paid = |i| payment(i, &keys, |c| c[0]);
         let decoy = |i| payment(i, &keys, |_| [7; 32]);
         let (a, b, c, d) = (paid(10), paid(11), paid(12), decoy(13));
@@ -628,14 +665,14 @@ mod tests {
             state.sp_mempool = vec![c.clone(), d.clone()];
         });
         let from = SpCursor::at_height(Height(0));
-        let refused = fake.sp_scan(&keys, from, Height(4), 10);
+        let refused = fake.sp_scan(&keys, from, Height(4), 10, &InPlace);
         assert!(
             matches!(refused, Err(Error::NotSupported(_))),
             "{refused:?}"
         );
         fake.update(|state| state.sp_enabled = true);
 
-        let whole = fake.sp_scan(&keys, from, Height(9), 100).unwrap();
+        let whole = fake.sp_scan(&keys, from, Height(9), 100, &InPlace).unwrap();
         assert!(whole.done);
         assert_eq!(
             (whole.records, whole.bytes_scanned, whole.bytes_left),
@@ -649,7 +686,7 @@ mod tests {
         let mut cursor = from;
         let mut chunked: Vec<SpChunk> = Vec::new();
         loop {
-            let chunk = fake.sp_scan(&keys, cursor, Height(4), 2).unwrap();
+            let chunk = fake.sp_scan(&keys, cursor, Height(4), 2, &InPlace).unwrap();
             assert!(chunk.records <= 2);
             let before: usize = chunked.iter().map(|c| c.records).sum();
             assert_eq!(chunk.bytes_scanned + chunk.bytes_left, 5 - before as u64);
@@ -671,13 +708,13 @@ mod tests {
             }
         );
 
-        let pool = fake.sp_scan_mempool(&keys, None).unwrap();
+        let pool = fake.sp_scan_mempool(&keys, None, &InPlace).unwrap();
         assert_eq!(
             pool.iter().map(|m| (m.height, m.txid)).collect::<Vec<_>>(),
             [(0, c.txid)]
         );
         assert!(fake
-            .sp_scan_mempool(&keys, Some(&[d.txid]))
+            .sp_scan_mempool(&keys, Some(&[d.txid]), &InPlace)
             .unwrap()
             .is_empty());
     }

@@ -4,12 +4,13 @@
 use crate::Query;
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_answers::{
-    Backend, Balance, Error, HistoryEntry, Indexing, OutpointAnswer, RecentTx, SpChunk, SpCursor,
-    SpMatch, TxMerkle, Utxo,
+    Backend, Balance, Compute, Error, HistoryEntry, Indexing, OutpointAnswer, RecentTx, SpChunk,
+    SpCursor, SpMatch, TxMerkle, Utxo,
 };
 use osprey_chain::{MempoolAcceptance, MempoolFees};
 use osprey_core::{Height, ScriptHash, StatusHash};
 use osprey_sp::ScanKeys;
+use std::sync::Arc;
 
 impl Backend for Query {
     fn tip(&self) -> (Height, BlockHash) {
@@ -130,19 +131,21 @@ impl Backend for Query {
 
     fn sp_scan(
         &self,
-        keys: &ScanKeys,
+        keys: &Arc<ScanKeys>,
         from: SpCursor,
         to: Height,
         records_max: usize,
+        compute: &dyn Compute,
     ) -> Result<SpChunk, Error> {
-        Query::sp_scan(self, keys, from, to, records_max)
+        Query::sp_scan(self, keys, from, to, records_max, compute)
     }
 
     fn sp_scan_mempool(
         &self,
-        keys: &ScanKeys,
+        keys: &Arc<ScanKeys>,
         only: Option<&[Txid]>,
+        compute: &dyn Compute,
     ) -> Result<Vec<SpMatch>, Error> {
-        Query::sp_scan_mempool(self, keys, only)
+        Query::sp_scan_mempool(self, keys, only, compute)
     }
 }

@@ -4,9 +4,9 @@
 use crate::query::store_failed;
 use crate::Query;
 use bitcoin::Txid;
-use osprey_answers::{height_at_time, Error, SpChunk, SpCursor, SpMatch};
+use osprey_answers::{height_at_time, Compute, Error, SpChunk, SpCursor, SpMatch};
 use osprey_core::{Height, ScriptHash, TxNum};
-use osprey_sp::{BlockRecords, Record, ScanKeys};
+use osprey_sp::{BlockRecords, ScanKeys, TweakData};
 use osprey_store::{SpBlock, SpRecords};
 use std::sync::Arc;
 
@@ -37,15 +37,18 @@ impl Query {
     }
 
     /// See `osprey_answers::Backend::sp_scan`. The records are read with
-    /// one `pread` (`Store::sp_records`), then scanned without any lock; if
-    /// a reorg replaced a block scanned meanwhile, the chunk is read and
-    /// scanned again on the new chain.
+    /// one `pread` (`Store::sp_records`, under the chain's lock) on this
+    /// thread; `compute` finds the records whose first-output candidates
+    /// hit their prefixes, holding no lock; back here, each hit is
+    /// confirmed in the index. If a reorg replaced a block scanned
+    /// meanwhile, the chunk is read and scanned again on the new chain.
     pub fn sp_scan(
         &self,
-        keys: &ScanKeys,
+        keys: &Arc<ScanKeys>,
         from: SpCursor,
         to: Height,
         records_max: usize,
+        compute: &dyn Compute,
     ) -> Result<SpChunk, Error> {
         if !self.sp_enabled() {
             return Err(not_enabled());
@@ -58,12 +61,22 @@ impl Query {
                 .store()
                 .sp_records(from.height, to, budget)
                 .map_err(store_failed)?;
-            let (chunk, scanned) = self.scan_records(keys, &read, from, records_max);
-            let replaced = scanned
+            let (read, scanned) = {
+                let (done, result) = std::sync::mpsc::sync_channel(1);
+                let keys = Arc::clone(keys);
+                compute.run(Box::new(move || {
+                    let scanned = scan_records(&keys, &read, from, records_max);
+                    let _ = done.send((read, scanned));
+                }));
+                result
+                    .recv()
+                    .map_err(|_| Error::Internal("a scan job was dropped unrun".into()))?
+            };
+            let replaced = read.blocks[..scanned.blocks]
                 .iter()
                 .any(|block| self.store().block_hash(block.height) != Some(block.hash));
             if !replaced {
-                return chunk;
+                return self.confirm(&read, scanned);
             }
         }
         Err(Error::Unavailable(
@@ -71,114 +84,47 @@ impl Query {
         ))
     }
 
-    /// Scans `read` from `from` for at most `records_max` records; returns
-    /// the chunk (or the error it met) and the blocks it scanned, which the
-    /// caller checks against the chain.
-    fn scan_records<'r>(
-        &self,
-        keys: &ScanKeys,
-        read: &'r SpRecords,
-        from: SpCursor,
-        records_max: usize,
-    ) -> (Result<SpChunk, Error>, Vec<&'r SpBlock>) {
-        let mut scanned = Vec::new();
-        let mut chunk = SpChunk {
-            next: SpCursor::at_height(read.next_height),
-            done: read.done,
-            ..SpChunk::default()
-        };
-        // Offsets in `read.bytes` where the scan started and stopped.
-        let mut started = 0;
-        let mut stopped = read.bytes.len();
-        'blocks: for block in &read.blocks {
-            scanned.push(block);
-            let bytes = &read.bytes[block.records.clone()];
-            let mut records = BlockRecords::new(bytes);
-            let skip = if block.height == from.height {
-                from.records_done
-            } else {
-                0
-            };
-            for index in 0u32.. {
-                let offset = block.records.start + bytes.len() - records.bytes_left();
-                if index == skip && block.height == from.height {
-                    started = offset;
-                }
-                let Some(record) = records.next() else {
-                    break;
-                };
-                if index < skip {
-                    continue;
-                }
-                if chunk.records == records_max {
-                    chunk.next = SpCursor {
-                        height: block.height,
-                        records_done: index,
-                    };
-                    chunk.done = false;
-                    stopped = offset;
-                    break 'blocks;
-                }
-                let record = match record {
-                    Ok(record) => record,
-                    Err(e) => return (Err(corrupt(block, &e)), scanned),
-                };
-                chunk.records += 1;
-                match self.record_match(keys, block, &record) {
-                    Ok(found) => chunk.matches.extend(found),
-                    Err(e) => return (Err(e), scanned),
-                }
-            }
-        }
-        chunk.bytes_scanned = stopped.saturating_sub(started) as u64;
-        chunk.bytes_left = read.range_end.saturating_sub(read.start + stopped as u64);
-        (Ok(chunk), scanned)
-    }
-
-    /// The match of one record, if it pays `keys`: a candidate output key
+    /// The chunk of `scanned`, its hits confirmed: a candidate output key
     /// whose prefix is among the record's is confirmed by the funding row
     /// of its script at the transaction's tx_num (a false 4-byte hit comes
     /// about once per 2^32 comparisons); only then are the txid read and
     /// `input_hash·A` computed.
-    fn record_match(
-        &self,
-        keys: &ScanKeys,
-        block: &SpBlock,
-        record: &Record,
-    ) -> Result<Option<SpMatch>, Error> {
-        let tweak = record.tweak_data().map_err(|e| corrupt(block, &e))?;
-        // Keys whose derivation fails (probability about 2^-128) pay no one.
-        let Ok(candidates) = keys.first_output_candidates(&tweak) else {
-            return Ok(None);
-        };
-        let tx_num = TxNum(block.first_tx_num.0 + u64::from(record.position));
-        for key in candidates.prefix_hits(record) {
-            let mut script = [0u8; 34];
-            script[..2].copy_from_slice(&[0x51, 0x20]);
-            script[2..].copy_from_slice(key);
-            let paid = self
-                .store()
-                .funding_at(&ScriptHash::from_script(&script), tx_num)
-                .map_err(store_failed)?;
-            if paid {
-                let txid = self.store().txid(tx_num).map_err(store_failed)?;
-                let tweak_key = tweak.tweak_key().map_err(|e| corrupt(block, &e))?;
-                return Ok(Some(SpMatch {
-                    height: block.height.0,
-                    txid,
-                    tweak_key,
-                }));
+    fn confirm(&self, read: &SpRecords, scanned: Scanned) -> Result<SpChunk, Error> {
+        let mut chunk = scanned.chunk?;
+        for hit in scanned.hits {
+            let block = &read.blocks[hit.block];
+            let tx_num = TxNum(block.first_tx_num.0 + u64::from(hit.position));
+            for key in &hit.keys {
+                let mut script = [0u8; 34];
+                script[..2].copy_from_slice(&[0x51, 0x20]);
+                script[2..].copy_from_slice(key);
+                let paid = self
+                    .store()
+                    .funding_at(&ScriptHash::from_script(&script), tx_num)
+                    .map_err(store_failed)?;
+                if paid {
+                    let txid = self.store().txid(tx_num).map_err(store_failed)?;
+                    let tweak_key = hit.tweak.tweak_key().map_err(|e| corrupt(block, &e))?;
+                    chunk.matches.push(SpMatch {
+                        height: block.height.0,
+                        txid,
+                        tweak_key,
+                    });
+                    break;
+                }
             }
         }
-        Ok(None)
+        Ok(chunk)
     }
 
     /// See `osprey_answers::Backend::sp_scan_mempool`. The entries are
-    /// taken under the mempool's lock and scanned without it.
+    /// taken under the mempool's lock on this thread and scanned in
+    /// `compute`, without it.
     pub fn sp_scan_mempool(
         &self,
-        keys: &ScanKeys,
+        keys: &Arc<ScanKeys>,
         only: Option<&[Txid]>,
+        compute: &dyn Compute,
     ) -> Result<Vec<SpMatch>, Error> {
         if !self.sp_enabled() {
             return Err(not_enabled());
@@ -199,14 +145,125 @@ impl Query {
                     .collect(),
             }
         };
-        Ok(entries
-            .iter()
-            .filter_map(|entry| {
-                let sp = entry.sp.as_ref()?;
-                SpMatch::if_paid(keys, &sp.tweak, &sp.output_keys, 0, entry.txid)
-            })
-            .collect())
+        let (done, result) = std::sync::mpsc::sync_channel(1);
+        let keys = Arc::clone(keys);
+        compute.run(Box::new(move || {
+            let matches: Vec<SpMatch> = entries
+                .iter()
+                .filter_map(|entry| {
+                    let sp = entry.sp.as_ref()?;
+                    SpMatch::if_paid(&keys, &sp.tweak, &sp.output_keys, 0, entry.txid)
+                })
+                .collect();
+            let _ = done.send(matches);
+        }));
+        result
+            .recv()
+            .map_err(|_| Error::Internal("a scan job was dropped unrun".into()))
     }
+}
+
+/// What the lock-free part of a chunk found: the chunk's progress (or the
+/// error it met), the records whose candidates hit their prefixes, and how
+/// many of the read blocks it reached (those a reorg must not have
+/// replaced).
+struct Scanned {
+    chunk: Result<SpChunk, Error>,
+    hits: Vec<Hit>,
+    blocks: usize,
+}
+
+/// A record whose first-output candidates hit its prefixes: to confirm in
+/// the index.
+struct Hit {
+    /// Index in [`SpRecords::blocks`].
+    block: usize,
+    position: u32,
+    tweak: TweakData,
+    keys: Vec<[u8; 32]>,
+}
+
+/// Scans `read` from `from` for at most `records_max` records, with no
+/// lock and no read of the index: the point multiplications of each
+/// record, and its prefix hits.
+fn scan_records(keys: &ScanKeys, read: &SpRecords, from: SpCursor, records_max: usize) -> Scanned {
+    let mut scanned = Scanned {
+        chunk: Ok(SpChunk::default()),
+        hits: Vec::new(),
+        blocks: 0,
+    };
+    let mut chunk = SpChunk {
+        next: SpCursor::at_height(read.next_height),
+        done: read.done,
+        ..SpChunk::default()
+    };
+    // Offsets in `read.bytes` where the scan started and stopped.
+    let mut started = 0;
+    let mut stopped = read.bytes.len();
+    'blocks: for (block_index, block) in read.blocks.iter().enumerate() {
+        scanned.blocks = block_index + 1;
+        let bytes = &read.bytes[block.records.clone()];
+        let mut records = BlockRecords::new(bytes);
+        let skip = if block.height == from.height {
+            from.records_done
+        } else {
+            0
+        };
+        for index in 0u32.. {
+            let offset = block.records.start + bytes.len() - records.bytes_left();
+            if index == skip && block.height == from.height {
+                started = offset;
+            }
+            let Some(record) = records.next() else {
+                break;
+            };
+            if index < skip {
+                continue;
+            }
+            if chunk.records == records_max {
+                chunk.next = SpCursor {
+                    height: block.height,
+                    records_done: index,
+                };
+                chunk.done = false;
+                stopped = offset;
+                break 'blocks;
+            }
+            let record = match record {
+                Ok(record) => record,
+                Err(e) => {
+                    scanned.chunk = Err(corrupt(block, &e));
+                    return scanned;
+                }
+            };
+            chunk.records += 1;
+            let tweak = match record.tweak_data() {
+                Ok(tweak) => tweak,
+                Err(e) => {
+                    scanned.chunk = Err(corrupt(block, &e));
+                    return scanned;
+                }
+            };
+            // Keys whose derivation fails (probability about 2^-128) pay
+            // no one.
+            let Ok(candidates) = keys.first_output_candidates(&tweak) else {
+                continue;
+            };
+            let hits: Vec<[u8; 32]> = candidates.prefix_hits(&record).copied().collect();
+            if !hits.is_empty() {
+                scanned.hits.push(Hit {
+                    block: block_index,
+                    position: record.position,
+                    tweak,
+                    keys: hits,
+                });
+            }
+        }
+    }
+    chunk.bytes_scanned = stopped.saturating_sub(started) as u64;
+    chunk.bytes_left = read.range_end.saturating_sub(read.start + stopped as u64);
+    scanned.chunk = Ok(chunk);
+    scanned
 }
 
 /// A record that does not decode: the index is damaged (the detail is for
@@ -224,6 +281,7 @@ mod tests {
     use crate::tracker::tests::{tracking, tracking_with};
     use bitcoin::secp256k1::{PublicKey, Scalar, Secp256k1, SecretKey};
     use bitcoin::{Amount, OutPoint, ScriptBuf, Transaction};
+    use osprey_answers::InPlace;
     use osprey_store::StoreConfig;
     use osprey_testenv::{BitcoindNode, BtcdNode, Node, ScriptKind, TestWallet};
 
@@ -232,9 +290,9 @@ mod tests {
     }
 
     /// A receiver: scan key `i`, spend key `i + 100`, scanning `labels`.
-    fn receiver(i: u8, labels: &[u32]) -> ScanKeys {
+    fn receiver(i: u8, labels: &[u32]) -> Arc<ScanKeys> {
         let spend = secret(i + 100).public_key(&Secp256k1::new());
-        ScanKeys::new(secret(i), spend, labels.iter().copied()).expect("keys")
+        Arc::new(ScanKeys::new(secret(i), spend, labels.iter().copied()).expect("keys"))
     }
 
     fn taproot(x_only: [u8; 32]) -> ScriptBuf {
@@ -340,7 +398,7 @@ mod tests {
 
         /// Every match from height 0 to the tip, in chunks of at most
         /// `records_max` records, with the chunks' sizes checked.
-        fn scan_all(&self, keys: &ScanKeys, records_max: usize) -> Vec<SpMatch> {
+        fn scan_all(&self, keys: &Arc<ScanKeys>, records_max: usize) -> Vec<SpMatch> {
             let tip = self.query.tip().0;
             let mut cursor = SpCursor::at_height(Height(0));
             let mut matches = Vec::new();
@@ -348,7 +406,7 @@ mod tests {
             loop {
                 let chunk = self
                     .query
-                    .sp_scan(keys, cursor, tip, records_max)
+                    .sp_scan(keys, cursor, tip, records_max, &InPlace)
                     .expect("scan");
                 // At least one record per call, so that a scan moves on.
                 assert!(chunk.records <= records_max.max(1), "{chunk:?}");
@@ -414,11 +472,14 @@ mod tests {
         };
 
         // In the mempool: height 0, found with their full keys.
-        let pool = chain.query.sp_scan_mempool(&alice, None).unwrap();
+        let pool = chain.query.sp_scan_mempool(&alice, None, &InPlace).unwrap();
         assert_eq!(pool.len(), 1);
         assert_eq!(pool[0].height, 0);
         assert_tweak(&alice, 1, &to_alice, &pool[0]);
-        let pool = chain.query.sp_scan_mempool(&alice_labelled, None).unwrap();
+        let pool = chain
+            .query
+            .sp_scan_mempool(&alice_labelled, None, &InPlace)
+            .unwrap();
         assert_eq!(
             sorted_txids(&pool),
             sorted(vec![txid(&to_alice), txid(&to_label)])
@@ -426,17 +487,20 @@ mod tests {
         let only = [txid(&to_bob), txid(&decoy)];
         assert!(chain
             .query
-            .sp_scan_mempool(&alice, Some(&only))
+            .sp_scan_mempool(&alice, Some(&only), &InPlace)
             .unwrap()
             .is_empty());
-        let pool = chain.query.sp_scan_mempool(&bob, Some(&only)).unwrap();
+        let pool = chain
+            .query
+            .sp_scan_mempool(&bob, Some(&only), &InPlace)
+            .unwrap();
         assert_eq!(sorted_txids(&pool), [txid(&to_bob)]);
 
         // Confirmed: the same, with the block's height and the tweak.
         let height = chain.mine();
         assert!(chain
             .query
-            .sp_scan_mempool(&alice, None)
+            .sp_scan_mempool(&alice, None, &InPlace)
             .unwrap()
             .is_empty());
         let found = chain.scan_all(&alice, 1000);
@@ -517,7 +581,7 @@ mod tests {
         let spent = [p2wsh.spend.txout.clone()];
         assert_eq!(osprey_sp::tweak_data(&draft, &spent), Ok(None));
         chain.update();
-        let pool = chain.query.sp_scan_mempool(&alice, None).unwrap();
+        let pool = chain.query.sp_scan_mempool(&alice, None, &InPlace).unwrap();
         assert_eq!(pool.len(), paid.len());
         let height = chain.mine();
         let found = chain.scan_all(&alice, 2);
@@ -550,7 +614,7 @@ mod tests {
         chain.update();
         assert_eq!(chain.query.tip().0, Height(height - 1));
         assert!(chain.scan_all(&alice, 1000).is_empty());
-        let pool = chain.query.sp_scan_mempool(&alice, None).unwrap();
+        let pool = chain.query.sp_scan_mempool(&alice, None, &InPlace).unwrap();
         assert_eq!(pool.len(), 1, "back in the mempool");
         assert_tweak(&alice, 1, &paid, &pool[0]);
         // A block of the test's own (generating would rebuild the invalid
@@ -566,9 +630,75 @@ mod tests {
         assert_ne!(chain.node.block_hash(height).unwrap(), block);
         assert!(chain
             .query
-            .sp_scan_mempool(&alice, None)
+            .sp_scan_mempool(&alice, None, &InPlace)
             .unwrap()
             .is_empty());
+    }
+
+    /// A [`Compute`] that, before it runs a scan job, has the tracker
+    /// index the node's new block on another thread and waits (bounded)
+    /// for it: the commit takes the chain's write lock, so it finishes only
+    /// if the scan holds no lock while its job runs. The server runs jobs
+    /// on threads at the lowest CPU priority, which a busy machine may not
+    /// run for minutes.
+    struct CommitFirst {
+        tracker: std::sync::Mutex<Option<crate::Tracker>>,
+        committed: std::sync::Mutex<Option<bool>>,
+    }
+
+    impl Compute for CommitFirst {
+        fn run(&self, job: Box<dyn FnOnce() + Send>) {
+            if let Some(mut tracker) = self.tracker.lock().unwrap().take() {
+                let (done, finished) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    tracker.update(&mut |_| {}).expect("update");
+                    let _ = done.send(());
+                });
+                let committed = finished
+                    .recv_timeout(std::time::Duration::from_secs(60))
+                    .is_ok();
+                *self.committed.lock().unwrap() = Some(committed);
+            }
+            job();
+        }
+    }
+
+    #[test]
+    fn a_scan_job_holds_no_lock_a_commit_needs() {
+        let mut chain = Chain::new(Box::new(BtcdNode::start().expect("btcd")));
+        let alice = receiver(1, &[]);
+        let (paid, _) = chain.pay(&alice, |c| c[0]);
+        let height = chain.mine();
+        chain
+            .node
+            .generate(1)
+            .expect("a block to index during the scan");
+        let Chain { query, tracker, .. } = chain;
+        let compute = CommitFirst {
+            tracker: std::sync::Mutex::new(Some(tracker)),
+            committed: std::sync::Mutex::new(None),
+        };
+        let chunk = query
+            .sp_scan(
+                &alice,
+                SpCursor::at_height(Height(0)),
+                Height(height),
+                1000,
+                &compute,
+            )
+            .expect("scan");
+        assert_eq!(
+            *compute.committed.lock().unwrap(),
+            Some(true),
+            "a block was committed while the scan's job waited"
+        );
+        assert_eq!(query.tip().0, Height(height + 1));
+        let found: Vec<Txid> = chunk.matches.iter().map(|m| m.txid).collect();
+        assert_eq!(found, [paid.compute_txid()]);
+        let pool = query
+            .sp_scan_mempool(&alice, None, &InPlace)
+            .expect("mempool scan");
+        assert!(pool.is_empty());
     }
 
     #[test]
@@ -600,7 +730,7 @@ mod tests {
         let tip = chain.query.tip().0;
         let first = chain
             .query
-            .sp_scan(&alice, SpCursor::at_height(Height(0)), tip, 1)
+            .sp_scan(&alice, SpCursor::at_height(Height(0)), tip, 1, &InPlace)
             .unwrap();
         assert_eq!((first.records, first.next.records_done), (1, 1));
         assert!(!first.done);
@@ -612,13 +742,20 @@ mod tests {
                 SpCursor::at_height(Height(tip.0 + 1)),
                 Height(tip.0 + 9),
                 10,
+                &InPlace,
             )
             .unwrap();
         assert!(past.done && past.matches.is_empty() && past.records == 0);
         // A range that ends before the payments finds none of them.
         let early = chain
             .query
-            .sp_scan(&alice, SpCursor::at_height(Height(0)), Height(110), 1000)
+            .sp_scan(
+                &alice,
+                SpCursor::at_height(Height(0)),
+                Height(110),
+                1000,
+                &InPlace,
+            )
             .unwrap();
         assert!(early.done && early.matches.is_empty());
     }
@@ -631,13 +768,13 @@ mod tests {
         tracker.update(&mut |_| {}).expect("update");
         assert!(!query.sp_enabled());
         let keys = receiver(1, &[]);
-        let refused = query.sp_scan(&keys, SpCursor::default(), Height(3), 10);
+        let refused = query.sp_scan(&keys, SpCursor::default(), Height(3), 10, &InPlace);
         assert!(
             matches!(refused, Err(Error::NotSupported(_))),
             "{refused:?}"
         );
         assert!(matches!(
-            query.sp_scan_mempool(&keys, None),
+            query.sp_scan_mempool(&keys, None, &InPlace),
             Err(Error::NotSupported(_))
         ));
         // Regtest blocks are stamped about now: a time long past resolves

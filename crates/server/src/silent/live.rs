@@ -150,10 +150,11 @@ impl Hub {
         keys: Arc<ScanKeys>,
         only: Option<Vec<Txid>>,
     ) -> Result<Vec<SpMatch>, Error> {
-        let (scanned, held) = on_scan_slot(&self.ctx, self.scan_cost.now(), move |backend| {
-            backend.sp_scan_mempool(&keys, only.as_deref())
-        })
-        .await;
+        let (scanned, held) =
+            on_scan_slot(&self.ctx, self.scan_cost.now(), move |backend, compute| {
+                backend.sp_scan_mempool(&keys, only.as_deref(), compute)
+            })
+            .await;
         self.scan_cost.charge(held, 0);
         scanned
     }

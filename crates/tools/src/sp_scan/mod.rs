@@ -33,7 +33,7 @@ mod report;
 
 use anyhow::{bail, ensure, Context};
 use bitcoin::secp256k1::{PublicKey, SecretKey};
-use osprey_answers::SpCursor;
+use osprey_answers::{InPlace, SpCursor};
 use osprey_bench::machine::{self, Machine};
 use osprey_bench::SpScanArgs;
 use osprey_chain::BlkFiles;
@@ -65,7 +65,7 @@ type Payment = (u32, String, String);
 /// from height 0 must find, no more.
 struct Receiver {
     address: String,
-    keys: ScanKeys,
+    keys: Arc<ScanKeys>,
     payments: BTreeSet<Payment>,
 }
 
@@ -83,7 +83,7 @@ impl Receiver {
             .with_context(|| format!("scan keys of {}", receiver.address))?;
         Ok(Receiver {
             address: receiver.address.clone(),
-            keys,
+            keys: Arc::new(keys),
             payments: receiver
                 .payments
                 .iter()
@@ -321,7 +321,8 @@ fn scan_whole_chain(
     };
     loop {
         let chunk = query
-            .sp_scan(&receiver.keys, cursor, tip, chunk_records)
+            // In place: the thread's CPU time is the scan's.
+            .sp_scan(&receiver.keys, cursor, tip, chunk_records, &InPlace)
             .with_context(|| format!("scanning for {}", receiver.address))?;
         scan.chunks += 1;
         scan.records += chunk.records;
@@ -407,7 +408,7 @@ mod tests {
             .public_key(&bitcoin::secp256k1::Secp256k1::new());
         Receiver {
             address: "sprt1qtest".into(),
-            keys: ScanKeys::new(scan, spend, []).unwrap(),
+            keys: Arc::new(ScanKeys::new(scan, spend, []).unwrap()),
             payments: payments
                 .iter()
                 .map(|&(h, txid, tweak)| (h, txid.to_owned(), tweak.to_owned()))
