@@ -27,8 +27,9 @@ use std::sync::Arc;
 /// not run again until a core is idle: the commit of a new block would
 /// wait behind it, and every reader behind the commit.
 pub trait Compute: Sync {
-    /// Runs `job`, returning once it has run, or has been dropped unrun
-    /// (the threads are gone).
+    /// Runs `job`, returning once it has run, or when it gives up on it
+    /// (the threads are gone, or the server is stopping): the caller takes
+    /// a job's result as missing then.
     fn run(&self, job: Box<dyn FnOnce() + Send>);
 }
 

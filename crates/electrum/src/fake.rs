@@ -586,8 +586,8 @@ fn run_in<T: Send + 'static>(
         let _ = done.send(job());
     }));
     result
-        .recv()
-        .map_err(|_| Error::Internal("a scan job was dropped unrun".into()))
+        .try_recv()
+        .map_err(|_| Error::Unavailable("the scan job did not run: the server is stopping".into()))
 }
 
 #[cfg(test)]

@@ -68,9 +68,9 @@ impl Query {
                     let scanned = scan_records(&keys, &read, from, records_max);
                     let _ = done.send((read, scanned));
                 }));
-                result
-                    .recv()
-                    .map_err(|_| Error::Internal("a scan job was dropped unrun".into()))?
+                result.try_recv().map_err(|_| {
+                    Error::Unavailable("the scan job did not run: the server is stopping".into())
+                })?
             };
             let replaced = read.blocks[..scanned.blocks]
                 .iter()
@@ -157,9 +157,9 @@ impl Query {
                 .collect();
             let _ = done.send(matches);
         }));
-        result
-            .recv()
-            .map_err(|_| Error::Internal("a scan job was dropped unrun".into()))
+        result.try_recv().map_err(|_| {
+            Error::Unavailable("the scan job did not run: the server is stopping".into())
+        })
     }
 }
 

@@ -33,6 +33,7 @@
 use crate::scan_threads::ScanThreads;
 use osprey_electrum::BatchThreads;
 use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -105,6 +106,9 @@ pub(crate) struct Scheduler {
     /// chunk (a server without silent payments starts none); `None` (they
     /// run on the blocking task at normal priority) if none could be.
     scan_threads: OnceLock<Option<ScanThreads>>,
+    /// Set once the server stops: nothing waits for a scan job any more
+    /// ([`Self::close_scans`]).
+    scans_closing: AtomicBool,
     /// The clock of the queue's keys.
     epoch: Instant,
     queue: Mutex<Queue>,
@@ -222,6 +226,7 @@ impl Scheduler {
             cores,
             batch_threads: batch_threads.map(Arc::new),
             scan_threads: OnceLock::new(),
+            scans_closing: AtomicBool::new(false),
             epoch: Instant::now(),
             queue: Mutex::new(Queue {
                 running: 0,
@@ -256,7 +261,7 @@ impl Scheduler {
     /// Runs a scan chunk, for a blocking task holding a slot taken with
     /// [`Self::acquire_scan`]: on a scan thread, at the lowest priority, so
     /// that it takes only the CPU the other lines leave; `None` if it
-    /// panicked.
+    /// panicked, or once [`Self::close_scans`] was called.
     pub fn run_scan_chunk<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> T + Send + 'static,
@@ -265,9 +270,15 @@ impl Scheduler {
             .scan_threads
             .get_or_init(|| ScanThreads::start(self.greedy_slots));
         match threads {
-            Some(threads) => threads.run(work),
+            Some(threads) => threads.run(work, &self.scans_closing),
             None => Some(work()),
         }
+    }
+
+    /// The server stops: every wait for a scan job ends now (the jobs
+    /// themselves hold no lock and end when they get CPU).
+    pub fn close_scans(&self) {
+        self.scans_closing.store(true, Ordering::Relaxed);
     }
 
     async fn acquire_in_class(self: &Arc<Self>, cost: u64, greedy: bool) -> Slot {

@@ -220,6 +220,8 @@ impl Server {
         };
         let peer_list = PeerList::new(&config.peering, &info, limits.ipv6_prefix_bits);
         let scheduler = Scheduler::new(limits.worker_threads, backend.transactions_are_local());
+        // Told when the server stops, so that no scan job holds it up.
+        let closing = Arc::clone(&scheduler);
         let dispatcher = Arc::new(
             Dispatcher::new(
                 Arc::clone(&backend),
@@ -355,6 +357,7 @@ impl Server {
             "shutting down the Electrum server"
         );
         let _ = stop_tx.send(true);
+        closing.close_scans();
         drop(listeners);
         if tokio::time::timeout(SHUTDOWN_GRACE, async {
             while sessions.join_next().await.is_some() {}

@@ -24,6 +24,7 @@
 //! later runs wallets' requests, must never be lowered.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
@@ -31,6 +32,9 @@ use std::sync::{Arc, Mutex};
 const SCAN_NICENESS: i32 = 19;
 
 type Job = Box<dyn FnOnce() + Send>;
+
+/// How often a wait for a job looks whether the server is closing.
+const CLOSING_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A pool of low-priority threads; jobs wait in line for a free one.
 pub(crate) struct ScanThreads {
@@ -67,18 +71,32 @@ impl ScanThreads {
 
     /// Runs `work` on a scan thread and waits for it: call it from a
     /// blocking task, which then stands for the chunk to tokio (a paused
-    /// test clock does not run ahead of it). `None` if `work` panicked.
-    pub fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    /// test clock does not run ahead of it). `None` if `work` panicked, or
+    /// once `closing` is set: a job that a busy machine leaves no CPU for
+    /// may not run for minutes, and the process must not wait for it to
+    /// exit (the runtime waits for its blocking tasks).
+    pub fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+        closing: &AtomicBool,
+    ) -> Option<T> {
         let (done, result) = mpsc::sync_channel(1);
         let job: Job = Box::new(move || {
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(work));
-            // The waiter is only gone if its blocking task was.
+            // The waiter is gone if it gave up (closing) or its blocking
+            // task was.
             let _ = done.send(outcome.ok());
         });
         // Sending fails only once every thread has ended, which they do
         // only when the pool is dropped.
         self.jobs.send(job).ok()?;
-        result.recv().ok().flatten()
+        loop {
+            match result.recv_timeout(CLOSING_CHECK) {
+                Ok(outcome) => return outcome,
+                Err(mpsc::RecvTimeoutError::Timeout) if !closing.load(Ordering::Relaxed) => {}
+                Err(_) => return None,
+            }
+        }
     }
 }
 
@@ -132,15 +150,45 @@ mod tests {
         // reference.
         let caller = priority();
         let threads = ScanThreads::start(2).expect("threads");
+        let open = AtomicBool::new(false);
         assert_eq!(
-            threads.run(priority),
+            threads.run(priority, &open),
             Some((SCAN_NICENESS, libc::SCHED_IDLE))
         );
-        assert_eq!(threads.run(|| -> u8 { panic!("a chunk failed") }), None);
+        assert_eq!(
+            threads.run(|| -> u8 { panic!("a chunk failed") }, &open),
+            None
+        );
         // Both threads still serve: more jobs than threads, one at a time.
         for i in 0..4 {
-            assert_eq!(threads.run(move || i * 2), Some(i * 2));
+            assert_eq!(threads.run(move || i * 2, &open), Some(i * 2));
         }
         assert_eq!(priority(), caller, "the caller is untouched");
+    }
+
+    /// A job that does not end (one a busy machine leaves no CPU for) is
+    /// waited for until the server closes, then given up on: the blocking
+    /// task waiting for it, which the runtime waits for at exit, ends.
+    #[test]
+    fn a_wait_for_a_job_ends_when_the_server_closes() {
+        let threads = ScanThreads::start(1).expect("threads");
+        let closing = Arc::new(AtomicBool::new(false));
+        let (release, held) = mpsc::channel::<()>();
+        let (gave_up, waited) = mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let job = move || held.recv().is_ok();
+                let _ = gave_up.send(threads.run(job, &closing));
+            });
+            // Still waiting, however long: the job has not ended.
+            assert!(waited.recv_timeout(CLOSING_CHECK * 3).is_err());
+            closing.store(true, Ordering::Relaxed);
+            assert_eq!(
+                waited.recv_timeout(std::time::Duration::from_secs(10)),
+                Ok(None),
+                "given up once closing"
+            );
+        });
+        drop(release);
     }
 }
