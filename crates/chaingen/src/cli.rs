@@ -11,9 +11,9 @@ use bitcoin::secp256k1::{PublicKey, SecretKey};
 use osprey_chain::rpc::{Auth, RpcClient};
 
 use crate::generate::{generate_with, Config, Generator, Progress, Signatures};
+use crate::shape::{Preset, Profile};
 use crate::sign::Key;
 use crate::silent::Receiver;
-use crate::shape::{Preset, Profile};
 use crate::submit::{submit_chain, submit_headers, SubmitLimits, SubmitProgress};
 
 /// `osprey chaingen --preset P --seed S --out DIR` generates a chain;
@@ -460,8 +460,8 @@ mod tests {
         let scan = "0f694e068028a717f8af6b9411f9a133dd3565258714cc226594b34db90c1f2c";
         let spend = "03bc95144daf15336db3456825c70ced0a4462f89aca42c4921ee7ccb2b3a44796";
         let receiver = format!("{scan}:{spend}");
-        let cli = Cli::try_parse_from(["chaingen", "--sp-receiver", &receiver, "--out", "x"])
-            .unwrap();
+        let cli =
+            Cli::try_parse_from(["chaingen", "--sp-receiver", &receiver, "--out", "x"]).unwrap();
         assert_eq!(
             cli.chaingen.generate.sp_receiver,
             [SpReceiverKeys {

@@ -2605,6 +2605,50 @@ mod tests {
         }
     }
 
+    /// A receiver added to a chain's own is paid too, listed last in the
+    /// manifest; the chain's own receivers are those of its seed still.
+    #[test]
+    fn added_silent_receivers_are_paid_and_listed_last() {
+        let mnemonic = "life life life life life life life life life life life life";
+        let mut added = generator(500_000);
+        added
+            .add_silent_receiver(silent::receiver_of_mnemonic(mnemonic).unwrap())
+            .unwrap();
+        while added.next_block().is_some() {}
+        let manifest = added.manifest(Vec::new());
+        let receivers = manifest
+            .silent_payments
+            .expect("a chain with silent payments");
+        assert_eq!(receivers.len(), silent::RECEIVERS + 1);
+        let last = &receivers[silent::RECEIVERS];
+        assert_eq!(
+            last.address,
+            silent::receiver_of_mnemonic(mnemonic).unwrap().address()
+        );
+        assert!(
+            last.payments.len() > 3,
+            "{} payments to the added receiver",
+            last.payments.len()
+        );
+        assert!(last
+            .payments
+            .iter()
+            .flat_map(|p| &p.outputs)
+            .all(|o| o.label.is_none()));
+        for (r, receiver) in receivers[..silent::RECEIVERS].iter().enumerate() {
+            assert_eq!(receiver.address, silent::Receiver::new(3, r).address());
+        }
+
+        let mut started = generator(500_000);
+        started.next_block();
+        assert!(started
+            .add_silent_receiver(silent::receiver_of_mnemonic(mnemonic).unwrap())
+            .is_err());
+        assert!(generator(0)
+            .add_silent_receiver(silent::receiver_of_mnemonic(mnemonic).unwrap())
+            .is_err());
+    }
+
     /// Silent payments are planned only from inputs one of which counts
     /// and whose counted ones all have known keys, and leave an output
     /// somebody spends.

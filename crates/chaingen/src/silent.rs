@@ -109,11 +109,8 @@ impl Receiver {
                 .expect("the label was just added");
             addresses.push((Some(m), code.into()));
         }
-        let code = SilentPaymentCode::new_v0(
-            *scan.public_key(),
-            spend,
-            silentpayments::Network::Regtest,
-        );
+        let code =
+            SilentPaymentCode::new_v0(*scan.public_key(), spend, silentpayments::Network::Regtest);
         Receiver {
             scan,
             spend,
@@ -471,10 +468,9 @@ mod tests {
     /// own vector, testnet: the same keys as regtest, another prefix).
     #[test]
     fn mnemonic_receivers_have_sparrows_keys() {
-        let receiver = receiver_of_mnemonic(
-            "life life life life life life life life life life life life",
-        )
-        .unwrap();
+        let receiver =
+            receiver_of_mnemonic("life life life life life life life life life life life life")
+                .unwrap();
         assert_eq!(
             hex::encode(receiver.scan_secret().secret_bytes()),
             "36dc57ced5f4a76059947802f094ea40d0c11c74d444a1e7d3ea5e74b8d83d45"
