@@ -38,7 +38,7 @@ pub struct DemoArgs {
 /// (`--silent-payments`). Its entropy is the first 16 bytes of SHA-256 of
 /// "osprey demo silent payments", so its checksum is valid and Sparrow
 /// accepts it; anyone can read it here, so it must never hold real coins.
-pub const DEMO_MNEMONIC: &str =
+const DEMO_MNEMONIC: &str =
     "payment only planet draft bunker blur ceiling thing spawn unaware surround party";
 
 /// Share of the transfers able to pay a silent payment that do, in a demo
