@@ -47,9 +47,10 @@ const DEMO_MNEMONIC: &str =
 const DEMO_SP_SHARE: &str = "0.5";
 
 /// A day before the demo chain's first block (chaingen's
-/// `params::FIRST_BLOCK_TIME`, 2017-07-14 02:40 UTC): the start date a
-/// Sparrow silent-payment wallet needs to scan the whole chain (Sparrow
-/// scans from the wallet's birth date, today unless told otherwise).
+/// `params::FIRST_BLOCK_TIME`, 2017-07-14 02:40 UTC), in every time zone:
+/// the birth date that makes a Sparrow silent-payment wallet scan the whole
+/// chain (Sparrow sends the birth date as the subscription's `start`; an
+/// imported wallet without one gets today's, which finds nothing here).
 const DEMO_BIRTH_DATE: &str = "2017-07-13";
 
 /// What the demo tells the user about the generated chain, from its
