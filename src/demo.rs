@@ -28,7 +28,30 @@ pub struct DemoArgs {
     electrum_rpc_addr: String,
     #[arg(long, default_value = "info")]
     pub log_filter: String,
+    /// Also pay silent payments (BIP-352), some to the wallet Sparrow
+    /// restores from a printed public demo seed, and serve them
+    #[arg(long)]
+    silent_payments: bool,
 }
+
+/// The public demo seed whose silent-payment wallet the demo chain pays
+/// (`--silent-payments`). Its entropy is the first 16 bytes of SHA-256 of
+/// "osprey demo silent payments", so its checksum is valid and Sparrow
+/// accepts it; anyone can read it here, so it must never hold real coins.
+const DEMO_MNEMONIC: &str =
+    "payment only planet draft bunker blur ceiling thing spawn unaware surround party";
+
+/// Share of the transfers able to pay a silent payment that do, in a demo
+/// with silent payments: the tiny chain then pays the demo wallet a few
+/// dozen times.
+const DEMO_SP_SHARE: &str = "0.5";
+
+/// A day before the demo chain's first block (chaingen's
+/// `params::FIRST_BLOCK_TIME`, 2017-07-14 02:40 UTC), in every time zone:
+/// the birth date that makes a Sparrow silent-payment wallet scan the whole
+/// chain (Sparrow sends the birth date as the subscription's `start`; an
+/// imported wallet without one gets today's, which finds nothing here).
+const DEMO_BIRTH_DATE: &str = "2017-07-13";
 
 /// What the demo tells the user about the generated chain, from its
 /// `manifest.json`.
@@ -38,6 +61,18 @@ struct ChainSummary {
     addresses: usize,
     receive_descriptor: String,
     change_descriptor: String,
+    /// With `--silent-payments`: the demo seed's wallet, listed last among
+    /// the receivers.
+    demo_receiver: Option<DemoReceiver>,
+}
+
+/// What the chain paid the demo seed's silent-payment wallet.
+struct DemoReceiver {
+    address: String,
+    /// Transactions paying it.
+    payments: usize,
+    outputs: usize,
+    sats: u64,
 }
 
 impl ChainSummary {
@@ -63,7 +98,41 @@ impl ChainSummary {
                 .map(str::to_owned)
                 .with_context(|| format!("{pointer} in {} is not a string", path.display()))
         };
+        let demo_receiver = match manifest.pointer("/silent_payments") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(receivers) => {
+                let last = receivers
+                    .as_array()
+                    .and_then(|all| all.last())
+                    .with_context(|| {
+                        format!("{} lists no silent-payment receiver", path.display())
+                    })?;
+                let payments = last["payments"].as_array().with_context(|| {
+                    format!(
+                        "the last receiver in {} has no payments list",
+                        path.display()
+                    )
+                })?;
+                let outputs: Vec<&serde_json::Value> = payments
+                    .iter()
+                    .filter_map(|p| p["outputs"].as_array())
+                    .flatten()
+                    .collect();
+                Some(DemoReceiver {
+                    address: last["address"]
+                        .as_str()
+                        .with_context(|| {
+                            format!("the last receiver in {} has no address", path.display())
+                        })?
+                        .to_owned(),
+                    payments: payments.len(),
+                    outputs: outputs.len(),
+                    sats: outputs.iter().filter_map(|o| o["value"].as_u64()).sum(),
+                })
+            }
+        };
         Ok(ChainSummary {
+            demo_receiver,
             tip_height: number("/tip_height")?,
             tx_count: number("/tx_count")?,
             addresses: field("/wallet/addresses")?.as_array().map_or(0, Vec::len),
@@ -86,7 +155,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     };
     tracing::info!(preset = args.preset, dir = %dir.display(), "generating a regtest chain");
     let chain_dir = dir.join("chain");
-    let generate: Vec<OsString> = vec![
+    let mut generate: Vec<OsString> = vec![
         "--preset".into(),
         args.preset.into(),
         "--seed".into(),
@@ -94,6 +163,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         "--out".into(),
         chain_dir.clone().into(),
     ];
+    if args.silent_payments {
+        generate.extend([
+            "--sp-share".into(),
+            DEMO_SP_SHARE.into(),
+            "--sp-receiver-mnemonic".into(),
+            DEMO_MNEMONIC.into(),
+        ]);
+    }
     tools::run("chaingen", &generate).context("generating the chain")?;
     let manifest = ChainSummary::load(&chain_dir)?;
 
@@ -106,6 +183,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         electrum_rpc_addr: Some(args.electrum_rpc_addr.clone()),
         log_filter: Some(args.log_filter.clone()),
         reindex: true,
+        silent_payments: Some(args.silent_payments),
         banner: Some("Osprey demo: a generated regtest chain".into()),
         ..ConfigArgs::default()
     }
@@ -115,7 +193,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let parts = serve::build(&config, &stop)?;
 
     let addr = config.electrum_rpc_addr;
-    let message = [
+    let mut message = vec![
         String::new(),
         format!(
             "Osprey demo: {} blocks, {} transactions, serving on {addr} (plain TCP, regtest)",
@@ -141,9 +219,12 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         format!("    receive: {}", manifest.receive_descriptor),
         format!("    change:  {}", manifest.change_descriptor),
         String::new(),
-        "  Stop with Ctrl-C.".into(),
-    ]
-    .join("\n");
+    ];
+    if let Some(receiver) = &manifest.demo_receiver {
+        message.extend(silent_payments_message(receiver));
+    }
+    message.push("  Stop with Ctrl-C.".into());
+    let message = message.join("\n");
     let runtime = serve::runtime(&config)?;
     {
         let stop = Arc::clone(&stop);
@@ -158,4 +239,29 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         println!("{message}");
     }
     serve::run_server(&config, parts, runtime, stop)
+}
+
+/// How to see the demo seed's silent payments in Sparrow (its menus and
+/// dialogs as Sparrow 2.x names them).
+fn silent_payments_message(receiver: &DemoReceiver) -> Vec<String> {
+    vec![
+        format!(
+            "  Silent payments: the chain pays {} transactions ({} outputs, {} sats) to",
+            receiver.payments, receiver.outputs, receiver.sats
+        ),
+        format!("    {}", receiver.address),
+        "  the wallet of this PUBLIC DEMO SEED (BIP-39, no passphrase; anyone can read it:".into(),
+        "  never use it for real funds):".into(),
+        format!("    {DEMO_MNEMONIC}"),
+        "  To see them in Sparrow (regtest, connected as above):".into(),
+        "    File > New Wallet, any name; tick \"Has existing transactions starting from\"".into(),
+        format!("    and pick {DEMO_BIRTH_DATE} (the chain's blocks are dated from 2017-07-14);"),
+        "    Policy Type: Single Signature SP; New or Imported Software Wallet >".into(),
+        "    Mnemonic Words (BIP39) > Use 12 Words: enter the seed, Import Keystore; Apply.".into(),
+        format!(
+            "    The wallet's address is the one above; its history lists the {} transactions.",
+            receiver.payments
+        ),
+        String::new(),
+    ]
 }

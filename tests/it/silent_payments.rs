@@ -98,7 +98,7 @@ const FUNDING_SATS: u64 = 1_000_000;
 /// notifications wait for idle CPU, as `SCAN_TIMEOUT` says).
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(120);
 
-const SP_METHOD: &str = "blockchain.silentpayments.subscribe";
+pub(crate) const SP_METHOD: &str = "blockchain.silentpayments.subscribe";
 const HEADERS_METHOD: &str = "blockchain.headers.subscribe";
 const SCRIPTHASH_METHOD: &str = "blockchain.scripthash.subscribe";
 
@@ -174,7 +174,7 @@ struct Sent {
 }
 
 /// One history entry: height, txid, tweak key.
-type Entry = (u64, String, String);
+pub(crate) type Entry = (u64, String, String);
 
 /// The outputs of one transaction paid to a receiver through a label it
 /// scans: sats and label (`None`: unlabelled) by vout.
@@ -290,7 +290,7 @@ fn read_notification(n: &Value, subscriptions: &[Value]) -> (usize, f64, Vec<Ent
 /// Reads notifications until each of `subscriptions`' historical scans
 /// ended (progress 1.0, then that once more with no entry), checking that
 /// progress never goes back; returns what each listed.
-fn scan_to_end(session: &mut Session, subscriptions: &[Value]) -> Vec<BTreeSet<Entry>> {
+pub(crate) fn scan_to_end(session: &mut Session, subscriptions: &[Value]) -> Vec<BTreeSet<Entry>> {
     let mut found = vec![BTreeSet::new(); subscriptions.len()];
     let mut progress = vec![0.0; subscriptions.len()];
     // The end comes twice: with the scan's last entries, then, a little

@@ -3,13 +3,17 @@
 //! `main` parses [`ChaingenArgs`] and calls [`run`].
 
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use bitcoin::secp256k1::{PublicKey, SecretKey};
 use osprey_chain::rpc::{Auth, RpcClient};
 
-use crate::generate::{generate, Config, Progress, Signatures};
+use crate::generate::{generate_with, Config, Generator, Progress, Signatures};
 use crate::shape::{Preset, Profile};
+use crate::sign::Key;
+use crate::silent::Receiver;
 use crate::submit::{submit_chain, submit_headers, SubmitLimits, SubmitProgress};
 
 /// `osprey chaingen --preset P --seed S --out DIR` generates a chain;
@@ -86,6 +90,38 @@ pub struct GenerateArgs {
     /// their secrets.
     #[arg(long, default_value_t = 0.0)]
     pub sp_share: f64,
+    /// One more silent-payment receiver, as SCAN_SECRET:SPEND_PUBLIC_KEY
+    /// (hex, 32 and 33 bytes): a wallet's, whose seed gives its keys. Paid
+    /// through its unlabelled address like the chain's own receivers (after
+    /// which manifest.json lists it); needs --sp-share. Repeatable.
+    #[arg(long, value_parser = parse_sp_receiver)]
+    pub sp_receiver: Vec<SpReceiverKeys>,
+    /// One more silent-payment receiver, as --sp-receiver: the wallet
+    /// Sparrow restores from this BIP-39 mnemonic (no passphrase, account
+    /// 0; BIP-352's m/352'/1'/0' paths). Repeatable.
+    #[arg(long)]
+    pub sp_receiver_mnemonic: Vec<String>,
+}
+
+/// The keys of a receiver given with `--sp-receiver`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpReceiverKeys {
+    pub scan_secret: SecretKey,
+    pub spend_public_key: PublicKey,
+}
+
+fn parse_sp_receiver(text: &str) -> Result<SpReceiverKeys, String> {
+    let (scan, spend) = text
+        .split_once(':')
+        .ok_or("expected SCAN_SECRET:SPEND_PUBLIC_KEY, in hex")?;
+    let scan_secret = SecretKey::from_str(scan)
+        .map_err(|e| format!("the scan secret is not a 32-byte hex secret key: {e}"))?;
+    let spend_public_key = PublicKey::from_str(spend)
+        .map_err(|e| format!("the spend key is not a 33-byte hex public key: {e}"))?;
+    Ok(SpReceiverKeys {
+        scan_secret,
+        spend_public_key,
+    })
 }
 
 /// Flags of `osprey chaingen submit`.
@@ -218,8 +254,21 @@ fn run_generate(args: GenerateArgs) -> anyhow::Result<()> {
         }
     };
     let profile = config.shape.profile;
+    let mut generator = Generator::new(config)?;
+    for keys in &args.sp_receiver {
+        generator.add_silent_receiver(Receiver::with_spend_public_key(
+            Key::from_secret(keys.scan_secret),
+            keys.spend_public_key,
+            &[],
+        ))?;
+    }
+    for mnemonic in &args.sp_receiver_mnemonic {
+        let receiver = crate::silent::receiver_of_mnemonic(mnemonic)
+            .map_err(|e| anyhow::anyhow!("--sp-receiver-mnemonic: {e}"))?;
+        generator.add_silent_receiver(receiver)?;
+    }
     let (manifest, stats) = pool
-        .install(|| generate(config, &out, &mut report))
+        .install(|| generate_with(generator, &out, &mut report))
         .with_context(|| format!("generating chain into {}", out.display()))?;
     eprintln!(
         "done: {} blocks, {} txs ({} inputs, {} outputs), {:.1} MB in {} files, {:.1} s ({:.0} tx/s); \
@@ -407,6 +456,25 @@ mod tests {
         let cli =
             Cli::try_parse_from(["chaingen", "--sp-share", "0.05", "--out", "/tmp/x"]).unwrap();
         assert_eq!(cli.chaingen.generate.sp_share, 0.05);
+        assert!(cli.chaingen.generate.sp_receiver.is_empty());
+        let scan = "0f694e068028a717f8af6b9411f9a133dd3565258714cc226594b34db90c1f2c";
+        let spend = "03bc95144daf15336db3456825c70ced0a4462f89aca42c4921ee7ccb2b3a44796";
+        let receiver = format!("{scan}:{spend}");
+        let cli =
+            Cli::try_parse_from(["chaingen", "--sp-receiver", &receiver, "--out", "x"]).unwrap();
+        assert_eq!(
+            cli.chaingen.generate.sp_receiver,
+            [SpReceiverKeys {
+                scan_secret: scan.parse().unwrap(),
+                spend_public_key: spend.parse().unwrap(),
+            }]
+        );
+        for bad in [scan, &format!("{spend}:{scan}"), &format!("{scan}:02ab")] {
+            assert!(
+                Cli::try_parse_from(["chaingen", "--sp-receiver", bad, "--out", "x"]).is_err(),
+                "{bad}"
+            );
+        }
 
         let cli = Cli::try_parse_from([
             "chaingen",

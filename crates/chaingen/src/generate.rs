@@ -974,6 +974,38 @@ impl Generator {
         })
     }
 
+    /// Adds a receiver of the chain's silent payments, besides its own
+    /// [`silent::RECEIVERS`]: one whose keys come from elsewhere (a wallet's
+    /// seed), paid through its unlabelled address like the others and
+    /// listed after them in the manifest. Receivers are drawn uniformly,
+    /// so each added one takes a share of the payments.
+    ///
+    /// # Errors
+    /// When the chain pays no silent payments, a block was already made
+    /// (the blocks so far would not have paid it), or the receivers would
+    /// outnumber what a payment can name.
+    pub fn add_silent_receiver(&mut self, receiver: Receiver) -> Result<(), GenError> {
+        let Some(state) = &mut self.silent else {
+            return Err(GenError::Shape(
+                "a silent-payment receiver needs a silent-payment share above 0".into(),
+            ));
+        };
+        if self.next_height > 0 {
+            return Err(GenError::Shape(
+                "silent-payment receivers are added before the first block".into(),
+            ));
+        }
+        if state.receivers.len() > usize::from(u8::MAX) {
+            return Err(GenError::Shape(format!(
+                "at most {} silent-payment receivers",
+                usize::from(u8::MAX) + 1
+            )));
+        }
+        state.receivers.push(receiver);
+        state.payments.push(Vec::new());
+        Ok(())
+    }
+
     /// Height of the last block the chain will have.
     pub fn tip_height(&self) -> u32 {
         self.config.shape.blocks + self.config.signatures.tail_blocks()
@@ -1294,12 +1326,13 @@ impl Generator {
         if chosen.is_empty() {
             return;
         }
-        let first = state.rng.gen_range(0..silent::RECEIVERS);
+        let receivers = state.receivers.len();
+        let first = state.rng.gen_range(0..receivers);
         // Two outputs: to the same receiver (k = 0 and 1) or to another.
         let second = if state.rng.gen_bool(0.5) {
             first
         } else {
-            (first + state.rng.gen_range(1..silent::RECEIVERS)) % silent::RECEIVERS
+            (first + state.rng.gen_range(1..receivers)) % receivers
         };
         for (n, &i) in chosen.iter().enumerate() {
             let receiver = if n == 0 { first } else { second };
@@ -2266,8 +2299,20 @@ pub fn generate(
     out_dir: &Path,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<(Manifest, Progress), GenError> {
+    generate_with(Generator::new(config)?, out_dir, progress)
+}
+
+/// Generates the chain of `generator`, set up beyond its config (e.g. with
+/// [`Generator::add_silent_receiver`]) and not yet started, as [`generate`].
+///
+/// # Errors
+/// When a file cannot be written.
+pub fn generate_with(
+    mut generator: Generator,
+    out_dir: &Path,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(Manifest, Progress), GenError> {
     let started = Instant::now();
-    let mut generator = Generator::new(config)?;
     // A manifest or stats left from an earlier run must not describe the
     // new blocks if this run stops half way.
     let manifest_path = out_dir.join(crate::manifest::MANIFEST_FILE);
@@ -2558,6 +2603,50 @@ mod tests {
                 .collect();
             assert_eq!(found, expected, "receiver {r}");
         }
+    }
+
+    /// A receiver added to a chain's own is paid too, listed last in the
+    /// manifest; the chain's own receivers are those of its seed still.
+    #[test]
+    fn added_silent_receivers_are_paid_and_listed_last() {
+        let mnemonic = "life life life life life life life life life life life life";
+        let mut added = generator(500_000);
+        added
+            .add_silent_receiver(silent::receiver_of_mnemonic(mnemonic).unwrap())
+            .unwrap();
+        while added.next_block().is_some() {}
+        let manifest = added.manifest(Vec::new());
+        let receivers = manifest
+            .silent_payments
+            .expect("a chain with silent payments");
+        assert_eq!(receivers.len(), silent::RECEIVERS + 1);
+        let last = &receivers[silent::RECEIVERS];
+        assert_eq!(
+            last.address,
+            silent::receiver_of_mnemonic(mnemonic).unwrap().address()
+        );
+        assert!(
+            last.payments.len() > 3,
+            "{} payments to the added receiver",
+            last.payments.len()
+        );
+        assert!(last
+            .payments
+            .iter()
+            .flat_map(|p| &p.outputs)
+            .all(|o| o.label.is_none()));
+        for (r, receiver) in receivers[..silent::RECEIVERS].iter().enumerate() {
+            assert_eq!(receiver.address, silent::Receiver::new(3, r).address());
+        }
+
+        let mut started = generator(500_000);
+        started.next_block();
+        assert!(started
+            .add_silent_receiver(silent::receiver_of_mnemonic(mnemonic).unwrap())
+            .is_err());
+        assert!(generator(0)
+            .add_silent_receiver(silent::receiver_of_mnemonic(mnemonic).unwrap())
+            .is_err());
     }
 
     /// Silent payments are planned only from inputs one of which counts

@@ -66,7 +66,7 @@ pub mod wallet;
 pub use blkfile::{read_blocks, read_raw_blocks, BlkError, RawBlock};
 pub use cli::{run, ChaingenArgs};
 pub use generate::{
-    generate, Config, GenError, Generator, Progress, Signatures, CHECKED_TAIL_BLOCKS,
+    generate, generate_with, Config, GenError, Generator, Progress, Signatures, CHECKED_TAIL_BLOCKS,
 };
 pub use manifest::{Manifest, PlaceholderSignatures};
 pub use shape::{Preset, Profile, Shape};

@@ -16,7 +16,9 @@
 //! intermediate sum is zero but final sum is non-zero" says must not fail;
 //! spdk is given `a` as one non-taproot key.
 
-use bitcoin::hashes::Hash;
+use bitcoin::bip32::{DerivationPath, Xpriv};
+use bitcoin::hashes::hmac::{Hmac, HmacEngine};
+use bitcoin::hashes::{sha512, Hash, HashEngine};
 use bitcoin::secp256k1::{Parity, PublicKey, Scalar, SecretKey, XOnlyPublicKey};
 use bitcoin::{OutPoint, Script, Transaction, Witness};
 use silentpayments::receiving::{Label, Receiver as SpdkReceiver};
@@ -48,7 +50,7 @@ const CHANGE_LABEL: u32 = 0;
 /// others through their unlabelled address only.
 pub struct Receiver {
     scan: Key,
-    spend: Key,
+    spend: PublicKey,
     /// The addresses it is paid through: `None` for the unlabelled one,
     /// else the label `m`, with the keys a sender pays.
     addresses: Vec<(Option<u32>, SilentPaymentKeyMaterial)>,
@@ -75,20 +77,28 @@ impl Receiver {
     /// The receiver of scan key `scan` and spend key `spend`, paid through
     /// its unlabelled address and each of `labels`.
     pub fn with_keys(scan: Key, spend: Key, labels: &[u32]) -> Receiver {
+        Receiver::with_spend_public_key(scan, *spend.public_key(), labels)
+    }
+
+    /// The receiver of scan key `scan` and spend public key `spend` (all a
+    /// sender and a scanning server know of it, e.g. a wallet's whose spend
+    /// secret stays in the wallet), paid through its unlabelled address and
+    /// each of `labels`.
+    pub fn with_spend_public_key(scan: Key, spend: PublicKey, labels: &[u32]) -> Receiver {
         // spdk derives the labelled spend keys too: the sender's side of
         // the test oracle stays spdk's.
         let change = Label::new(*scan.secret_key(), CHANGE_LABEL);
         let mut spdk = SpdkReceiver::new(
             SpVersion::ZERO,
             *scan.public_key(),
-            *spend.public_key(),
+            spend,
             change,
             silentpayments::Network::Regtest,
         )
         .expect("B_spend + label·G is infinity with negligible probability");
         let mut addresses = vec![(
             None,
-            SilentPaymentKeyMaterial::new_v0(*scan.public_key(), *spend.public_key()),
+            SilentPaymentKeyMaterial::new_v0(*scan.public_key(), spend),
         )];
         for &m in labels {
             let label = Label::new(*scan.secret_key(), m);
@@ -99,11 +109,8 @@ impl Receiver {
                 .expect("the label was just added");
             addresses.push((Some(m), code.into()));
         }
-        let code = SilentPaymentCode::new_v0(
-            *scan.public_key(),
-            *spend.public_key(),
-            silentpayments::Network::Regtest,
-        );
+        let code =
+            SilentPaymentCode::new_v0(*scan.public_key(), spend, silentpayments::Network::Regtest);
         Receiver {
             scan,
             spend,
@@ -119,7 +126,7 @@ impl Receiver {
 
     /// `B_spend`.
     pub fn spend_public_key(&self) -> &PublicKey {
-        self.spend.public_key()
+        &self.spend
     }
 
     /// The unlabelled address, with the regtest prefix `sprt`.
@@ -155,6 +162,72 @@ impl Receiver {
             .map(|(_, keys)| *keys)
             .expect("receivers are only paid through their own labels")
     }
+}
+
+/// Rounds of PBKDF2-HMAC-SHA512 from a BIP-39 mnemonic to its seed.
+const BIP39_ROUNDS: u32 = 2048;
+
+/// The keys of the silent-payment wallet a BIP-39 `mnemonic` (no
+/// passphrase) restores in Sparrow on regtest, testnet or signet: scan
+/// secret at m/352'/1'/0'/1'/0 and spend key at m/352'/1'/0'/0'/0
+/// (BIP-352's paths, account 0, coin type 1'; drongo's
+/// `KeyDerivation.getBip352ScanDerivation`). Returns the receiver paid
+/// through its unlabelled address only.
+///
+/// The mnemonic's words are not checked against BIP-39's list (a wallet
+/// refuses a bad checksum; the seed is PBKDF2 of the words whatever they
+/// are), so this needs no word list.
+///
+/// # Errors
+/// When `mnemonic` is not lowercase ASCII words: BIP-39 hashes the NFKD
+/// form, which for those is the text itself.
+pub fn receiver_of_mnemonic(mnemonic: &str) -> Result<Receiver, String> {
+    let words: Vec<&str> = mnemonic.split_whitespace().collect();
+    if words.is_empty()
+        || !words
+            .iter()
+            .all(|w| w.bytes().all(|b| b.is_ascii_lowercase()))
+    {
+        return Err("a mnemonic is lowercase ASCII words".into());
+    }
+    let seed = bip39_seed(&words.join(" "));
+    let master = Xpriv::new_master(bitcoin::NetworkKind::Test, &seed)
+        .map_err(|e| format!("no master key from the mnemonic's seed: {e}"))?;
+    let derive = |path: &str| {
+        let path: DerivationPath = path.parse().expect("a valid constant path");
+        master
+            .derive_priv(&SECP, &path)
+            .map(|key| key.private_key)
+            .map_err(|e| format!("deriving {path}: {e}"))
+    };
+    let scan = derive("m/352'/1'/0'/1'/0")?;
+    let spend = derive("m/352'/1'/0'/0'/0")?;
+    Ok(Receiver::with_spend_public_key(
+        Key::from_secret(scan),
+        spend.public_key(&SECP),
+        &[],
+    ))
+}
+
+/// BIP-39's seed of a mnemonic without passphrase: PBKDF2-HMAC-SHA512 of
+/// the mnemonic, salt "mnemonic", one 64-byte block (the hash's size).
+fn bip39_seed(mnemonic: &str) -> [u8; 64] {
+    let hmac = |data: &[&[u8]]| {
+        let mut engine = HmacEngine::<sha512::Hash>::new(mnemonic.as_bytes());
+        for part in data {
+            engine.input(part);
+        }
+        Hmac::<sha512::Hash>::from_engine(engine).to_byte_array()
+    };
+    let mut u = hmac(&[b"mnemonic", &1u32.to_be_bytes()]);
+    let mut seed = u;
+    for _ in 1..BIP39_ROUNDS {
+        u = hmac(&[&u]);
+        for (s, b) in seed.iter_mut().zip(u) {
+            *s ^= b;
+        }
+    }
+    seed
 }
 
 /// The receivers of the chain of `seed`.
@@ -389,6 +462,55 @@ mod tests {
                 assert_eq!(key.spending_secret(kind), *key.secret_key());
             }
         }
+    }
+
+    /// drongo's SilentPaymentScanAddressTest.testEncodeFromSeed (Sparrow's
+    /// own vector, testnet: the same keys as regtest, another prefix).
+    #[test]
+    fn mnemonic_receivers_have_sparrows_keys() {
+        let receiver =
+            receiver_of_mnemonic("life life life life life life life life life life life life")
+                .unwrap();
+        assert_eq!(
+            hex::encode(receiver.scan_secret().secret_bytes()),
+            "36dc57ced5f4a76059947802f094ea40d0c11c74d444a1e7d3ea5e74b8d83d45"
+        );
+        assert_eq!(
+            receiver.spend_public_key().to_string(),
+            "03f92466aee84707997b5c596ac52a5867d5d9a4deef1338a9157218cdda9331ee"
+        );
+        let testnet = SilentPaymentCode::new_v0(
+            receiver.scan.public_key().to_owned(),
+            *receiver.spend_public_key(),
+            silentpayments::Network::Testnet,
+        );
+        assert_eq!(
+            testnet.to_string(),
+            "tsp1qq0grgkzt7uwfst33pyge7k9mrkag0r9vrklc695n0pw7kwwc7qddqqley3n2a6z8q7vhkhzedtzj5kr86hv6fhh0zvu2j9tjrrxa4ye3acuv6f3q"
+        );
+        assert_eq!(receiver.paid_labels().collect::<Vec<_>>(), [None]);
+        // Spaces between words do not count; case and non-words do.
+        assert_eq!(
+            receiver_of_mnemonic(
+                " life life life life life life\tlife life life life life  life\n"
+            )
+            .unwrap()
+            .address(),
+            receiver.address()
+        );
+        for bad in ["", "  ", "Life life", "life lïfe", "life1"] {
+            assert!(receiver_of_mnemonic(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// The seed BIP-39 tools give "abandon ... about" without passphrase.
+    #[test]
+    fn bip39_seeds_are_pbkdf2_of_the_mnemonic() {
+        let mnemonic = "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about";
+        assert_eq!(
+            hex::encode(bip39_seed(mnemonic)),
+            "5eb00bbddcf069084889a8ab9155568165f5c453ccb85e70811aaed6f6da5fc19a5ac40b389cd370d086206dec8aa6c43daea6690f20ad3d8d48b2d2ce9e38e4"
+        );
     }
 
     #[test]
