@@ -3,6 +3,7 @@
 //! The binary is glue: it reads the config, installs logging, and runs one
 //! subcommand. The work happens in the crates under `crates/`.
 
+mod admin;
 mod config;
 mod demo;
 mod memory;
@@ -16,6 +17,10 @@ mod tools;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::ffi::OsString;
 use std::process::ExitCode;
+use std::sync::OnceLock;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{reload, EnvFilter, Registry};
 
 #[derive(Parser)]
 #[command(
@@ -52,6 +57,20 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Ask an Electrum server for server.ping; exits 0 if it answers (a health check)
     Ping(ping::PingArgs),
+    /// Ask the running `osprey serve` (found from the same settings) about
+    /// its state or sessions, or tell it to act, over its local admin socket
+    #[command(after_help = admin::COMMANDS)]
+    Admin {
+        #[command(flatten)]
+        config: config::ConfigArgs,
+        /// Print the answer as one JSON line, for scripts
+        #[arg(long)]
+        json: bool,
+        /// getinfo, sessions, kick, loglevel, query or stop
+        command: String,
+        /// The command's arguments
+        args: Vec<String>,
+    },
     /// Generate a deterministic regtest chain (or feed one to a node); runs osprey-tools
     #[command(disable_help_flag = true, disable_version_flag = true)]
     Chaingen {
@@ -66,22 +85,42 @@ enum Command {
     },
 }
 
+/// The log filter's handle, which `osprey admin loglevel` changes it through.
+static LOG_FILTER: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
+
 fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|e| {
         // Logging is not up yet, so this one goes straight to stderr.
         #[allow(clippy::print_stderr)]
         {
             eprintln!("invalid --log-filter {filter:?} ({e}); using \"info\"");
         }
-        tracing_subscriber::EnvFilter::new("info")
+        EnvFilter::new("info")
     });
+    let (filter, handle) = reload::Layer::new(filter);
     // Colours only for a person at a terminal, not in log files.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(progress::stderr_around_bar)
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(ansi)
+                .with_writer(progress::stderr_around_bar),
+        )
         .init();
+    // Set once: logging is initialised once per process.
+    let _ = LOG_FILTER.set(handle);
+}
+
+/// Replaces the log filter (`osprey admin loglevel`).
+fn set_log_filter(filter: &str) -> Result<(), String> {
+    let filter =
+        EnvFilter::try_new(filter).map_err(|e| format!("invalid filter {filter:?}: {e}"))?;
+    LOG_FILTER
+        .get()
+        .ok_or_else(|| "logging is not set up".to_string())?
+        .reload(filter)
+        .map_err(|e| format!("setting the log filter: {e}"))
 }
 
 /// Starts logging at the config's filter, then logs the settings the
@@ -168,6 +207,12 @@ fn main() -> ExitCode {
             demo::run(args)
         }
         Command::Ping(args) => ping::run(args),
+        Command::Admin {
+            config,
+            json,
+            command,
+            args,
+        } => resolve(&config).and_then(|config| admin::run(&config, json, &command, &args)),
         Command::Chaingen { args } => tools::exec("chaingen", args),
         Command::Bench { args } => tools::exec("bench", args),
     };

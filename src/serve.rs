@@ -1,6 +1,7 @@
 //! Wires the pieces together: store, chain source, indexer, query, tracker
 //! thread and Electrum server.
 
+use crate::admin;
 use crate::config::{ChainConfig, Config};
 use crate::memory;
 use crate::monitoring::Monitoring;
@@ -242,6 +243,8 @@ pub struct Parts {
     pub query: Arc<Query>,
     pub metrics: Arc<Metrics>,
     monitoring: Option<Monitoring>,
+    /// When the build began: the server's uptime counts from here.
+    started: Instant,
 }
 
 /// The async runtime that serves wallets, on `worker_threads` threads.
@@ -256,6 +259,7 @@ pub fn runtime(config: &Config) -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// The index, the chain source and what serves from them, as `config` says.
 pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<Parts> {
+    let started = Instant::now();
     // Block parsing and the sort before each commit run on rayon's global
     // pool: `worker_threads` of them, so a small board keeps cores for its
     // node. Only the first call sets it; a process builds once.
@@ -294,6 +298,7 @@ pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<Parts> {
         query,
         metrics,
         monitoring,
+        started,
     })
 }
 
@@ -329,6 +334,7 @@ pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::
         query,
         metrics,
         monitoring,
+        ..
     } = build(&config, &stop)?;
     let mut progress = Progress::new(progress_json, metrics);
     update_until_ok(&mut tracker, &mut progress, &stop)?;
@@ -421,6 +427,7 @@ pub fn run_server(
         query,
         metrics,
         monitoring,
+        started,
     } = parts;
     let limits = osprey_server::Limits {
         line_bytes_max: config.line_bytes_max,
@@ -463,6 +470,20 @@ pub fn run_server(
         query.changes(),
     ))?;
     let addr = bound.local_addr().unwrap_or(config.electrum_rpc_addr);
+    let admin = admin::start(
+        &runtime,
+        &config.db_path,
+        admin::AdminContext {
+            query: Arc::clone(&query),
+            metrics: Arc::clone(&metrics),
+            sessions: bound.sessions(),
+            stop: Arc::clone(&stop),
+            network: config.network,
+            started,
+            set_log_filter: crate::set_log_filter,
+        },
+    )?;
+    tracing::info!(path = %admin.path().display(), "admin socket open");
     let server = {
         let stop = Arc::clone(&stop);
         let metrics = Arc::clone(&metrics);
@@ -491,6 +512,7 @@ pub fn run_server(
     );
     stop.store(true, Ordering::Relaxed);
     let served = runtime.block_on(server).context("server task");
+    drop(admin);
     drop(monitoring);
     drop(tracker);
     drop(query);

@@ -18,6 +18,9 @@ use std::sync::Arc;
 #[derive(Debug, Default)]
 pub struct SessionState {
     negotiated: Option<ProtocolVersion>,
+    /// The client's name from `server.version`, cut to
+    /// [`CLIENT_NAME_CHARS_MAX`] characters (for the admin interface).
+    client_name: Option<String>,
     /// Whether any message other than `server.version` came first; 1.6
     /// requires `server.version` to be the very first message.
     other_message_seen: bool,
@@ -46,6 +49,9 @@ pub struct SessionState {
 /// and the notifier's registry entry. Measured: 400,000 subscriptions
 /// raised the server's RSS by ~250 bytes each.
 pub const SUBSCRIPTION_BYTES: usize = 256;
+
+/// How much of a client's self-chosen name a session keeps.
+pub const CLIENT_NAME_CHARS_MAX: usize = 64;
 
 /// What one silent-payments subscription may hold while it scans
 /// (docs/silent-payments.md, 3.6): its keys and up to 11 label points
@@ -95,6 +101,16 @@ impl SessionState {
 
     pub fn negotiated(&self) -> Option<ProtocolVersion> {
         self.negotiated
+    }
+
+    /// Records the name the client gave in `server.version`.
+    pub fn set_client_name(&mut self, name: &str) {
+        self.client_name = Some(name.chars().take(CLIENT_NAME_CHARS_MAX).collect());
+    }
+
+    /// The name the client gave in `server.version`, if it sent one.
+    pub fn client_name(&self) -> Option<&str> {
+        self.client_name.as_deref()
     }
 
     /// Records that a message other than `server.version` arrived.

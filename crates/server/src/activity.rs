@@ -1,13 +1,19 @@
-//! When each session last sent a request, so that a full server makes room
+//! The registry of live sessions. It keeps when each session last sent a
+//! request, so that a full server makes room
 //! for a newcomer by closing the session that has been idle the longest,
-//! instead of locking every new wallet out until idle sessions time out.
+//! instead of locking every new wallet out until idle sessions time out;
+//! and what the admin interface lists and kicks by ([`Sessions`]): each
+//! session's address, client, protocol, subscriptions and bytes.
 //!
 //! A session that has sent nothing at all since it connected goes first,
 //! after a short grace ([`SILENT_GRACE`]): every wallet starts with
 //! `server.version` at once, so a silent connection is a dead or hostile
 //! one, and a flood of them must not keep wallets out for a minute.
 
+use crate::transport::ListenerKind;
+use osprey_electrum::{ProtocolVersion, SessionState};
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,15 +31,60 @@ pub(crate) struct Activity {
     sessions: Mutex<HashMap<u64, SessionActivity>>,
 }
 
-/// One session's part: it stamps each request, and ends when `shed` fires.
+/// One session's part: it stamps each request, counts its bytes, and ends
+/// when `shed` fires.
 #[derive(Clone)]
 pub(crate) struct SessionActivity {
     epoch: Instant,
+    /// Milliseconds since `epoch` at the connection.
+    connected_ms: u64,
     /// Milliseconds since `epoch` at the last request (or the connection).
     last_ms: Arc<AtomicU64>,
     /// Whether the session has sent a request yet.
     spoke: Arc<AtomicBool>,
     pub shed: Arc<Notify>,
+    /// Set when `shed` fires for an operator's kick rather than for room.
+    kicked: Arc<AtomicBool>,
+    peer: SocketAddr,
+    listener: ListenerKind,
+    pub received_bytes: Arc<AtomicU64>,
+    pub sent_bytes: Arc<AtomicU64>,
+    /// What the session's state says of its client, after its last line.
+    described: Arc<Mutex<Described>>,
+}
+
+/// What a session's protocol state says of its client.
+#[derive(Clone, Default)]
+struct Described {
+    client: Option<String>,
+    protocol: Option<ProtocolVersion>,
+    subscriptions: usize,
+}
+
+/// One live session, as the admin interface lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub id: u64,
+    /// The client's address (as a PROXY header names it, when relayed).
+    pub peer: SocketAddr,
+    pub listener: ListenerKind,
+    /// The name the client gave in `server.version`.
+    pub client: Option<String>,
+    /// The negotiated protocol version.
+    pub protocol: Option<String>,
+    /// Scripts, outpoints and silent-payment addresses subscribed to.
+    pub subscriptions: usize,
+    pub received_bytes: u64,
+    pub sent_bytes: u64,
+    pub connected: Duration,
+    pub idle: Duration,
+}
+
+/// Which sessions an operator closes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionFilter {
+    Id(u64),
+    Address(IpAddr),
 }
 
 impl SessionActivity {
@@ -43,9 +94,45 @@ impl SessionActivity {
         self.spoke.store(true, Ordering::Relaxed);
     }
 
+    /// Keeps what `state` says of the client, for [`Sessions::list`];
+    /// called after every line, so the name is copied only when it changed.
+    pub fn describe(&self, state: &SessionState) {
+        let mut kept = self
+            .described
+            .lock()
+            .expect("session description lock poisoned");
+        if kept.client.as_deref() != state.client_name() {
+            kept.client = state.client_name().map(str::to_string);
+        }
+        kept.protocol = state.negotiated();
+        kept.subscriptions = state.subscription_count() + state.silent_subscription_count();
+    }
+
+    /// Whether the session was told to close by an operator.
+    pub fn kicked(&self) -> bool {
+        self.kicked.load(Ordering::Relaxed)
+    }
+
     fn stamp(&self) {
         self.last_ms
             .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+/// The live sessions of a server, for its admin interface: listed, and
+/// closed on request ([`crate::Server::sessions`]).
+#[derive(Clone)]
+pub struct Sessions(pub(crate) Arc<Activity>);
+
+impl Sessions {
+    /// Every live session, by id.
+    pub fn list(&self) -> Vec<SessionInfo> {
+        self.0.list()
+    }
+
+    /// Closes the sessions `filter` matches; returns their ids.
+    pub fn kick(&self, filter: SessionFilter) -> Vec<u64> {
+        self.0.kick(filter)
     }
 }
 
@@ -57,13 +144,20 @@ impl Activity {
         }
     }
 
-    /// Registers session `id`, active as of now.
-    pub fn register(&self, id: u64) -> SessionActivity {
+    /// Registers session `id` from `peer` on `listener`, active as of now.
+    pub fn register(&self, id: u64, peer: SocketAddr, listener: ListenerKind) -> SessionActivity {
         let session = SessionActivity {
             epoch: self.epoch,
+            connected_ms: self.epoch.elapsed().as_millis() as u64,
             last_ms: Arc::new(AtomicU64::new(0)),
             spoke: Arc::new(AtomicBool::new(false)),
             shed: Arc::new(Notify::new()),
+            kicked: Arc::new(AtomicBool::new(false)),
+            peer,
+            listener,
+            received_bytes: Arc::new(AtomicU64::new(0)),
+            sent_bytes: Arc::new(AtomicU64::new(0)),
+            described: Arc::new(Mutex::new(Described::default())),
         };
         session.stamp();
         self.lock().insert(id, session.clone());
@@ -107,6 +201,59 @@ impl Activity {
         }
     }
 
+    /// Every live session, by id.
+    pub fn list(&self) -> Vec<SessionInfo> {
+        let now_ms = self.epoch.elapsed().as_millis() as u64;
+        let since = |ms: u64| Duration::from_millis(now_ms.saturating_sub(ms));
+        let mut list: Vec<SessionInfo> = self
+            .lock()
+            .iter()
+            .map(|(id, s)| {
+                let described = s
+                    .described
+                    .lock()
+                    .expect("session description lock poisoned")
+                    .clone();
+                SessionInfo {
+                    id: *id,
+                    peer: s.peer,
+                    listener: s.listener,
+                    client: described.client,
+                    protocol: described.protocol.map(|v| v.to_string()),
+                    subscriptions: described.subscriptions,
+                    received_bytes: s.received_bytes.load(Ordering::Relaxed),
+                    sent_bytes: s.sent_bytes.load(Ordering::Relaxed),
+                    connected: since(s.connected_ms),
+                    idle: since(s.last_ms.load(Ordering::Relaxed)),
+                }
+            })
+            .collect();
+        list.sort_by_key(|s| s.id);
+        list
+    }
+
+    /// Tells the sessions `filter` matches to close; returns their ids.
+    /// Like a shed session, a kicked one leaves the registry at once.
+    pub fn kick(&self, filter: SessionFilter) -> Vec<u64> {
+        let mut sessions = self.lock();
+        let mut ids: Vec<u64> = sessions
+            .iter()
+            .filter(|(id, s)| match filter {
+                SessionFilter::Id(wanted) => **id == wanted,
+                SessionFilter::Address(ip) => s.peer.ip() == ip,
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        for id in &ids {
+            if let Some(session) = sessions.remove(id) {
+                session.kicked.store(true, Ordering::Relaxed);
+                session.shed.notify_one();
+            }
+        }
+        ids
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, SessionActivity>> {
         self.sessions.lock().expect("activity lock poisoned")
     }
@@ -116,12 +263,53 @@ impl Activity {
 mod tests {
     use super::*;
 
+    fn peer(last: u8) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, last], 50_000))
+    }
+
+    /// Sessions are listed with what their state says, and a kick by
+    /// address closes every session from it and no other.
+    #[tokio::test(start_paused = true)]
+    async fn sessions_are_listed_and_kicked_by_id_or_address() {
+        let activity = Activity::new();
+        let first = activity.register(1, peer(1), ListenerKind::Tcp);
+        let second = activity.register(2, peer(2), ListenerKind::Ws);
+        let third = activity.register(3, peer(2), ListenerKind::Tcp);
+        let mut state = SessionState::new();
+        state.set_client_name("Sparrow");
+        state
+            .negotiate("1.4".parse().unwrap(), "1.6".parse().unwrap())
+            .unwrap();
+        first.describe(&state);
+        first.received_bytes.fetch_add(40, Ordering::Relaxed);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let list = activity.list();
+        assert_eq!(list.iter().map(|s| s.id).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(list[0].client.as_deref(), Some("Sparrow"));
+        assert_eq!(list[0].protocol.as_deref(), Some("1.6"));
+        assert_eq!(list[0].received_bytes, 40);
+        assert_eq!(list[0].idle, Duration::from_secs(3));
+        assert_eq!(list[1].client, None);
+        assert_eq!(list[1].listener, ListenerKind::Ws);
+        assert_eq!(activity.kick(SessionFilter::Id(9)), Vec::<u64>::new());
+        assert_eq!(activity.kick(SessionFilter::Address(peer(2).ip())), [2, 3]);
+        for kicked in [&second, &third] {
+            tokio::time::timeout(Duration::from_secs(1), kicked.shed.notified())
+                .await
+                .expect("a kicked session is told to close");
+            assert!(kicked.kicked());
+        }
+        assert!(!first.kicked());
+        assert_eq!(activity.kick(SessionFilter::Id(1)), [1]);
+        assert!(activity.list().is_empty());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_idlest_session_is_shed_once_and_only_when_idle_enough() {
         let activity = Activity::new();
-        let first = activity.register(1);
+        let first = activity.register(1, peer(1), ListenerKind::Tcp);
         tokio::time::advance(Duration::from_millis(30)).await;
-        let second = activity.register(2);
+        let second = activity.register(2, peer(2), ListenerKind::Tcp);
         let minute = Duration::from_secs(60);
         assert!(
             !activity.shed_idlest(minute, minute),
@@ -153,10 +341,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn silent_sessions_are_shed_first() {
         let activity = Activity::new();
-        let wallet = activity.register(1);
+        let wallet = activity.register(1, peer(1), ListenerKind::Tcp);
         wallet.touch();
         tokio::time::advance(Duration::from_millis(40)).await;
-        let silent = activity.register(2);
+        let silent = activity.register(2, peer(2), ListenerKind::Tcp);
         let grace = Duration::from_millis(20);
         let minute = Duration::from_secs(60);
         tokio::time::advance(Duration::from_millis(19)).await;

@@ -46,6 +46,7 @@ mod silent;
 mod tls;
 mod transport;
 
+pub use activity::{SessionFilter, SessionInfo, Sessions};
 pub use config::{ConfigError, Limits, PeerConfig, ServerConfig, Subnet};
 pub use fair::blocking_threads;
 /// How `PeerConfig` names a host; the binary parses settings into it.
@@ -119,6 +120,7 @@ pub struct Server {
     backend: Arc<dyn Backend>,
     changes: broadcast::Receiver<Arc<Change>>,
     metrics: Arc<Metrics>,
+    activity: Arc<Activity>,
 }
 
 impl Server {
@@ -168,7 +170,14 @@ impl Server {
             backend,
             changes,
             metrics: Arc::new(Metrics::new(&osprey_electrum::METHODS)),
+            activity: Arc::new(Activity::new()),
         })
+    }
+
+    /// The live sessions, to list and close from outside (the admin
+    /// interface); valid while the server runs.
+    pub fn sessions(&self) -> Sessions {
+        Sessions(Arc::clone(&self.activity))
     }
 
     /// Counts sessions, subscriptions, bytes and requests in `metrics`
@@ -208,6 +217,7 @@ impl Server {
             backend,
             changes,
             metrics,
+            activity,
         } = self;
         let limits = config.limits.clone();
         let client_memory = ByteBudget::new(limits.client_memory_bytes_max);
@@ -277,7 +287,7 @@ impl Server {
             limits: limits.clone(),
             control: control_tx,
             processed,
-            activity: Activity::new(),
+            activity,
             client_memory,
             metrics,
             scheduler,
@@ -482,7 +492,7 @@ impl Admission {
                 else {
                     return;
                 };
-                session::run(transport, peer.ip(), id, ctx, stop).await;
+                session::run(transport, peer, kind, id, ctx, stop).await;
                 drop((permit, ip_slot));
             }
             .instrument(span),

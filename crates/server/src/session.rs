@@ -21,11 +21,11 @@ use crate::framer::Frame;
 use crate::notifier::{Control, SessionHandle};
 use crate::queued::{Queued, SessionId};
 use crate::silent::{HubContext, HubInput, SpHub};
-use crate::transport::Transport;
+use crate::transport::{ListenerKind, Transport};
 use osprey_core::{ByteBudget, Charge};
 use osprey_electrum::{jsonrpc, Dispatcher, Effect, RpcError, SessionState};
 use osprey_metrics::Metrics;
-use std::net::IpAddr;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +38,7 @@ pub(crate) struct SessionContext {
     pub limits: Limits,
     pub control: mpsc::Sender<Control>,
     pub processed: Arc<AtomicU64>,
-    pub activity: Activity,
+    pub activity: Arc<Activity>,
     /// What sessions' incomplete lines, unread replies and subscriptions
     /// may hold in total (`Limits::client_memory_bytes_max`).
     pub client_memory: Arc<ByteBudget>,
@@ -71,6 +71,8 @@ enum End {
     TooSlow,
     /// Idle the longest while the server was full: closed for a newcomer.
     Shed,
+    /// Closed by an operator (`osprey admin kick`).
+    Kicked,
     NoCommonVersion,
     Io(std::io::Error),
     WriteTimeout,
@@ -98,6 +100,8 @@ struct Writer<'a> {
     transport: &'a mut Transport,
     timeout: Duration,
     sent_bytes: osprey_metrics::IntCounter,
+    /// This session's own count, for the admin interface.
+    session_sent_bytes: &'a AtomicU64,
 }
 
 impl Writer<'_> {
@@ -105,7 +109,9 @@ impl Writer<'_> {
     async fn line(&mut self, line: &str) -> Result<(), End> {
         match timeout(self.timeout, self.transport.write_line(line)).await {
             Ok(Ok(())) => {
-                self.sent_bytes.inc_by(line.len() as u64 + 1);
+                let bytes = line.len() as u64 + 1;
+                self.sent_bytes.inc_by(bytes);
+                self.session_sent_bytes.fetch_add(bytes, Ordering::Relaxed);
                 Ok(())
             }
             Ok(Err(e)) => Err(End::Io(e)),
@@ -126,7 +132,8 @@ impl Writer<'_> {
 /// server stops.
 pub(crate) async fn run(
     mut transport: Transport,
-    source: IpAddr,
+    peer: SocketAddr,
+    listener: ListenerKind,
     id: SessionId,
     ctx: Arc<SessionContext>,
     shutdown: watch::Receiver<bool>,
@@ -156,11 +163,11 @@ pub(crate) async fn run(
         return; // the notifier is gone: the server is stopping
     }
     tracing::debug!("session started");
-    let activity = ctx.activity.register(id);
+    let activity = ctx.activity.register(id, peer, listener);
     let gauges = &ctx.metrics.sessions;
     gauges.accepted.inc();
     gauges.connected.inc();
-    let state = ctx.dispatcher.new_session(source);
+    let state = ctx.dispatcher.new_session(peer.ip());
     let end = serve(
         &mut transport,
         state,
@@ -204,6 +211,7 @@ async fn serve(
         transport,
         timeout: Duration::from_secs(limits.write_timeout_secs),
         sent_bytes: ctx.metrics.sessions.sent_bytes.clone(),
+        session_sent_bytes: &activity.sent_bytes,
     };
     let received_bytes = &ctx.metrics.sessions.received_bytes;
     let idle = Duration::from_secs(limits.idle_timeout_secs);
@@ -226,6 +234,9 @@ async fn serve(
                     // Requests as received, newline included (a WebSocket
                     // message counts as if it had one).
                     received_bytes.inc_by(line.len() as u64 + 1);
+                    activity
+                        .received_bytes
+                        .fetch_add(line.len() as u64 + 1, Ordering::Relaxed);
                     idle_deadline = Instant::now() + idle;
                     activity.touch();
                     let Some(mut session_state) = state.take() else {
@@ -252,6 +263,7 @@ async fn serve(
                             match dispatcher.answer_inline(&mut session_state, incoming, &estimate)
                             {
                                 Ok(outcome) => {
+                                    activity.describe(&session_state);
                                     state = Some(session_state);
                                     cost.charge(
                                         Duration::ZERO,
@@ -321,7 +333,9 @@ async fn serve(
         tokio::select! {
             _ = shutdown.changed() => return End::Shutdown,
             _ = kick.notified() => return End::TooSlow,
-            _ = activity.shed.notified() => return End::Shed,
+            _ = activity.shed.notified() => {
+                return if activity.kicked() { End::Kicked } else { End::Shed };
+            }
             joined = async { running.as_mut().expect("guarded by is_some").await }, if running.is_some() => {
                 running = None;
                 let Ok(Some((session_state, outcome, seen, held))) = joined else {
@@ -329,6 +343,7 @@ async fn serve(
                     return End::HandlerPanicked;
                 };
                 cost.charge(held, reply_len(&outcome).saturating_sub(expected));
+                activity.describe(&session_state);
                 state = Some(session_state);
                 if let Err(end) = deliver(ctx, id, &mut writer, outcome, seen, &mut hub).await {
                     return end;

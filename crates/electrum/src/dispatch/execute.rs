@@ -79,7 +79,8 @@ impl Dispatcher {
                 max,
             } => match state.negotiate(min, max) {
                 Ok(version) => {
-                    tracing::debug!(client = %client_name.chars().take(64).collect::<String>(), %version, "negotiated");
+                    state.set_client_name(&client_name);
+                    tracing::debug!(client = state.client_name().unwrap_or_default(), %version, "negotiated");
                     Ok(server::version(&config.info, version))
                 }
                 Err(e) => {
