@@ -26,6 +26,7 @@
 //! | `first_sync`  | the monitoring port answers electrs' paths and names before the node is reached |
 //! | `startup`     | unworkable nodes refused in one line; another index format rebuilt, nothing else deleted |
 //! | `demo`      | `osprey demo --silent-payments` pays the printed demo seed's wallet (derived here as Sparrow does) what its manifest lists, and serves it |
+//! | `admin`       | `osprey admin` answers each command as the test's sessions and the node say; its socket is 0660, replaces a stale one, refuses bad requests clearly, goes with `stop` |
 //! | `silent_payments` | a chaingen chain's silent payments reach each receiver's subscription, as its manifest lists them; on Bitcoin Core, spdk's payments reach their receivers from the mempool, once, and through a reorg, and nothing else does |
 //!
 //! btcd is found through `$OSPREY_BTCD`, the PATH or `~/go/bin/btcd`; a test
@@ -41,6 +42,7 @@
 
 mod common;
 
+mod admin;
 mod bad_input;
 mod bench_e2e;
 mod core;

@@ -1,0 +1,390 @@
+//! `osprey admin`, run as a process against a running `osprey serve` on
+//! btcd: each command's answer is checked against what the test did (its
+//! own sessions, the node's view of a paid address), the socket's mode and
+//! its lifecycle (stale one replaced, a non-socket refused, removed on
+//! `stop`), and bad requests on the raw socket get clear errors.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bitcoin::{Address, Amount};
+use osprey_testenv::{Node, ScriptKind, TestWallet};
+use serde_json::{json, Value};
+
+use crate::common::command::{run_osprey, CommandOutput};
+use crate::common::{scripthash, start_btcd, wait_until, NodeView, Osprey, OspreyConfig, Session};
+
+/// How long one `osprey admin` may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long what a command did may take to show.
+const SETTLE: Duration = Duration::from_secs(30);
+
+fn socket_of(db: &Path) -> PathBuf {
+    db.join("regtest").join("admin.sock")
+}
+
+/// `osprey admin [--json] ARGS` with the same settings as the server.
+fn admin(db: &Path, json: bool, args: &[&str], must_succeed: bool) -> CommandOutput {
+    let db_arg = db.display().to_string();
+    let mut line = vec!["admin", "--network", "regtest", "--db-dir", &db_arg];
+    if json {
+        line.push("--json");
+    }
+    line.extend_from_slice(args);
+    let dir = db.parent().expect("the db has a parent");
+    run_osprey(dir, &line, COMMAND_TIMEOUT, must_succeed)
+}
+
+fn admin_json(db: &Path, args: &[&str]) -> Value {
+    let out = admin(db, true, args, true);
+    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "osprey admin {args:?} printed no JSON ({e}): {}",
+            out.stdout
+        )
+    })
+}
+
+/// The session `id` in `osprey admin sessions`, if listed.
+fn listed(db: &Path, id: u64) -> Option<Value> {
+    admin_json(db, &["sessions"])
+        .as_array()
+        .expect("sessions is a list")
+        .iter()
+        .find(|s| s["id"] == json!(id))
+        .cloned()
+}
+
+/// The id of the one listed session whose client calls itself `client`.
+fn session_id(db: &Path, client: &str) -> u64 {
+    wait_until("the session listed with its client name", SETTLE, || {
+        let sessions = admin_json(db, &["sessions"]);
+        let mine: Vec<u64> = sessions
+            .as_array()?
+            .iter()
+            .filter(|s| s["client"] == json!(client))
+            .filter_map(|s| s["id"].as_u64())
+            .collect();
+        (mine.len() == 1).then(|| mine[0])
+    })
+}
+
+fn greet(osprey: &Osprey, client: &str) -> Session {
+    let mut session = osprey.session();
+    session.call("server.version", json!([client, "1.4"]));
+    session
+}
+
+/// 1. btcd, 440 blocks; a P2WPKH address paid twice in two blocks, then
+///    once more left in the mempool.
+/// 2. Osprey serves the tip; its socket is there, mode 0660.
+/// 3. getinfo: the version, the node's tip as both heights, no initial
+///    sync, the test's session and subscription, memory.
+/// 4. sessions: the test's session with its client name, protocol,
+///    subscription and bytes; the text form names it too.
+/// 5. query by address and by script hash: the node's history count,
+///    balances, first and last height.
+/// 6. loglevel: with `warn`, a new session's debug lines are not logged;
+///    back at `debug`, the next session's are.
+/// 7. kick ID closes that session only; kick ADDRESS closes every session
+///    from it; a kick matching nothing fails with a clear error.
+/// 8. stop: the server exits 0 and removes its socket; `osprey admin`
+///    then says no Osprey is running.
+#[test]
+fn admin_commands_answer_what_the_test_did() {
+    // 1.
+    let node = start_btcd();
+    node.generate(440).expect("mining");
+    let mut wallet = TestWallet::new();
+    wallet.sync(&node).expect("wallet sync");
+    let script = wallet.new_script(ScriptKind::P2wpkh);
+    for sats in [1_000_000, 2_000_000] {
+        let tx = wallet
+            .send(script.clone(), Amount::from_sat(sats))
+            .expect("a payment");
+        node.send_raw_transaction(&tx).expect("broadcast");
+        node.generate(1).expect("mining");
+        wallet.sync(&node).expect("wallet sync");
+    }
+    let tx = wallet
+        .send(script.clone(), Amount::from_sat(300_000))
+        .expect("a payment");
+    node.send_raw_transaction(&tx).expect("broadcast");
+    let address = Address::from_script(&script, bitcoin::Network::Regtest)
+        .expect("a P2WPKH script has an address")
+        .to_string();
+    // 2.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let mut osprey = Osprey::start(&node, &db, OspreyConfig::default());
+    let socket = socket_of(&db);
+    let meta = std::fs::metadata(&socket).expect("the admin socket exists");
+    assert!(
+        meta.file_type().is_socket(),
+        "{} is a socket",
+        socket.display()
+    );
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    // 3.
+    let mut mine = greet(&osprey, "admin-it");
+    mine.call(
+        "blockchain.scripthash.subscribe",
+        json!([scripthash(&script)]),
+    );
+    let (tip, _) = node.tip().expect("the node's tip");
+    let info = wait_until("getinfo to count the subscription", SETTLE, || {
+        let info = admin_json(&db, &["getinfo"]);
+        (info["subscriptions"] == json!(1) && info["sessions"] == json!(1)).then_some(info)
+    });
+    assert_eq!(info["version"], json!(env!("CARGO_PKG_VERSION")));
+    assert_eq!(info["network"], json!("regtest"));
+    assert_eq!(info["index_height"], json!(tip));
+    assert_eq!(info["node_height"], json!(tip));
+    assert_eq!(info["initial_sync"], Value::Null, "{info}");
+    assert!(
+        info["resident_memory_bytes"].as_u64() > Some(1 << 20),
+        "{info}"
+    );
+    assert!(info["uptime_seconds"].as_u64().is_some(), "{info}");
+    let text = admin(&db, false, &["getinfo"], true).stdout;
+    assert!(text.contains(&format!("index_height: {tip}")), "{text}");
+    // 4.
+    let id = session_id(&db, "admin-it");
+    let listed_mine = listed(&db, id).expect("the test's session is listed");
+    assert_eq!(listed_mine["protocol"], json!("1.4"));
+    assert_eq!(listed_mine["subscriptions"], json!(1));
+    assert_eq!(listed_mine["listener"], json!("tcp"));
+    assert!(listed_mine["address"]
+        .as_str()
+        .is_some_and(|a| a.starts_with("127.0.0.1:")));
+    assert!(
+        listed_mine["received_bytes"].as_u64() > Some(50),
+        "{listed_mine}"
+    );
+    assert!(
+        listed_mine["sent_bytes"].as_u64() > Some(50),
+        "{listed_mine}"
+    );
+    let text = admin(&db, false, &["sessions"], true).stdout;
+    assert!(
+        text.lines()
+            .any(|l| l.contains("admin-it") && l.trim_start().starts_with(&id.to_string())),
+        "{text}"
+    );
+    // 5.
+    let view = NodeView::load(&node);
+    let history = view.history(&script);
+    let (confirmed, unconfirmed) = view.balance(&script);
+    let heights: Vec<i64> = history
+        .iter()
+        .map(|h| h.height)
+        .filter(|h| *h > 0)
+        .collect();
+    assert_eq!(
+        (history.len(), heights.len()),
+        (3, 2),
+        "the test's payments"
+    );
+    for target in [address.as_str(), &scripthash(&script)] {
+        let answer = admin_json(&db, &["query", target]);
+        assert_eq!(
+            answer["history"],
+            json!(history.len()),
+            "{target}: {answer}"
+        );
+        assert_eq!(answer["confirmed_balance"], json!(confirmed), "{target}");
+        assert_eq!(
+            answer["unconfirmed_balance"],
+            json!(unconfirmed),
+            "{target}"
+        );
+        assert_eq!(
+            answer["first_height"],
+            json!(heights.iter().min()),
+            "{target}"
+        );
+        assert_eq!(
+            answer["last_height"],
+            json!(heights.iter().max()),
+            "{target}"
+        );
+        assert_eq!(answer["scripthash"], json!(scripthash(&script)));
+    }
+    let wrong_network = admin(
+        &db,
+        false,
+        &["query", "bc1qw508d6qejxtdg4y5r3zarvary0c5xw7kv8f3t4"],
+        false,
+    );
+    assert!(!wrong_network.status.success());
+    assert!(
+        wrong_network.stderr.contains("this server is on regtest"),
+        "{}",
+        wrong_network.stderr
+    );
+    // 6.
+    assert_eq!(
+        admin_json(&db, &["loglevel", "warn"]),
+        json!({ "log_filter": "warn" })
+    );
+    let quiet = greet(&osprey, "admin-it-quiet");
+    let quiet_id = session_id(&db, "admin-it-quiet");
+    admin_json(&db, &["loglevel", "debug"]);
+    let loud = greet(&osprey, "admin-it-loud");
+    let loud_id = session_id(&db, "admin-it-loud");
+    let started = |id: u64| {
+        move |line: &str| line.contains("session started") && line.contains(&format!(" id={id} "))
+    };
+    osprey.wait_log_line("the loud session's debug line", SETTLE, started(loud_id));
+    assert!(
+        !osprey.log().lines().any(started(quiet_id)),
+        "session {quiet_id} started under the warn filter, yet its debug line was logged"
+    );
+    let bad_filter = admin(&db, false, &["loglevel", "[["], false);
+    assert!(
+        bad_filter.stderr.contains("invalid filter"),
+        "{}",
+        bad_filter.stderr
+    );
+    // 7.
+    assert_eq!(
+        admin_json(&db, &["kick", &id.to_string()]),
+        json!({ "kicked": [id] })
+    );
+    assert!(mine.closed_within(SETTLE).0, "kick closes the session");
+    assert!(listed(&db, id).is_none(), "a kicked session is not listed");
+    let mut others = [quiet, loud];
+    for other in &mut others {
+        assert!(
+            !other.closed_within(Duration::from_millis(200)).0,
+            "another session stays"
+        );
+    }
+    let kicked = admin_json(&db, &["kick", "127.0.0.1"]);
+    let mut both = vec![quiet_id, loud_id];
+    both.sort_unstable();
+    assert_eq!(kicked, json!({ "kicked": both }));
+    for other in &mut others {
+        assert!(other.closed_within(SETTLE).0, "kick by address closes it");
+    }
+    let nobody = admin(&db, false, &["kick", &id.to_string()], false);
+    assert!(!nobody.status.success());
+    assert!(
+        nobody
+            .stderr
+            .contains(&format!("no session matches id {id}")),
+        "{}",
+        nobody.stderr
+    );
+    // 8.
+    assert_eq!(admin_json(&db, &["stop"]), json!({ "stopping": true }));
+    let status = osprey
+        .wait_exit(SETTLE)
+        .expect("osprey exits after admin stop");
+    assert!(
+        status.success(),
+        "osprey exited with {status} after admin stop"
+    );
+    assert!(!socket.exists(), "the socket is removed on a clean exit");
+    let gone = admin(&db, false, &["getinfo"], false);
+    assert!(!gone.status.success());
+    assert!(
+        gone.stderr
+            .contains(&format!("no Osprey is running on {}", socket.display())),
+        "{}",
+        gone.stderr
+    );
+}
+
+/// Sends `line` on a raw connection to the socket and returns the answer.
+fn raw(socket: &Path, line: &[u8]) -> Value {
+    let mut stream = UnixStream::connect(socket).expect("connecting to the admin socket");
+    stream
+        .set_read_timeout(Some(SETTLE))
+        .expect("a read timeout");
+    stream.write_all(line).expect("sending");
+    let mut answer = String::new();
+    BufReader::new(stream)
+        .read_line(&mut answer)
+        .expect("reading the answer");
+    serde_json::from_str(&answer).unwrap_or_else(|e| panic!("not JSON ({e}): {answer:?}"))
+}
+
+/// A file in the socket's place stops the start with a clear error; a
+/// stale socket (a killed server's) is replaced; malformed, unknown and
+/// oversized requests get clear errors and the server lives on; without a
+/// server `osprey admin` says none is running.
+#[test]
+fn admin_socket_refuses_what_it_cannot_serve() {
+    let node = start_btcd();
+    node.generate(10).expect("mining");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let socket = socket_of(&db);
+    // No server yet.
+    let none = admin(&db, false, &["getinfo"], false);
+    assert!(!none.status.success());
+    assert!(
+        none.stderr
+            .contains(&format!("no Osprey is running on {}", socket.display())),
+        "{}",
+        none.stderr
+    );
+    let unknown = admin(&db, false, &["frobnicate"], false);
+    assert!(
+        unknown.stderr.contains("unknown command"),
+        "{}",
+        unknown.stderr
+    );
+    // A regular file where the socket goes.
+    std::fs::create_dir_all(socket.parent().expect("a parent")).expect("mkdir");
+    std::fs::write(&socket, "not a socket").expect("writing a file");
+    let mut refused = Osprey::spawn(&node, &db, OspreyConfig::default());
+    let status = refused
+        .wait_exit(SETTLE)
+        .expect("osprey exits when its socket's place is taken");
+    assert!(!status.success());
+    assert!(
+        refused.log().contains("exists and is not a socket"),
+        "{}",
+        refused.log_tail(20)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&socket).unwrap(),
+        "not a socket",
+        "the file is kept"
+    );
+    // A stale socket: bound, then its listener gone.
+    std::fs::remove_file(&socket).expect("removing the file");
+    drop(UnixListener::bind(&socket).expect("binding a socket"));
+    assert!(socket.exists(), "a closed listener leaves its file");
+    let osprey = Osprey::start(&node, &db, OspreyConfig::default());
+    let answer = raw(&socket, b"{\"command\":\"getinfo\"}\n");
+    assert_eq!(answer["result"]["index_height"], json!(10), "{answer}");
+    for (line, says) in [
+        (b"hello\n".to_vec(), "malformed request"),
+        (
+            b"{\"command\":\"frobnicate\"}\n".to_vec(),
+            "unknown command",
+        ),
+        (
+            b"{\"command\":\"kick\",\"args\":[]}\n".to_vec(),
+            "kick ID|ADDRESS",
+        ),
+        (
+            [vec![b'x'; 10_000], b"\n".to_vec()].concat(),
+            "request exceeds 4096 bytes",
+        ),
+    ] {
+        let answer = raw(&socket, &line);
+        let error = answer["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{answer}");
+    }
+    // Still serving.
+    let answer = raw(&socket, b"{\"command\":\"sessions\",\"args\":[]}\n");
+    assert!(answer["result"].is_array(), "{answer}");
+    drop(osprey);
+}
