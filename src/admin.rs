@@ -17,7 +17,7 @@ use anyhow::{bail, Context};
 use osprey_core::{Network, ScriptHash};
 use osprey_metrics::Metrics;
 use osprey_query::Query;
-use osprey_server::{SessionFilter, SessionInfo, Sessions};
+use osprey_server::{SessionFilter, SessionInfo, Sessions, Subnet};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::IpAddr;
@@ -46,6 +46,9 @@ pub const COMMANDS: &str = "Commands:
   getinfo                     version, heights, initial sync, sessions, subscriptions, memory, uptime
   sessions                    every session: id, address, client, protocol, subscriptions, bytes
   kick ID|ADDRESS             close a session, or every session from an address
+  ban ADDRESS|PREFIX          refuse an address or network (10.0.0.0/8, 2001:db8:1:2::/64), closing its sessions
+  unban ADDRESS|PREFIX        lift a ban
+  listbanned                  the banned addresses and networks
   loglevel FILTER             set the log filter (as --log-filter: info, debug, osprey_server=trace)
   query ADDRESS|SCRIPTHASH    history count, balance, first and last height of a script
   stop                        shut the server down, as SIGTERM does";
@@ -56,6 +59,9 @@ pub enum Request {
     GetInfo,
     Sessions,
     Kick(SessionFilter),
+    Ban(Subnet),
+    Unban(Subnet),
+    ListBanned,
     LogLevel(String),
     /// An address or a script hash, resolved by the server (an address
     /// needs the server's network).
@@ -78,6 +84,17 @@ impl Request {
             "getinfo" => none(Request::GetInfo),
             "sessions" => none(Request::Sessions),
             "stop" => none(Request::Stop),
+            "listbanned" => none(Request::ListBanned),
+            "ban" | "unban" => {
+                let subnet = one("ADDRESS|PREFIX")?
+                    .parse::<Subnet>()
+                    .map_err(|e| format!("{command}: {e}"))?;
+                Ok(if command == "ban" {
+                    Request::Ban(subnet)
+                } else {
+                    Request::Unban(subnet)
+                })
+            }
             "kick" => {
                 let target = one("ID|ADDRESS")?;
                 if let Ok(id) = target.parse::<u64>() {
@@ -256,6 +273,25 @@ async fn answer(request: Request, ctx: &Arc<AdminContext>) -> Value {
                 Ok(json!({ "kicked": kicked }))
             }
         }
+        Request::Ban(subnet) => ctx.sessions.ban(subnet).map(|(new, kicked)| {
+            tracing::info!(%subnet, ?kicked, "admin: banned");
+            json!({ "banned": subnet.to_string(), "new": new, "kicked": kicked })
+        }),
+        Request::Unban(subnet) => {
+            if ctx.sessions.unban(subnet) {
+                tracing::info!(%subnet, "admin: ban lifted");
+                Ok(json!({ "unbanned": subnet.to_string() }))
+            } else {
+                Err(format!("{subnet} is not banned"))
+            }
+        }
+        Request::ListBanned => Ok(Value::Array(
+            ctx.sessions
+                .banned()
+                .iter()
+                .map(|subnet| json!(subnet.to_string()))
+                .collect(),
+        )),
         Request::LogLevel(filter) => {
             // Before: under a quieter filter this line would not show.
             tracing::info!(%filter, "admin: setting the log filter");
@@ -440,6 +476,15 @@ fn render(command: &str, result: &Value) -> String {
             lines.join("\n")
         }
         ("kick", _) => format!("kicked sessions: {}", text(&result["kicked"])),
+        ("ban", _) => format!(
+            "banned {} (closed sessions: {})",
+            text(&result["banned"]),
+            text(&result["kicked"])
+        ),
+        ("unban", _) => format!("unbanned {}", text(&result["unbanned"])),
+        ("listbanned", Value::Array(banned)) => {
+            banned.iter().map(text).collect::<Vec<_>>().join("\n")
+        }
         ("loglevel", _) => format!("log filter: {}", text(&result["log_filter"])),
         ("stop", _) => "stopping".into(),
         (_, Value::Object(fields)) => fields
@@ -495,6 +540,18 @@ mod tests {
             Ok(Request::Query("bcrt1qxyz".into()))
         );
         assert_eq!(parse(r#"{"command":"stop"}"#), Ok(Request::Stop));
+        assert_eq!(
+            parse(r#"{"command":"ban","args":["10.0.0.0/8"]}"#),
+            Ok(Request::Ban("10.0.0.0/8".parse().unwrap()))
+        );
+        assert_eq!(
+            parse(r#"{"command":"unban","args":["2001:db8::1"]}"#),
+            Ok(Request::Unban("2001:db8::1/128".parse().unwrap()))
+        );
+        assert_eq!(
+            parse(r#"{"command":"listbanned"}"#),
+            Ok(Request::ListBanned)
+        );
     }
 
     #[test]
@@ -516,6 +573,15 @@ mod tests {
             ),
             (r#"{"command":"loglevel","args":["[["]}"#, "invalid filter"),
             (r#"{"command":"query"}"#, "query ADDRESS|SCRIPTHASH"),
+            (r#"{"command":"ban"}"#, "ban ADDRESS|PREFIX"),
+            (
+                r#"{"command":"ban","args":["10.0.0.1/8"]}"#,
+                "bits set past",
+            ),
+            (
+                r#"{"command":"unban","args":["nowhere"]}"#,
+                "not an IP address",
+            ),
         ] {
             let error = parse(line).expect_err(line);
             assert!(error.contains(says), "{line}: {error}");

@@ -91,7 +91,9 @@ fn greet(osprey: &Osprey, client: &str) -> Session {
 ///    back at `debug`, the next session's are.
 /// 7. kick ID closes that session only; kick ADDRESS closes every session
 ///    from it; a kick matching nothing fails with a clear error.
-/// 8. stop: the server exits 0 and removes its socket; `osprey admin`
+/// 8. ban closes the sessions from the address and refuses new ones with
+///    an error line saying so; listbanned lists it; unban lets it in again.
+/// 9. stop: the server exits 0 and removes its socket; `osprey admin`
 ///    then says no Osprey is running.
 #[test]
 fn admin_commands_answer_what_the_test_did() {
@@ -280,6 +282,39 @@ fn admin_commands_answer_what_the_test_did() {
         nobody.stderr
     );
     // 8.
+    let mut before_ban = greet(&osprey, "admin-it-banned");
+    let banned_id = session_id(&db, "admin-it-banned");
+    assert_eq!(
+        admin_json(&db, &["ban", "127.0.0.1"]),
+        json!({ "banned": "127.0.0.1/32", "new": true, "kicked": [banned_id] })
+    );
+    assert!(
+        before_ban.closed_within(SETTLE).0,
+        "a ban closes the sessions from it"
+    );
+    assert_eq!(admin_json(&db, &["listbanned"]), json!(["127.0.0.1/32"]));
+    let mut refused = osprey.session();
+    let (closed, said) = refused.closed_within(SETTLE);
+    assert!(closed, "a banned address is refused");
+    assert!(
+        said.iter().any(|m| m["error"]["message"]
+            .as_str()
+            .is_some_and(|e| e.contains("banned"))),
+        "the refusal says why: {said:?}"
+    );
+    assert_eq!(
+        admin_json(&db, &["unban", "127.0.0.1"]),
+        json!({ "unbanned": "127.0.0.1/32" })
+    );
+    assert_eq!(admin_json(&db, &["listbanned"]), json!([]));
+    greet(&osprey, "admin-it-unbanned");
+    let again = admin(&db, false, &["unban", "127.0.0.1"], false);
+    assert!(
+        again.stderr.contains("127.0.0.1/32 is not banned"),
+        "{}",
+        again.stderr
+    );
+    // 9.
     assert_eq!(admin_json(&db, &["stop"]), json!({ "stopping": true }));
     let status = osprey
         .wait_exit(SETTLE)

@@ -3,13 +3,15 @@
 //! for a newcomer by closing the session that has been idle the longest,
 //! instead of locking every new wallet out until idle sessions time out;
 //! and what the admin interface lists and kicks by ([`Sessions`]): each
-//! session's address, client, protocol, subscriptions and bytes.
+//! session's address, client, protocol, subscriptions and bytes, and the
+//! networks an operator banned (refused at admission; kept in memory only).
 //!
 //! A session that has sent nothing at all since it connected goes first,
 //! after a short grace ([`SILENT_GRACE`]): every wallet starts with
 //! `server.version` at once, so a silent connection is a dead or hostile
 //! one, and a flood of them must not keep wallets out for a minute.
 
+use crate::per_ip::Subnet;
 use crate::transport::ListenerKind;
 use osprey_electrum::{ProtocolVersion, SessionState};
 use std::collections::HashMap;
@@ -25,10 +27,15 @@ use tokio::time::Instant;
 /// server.
 pub(crate) const SILENT_GRACE: Duration = Duration::from_secs(5);
 
-/// Every live session's activity clock and the signal that closes it.
+/// The most networks an operator may ban: each admission checks them all.
+pub const BANNED_MAX: usize = 10_000;
+
+/// Every live session's activity clock and the signal that closes it, and
+/// the banned networks.
 pub(crate) struct Activity {
     epoch: Instant,
     sessions: Mutex<HashMap<u64, SessionActivity>>,
+    banned: Mutex<Vec<Subnet>>,
 }
 
 /// One session's part: it stamps each request, counts its bytes, and ends
@@ -134,6 +141,25 @@ impl Sessions {
     pub fn kick(&self, filter: SessionFilter) -> Vec<u64> {
         self.0.kick(filter)
     }
+
+    /// Refuses new connections from `subnet` and closes its sessions;
+    /// returns whether it was not banned yet and the sessions closed.
+    ///
+    /// # Errors
+    /// [`BANNED_MAX`] networks are banned already.
+    pub fn ban(&self, subnet: Subnet) -> Result<(bool, Vec<u64>), String> {
+        self.0.ban(subnet)
+    }
+
+    /// Lifts a ban; returns whether `subnet` was banned.
+    pub fn unban(&self, subnet: Subnet) -> bool {
+        self.0.unban(subnet)
+    }
+
+    /// The banned networks, in the order banned.
+    pub fn banned(&self) -> Vec<Subnet> {
+        self.0.banned_lock().clone()
+    }
 }
 
 impl Activity {
@@ -141,6 +167,7 @@ impl Activity {
         Activity {
             epoch: Instant::now(),
             sessions: Mutex::new(HashMap::new()),
+            banned: Mutex::new(Vec::new()),
         }
     }
 
@@ -254,6 +281,51 @@ impl Activity {
         ids
     }
 
+    pub fn ban(&self, subnet: Subnet) -> Result<(bool, Vec<u64>), String> {
+        let new = {
+            let mut banned = self.banned_lock();
+            if banned.contains(&subnet) {
+                false
+            } else if banned.len() >= BANNED_MAX {
+                return Err(format!(
+                    "{BANNED_MAX} networks are banned already, the most kept"
+                ));
+            } else {
+                banned.push(subnet);
+                true
+            }
+        };
+        let from_it: Vec<IpAddr> = self
+            .lock()
+            .values()
+            .map(|s| s.peer.ip())
+            .filter(|ip| subnet.contains(*ip))
+            .collect();
+        let mut kicked: Vec<u64> = from_it
+            .into_iter()
+            .flat_map(|ip| self.kick(SessionFilter::Address(ip)))
+            .collect();
+        kicked.sort_unstable();
+        kicked.dedup();
+        Ok((new, kicked))
+    }
+
+    pub fn unban(&self, subnet: Subnet) -> bool {
+        let mut banned = self.banned_lock();
+        let before = banned.len();
+        banned.retain(|b| *b != subnet);
+        banned.len() != before
+    }
+
+    /// Whether connections from `ip` are refused.
+    pub fn is_banned(&self, ip: IpAddr) -> bool {
+        self.banned_lock().iter().any(|b| b.contains(ip))
+    }
+
+    fn banned_lock(&self) -> std::sync::MutexGuard<'_, Vec<Subnet>> {
+        self.banned.lock().expect("ban list lock poisoned")
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, SessionActivity>> {
         self.sessions.lock().expect("activity lock poisoned")
     }
@@ -302,6 +374,29 @@ mod tests {
         assert!(!first.kicked());
         assert_eq!(activity.kick(SessionFilter::Id(1)), [1]);
         assert!(activity.list().is_empty());
+    }
+
+    /// A ban closes the sessions in its network and refuses it until
+    /// lifted; an IPv4-mapped address is the IPv4 one.
+    #[tokio::test(start_paused = true)]
+    async fn a_ban_closes_its_network_and_refuses_it_until_lifted() {
+        let activity = Activity::new();
+        let inside = activity.register(1, peer(9), ListenerKind::Tcp);
+        let outside = SocketAddr::from(([10, 0, 0, 1], 50_000));
+        activity.register(2, outside, ListenerKind::Tcp);
+        let net: Subnet = "127.0.0.0/24".parse().unwrap();
+        assert_eq!(activity.ban(net), Ok((true, vec![1])));
+        tokio::time::timeout(Duration::from_secs(1), inside.shed.notified())
+            .await
+            .expect("a banned session is told to close");
+        assert_eq!(activity.ban(net), Ok((false, vec![])), "banned once");
+        assert!(activity.is_banned(peer(200).ip()));
+        assert!(activity.is_banned("::ffff:127.0.0.5".parse().unwrap()));
+        assert!(!activity.is_banned(outside.ip()));
+        assert_eq!(activity.list().len(), 1, "the other session stays");
+        assert!(!activity.unban("127.0.0.0/25".parse().unwrap()));
+        assert!(activity.unban(net));
+        assert!(!activity.is_banned(peer(200).ip()));
     }
 
     #[tokio::test(start_paused = true)]

@@ -46,7 +46,7 @@ mod silent;
 mod tls;
 mod transport;
 
-pub use activity::{SessionFilter, SessionInfo, Sessions};
+pub use activity::{SessionFilter, SessionInfo, Sessions, BANNED_MAX};
 pub use config::{ConfigError, Limits, PeerConfig, ServerConfig, Subnet};
 pub use fair::blocking_threads;
 /// How `PeerConfig` names a host; the binary parses settings into it.
@@ -430,6 +430,12 @@ impl Admission {
             stop,
         } = self;
         let limits = &ctx.limits;
+        if ctx.activity.is_banned(peer.ip()) {
+            tracing::warn!(%peer, "refusing connection: its address is banned");
+            let error = RpcError::BadRequest("your address is banned from this server".into());
+            tokio::spawn(refuse(kind, stream, tls.clone(), ctx, error));
+            return;
+        }
         let ip_slot = match per_ip.admit(peer.ip()) {
             Ok(slot) => slot,
             Err(max) => {
