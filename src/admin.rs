@@ -17,7 +17,7 @@ use anyhow::{bail, Context};
 use osprey_core::{Network, ScriptHash};
 use osprey_metrics::Metrics;
 use osprey_query::Query;
-use osprey_server::{SessionFilter, SessionInfo, Sessions, Subnet};
+use osprey_server::{PeerStatus, PeerView, SessionFilter, SessionInfo, Sessions, Subnet};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::IpAddr;
@@ -49,6 +49,7 @@ pub const COMMANDS: &str = "Commands:
   ban ADDRESS|PREFIX          refuse an address or network (10.0.0.0/8, 2001:db8:1:2::/64), closing its sessions
   unban ADDRESS|PREFIX        lift a ban
   listbanned                  the banned addresses and networks
+  peers                       the peer servers: configured or learned, verified or not
   loglevel FILTER             set the log filter (as --log-filter: info, debug, osprey_server=trace)
   query ADDRESS|SCRIPTHASH    history count, balance, first and last height of a script
   stop                        shut the server down, as SIGTERM does";
@@ -62,6 +63,7 @@ pub enum Request {
     Ban(Subnet),
     Unban(Subnet),
     ListBanned,
+    Peers,
     LogLevel(String),
     /// An address or a script hash, resolved by the server (an address
     /// needs the server's network).
@@ -85,6 +87,7 @@ impl Request {
             "sessions" => none(Request::Sessions),
             "stop" => none(Request::Stop),
             "listbanned" => none(Request::ListBanned),
+            "peers" => none(Request::Peers),
             "ban" | "unban" => {
                 let subnet = one("ADDRESS|PREFIX")?
                     .parse::<Subnet>()
@@ -139,6 +142,7 @@ pub struct AdminContext {
     pub query: Arc<Query>,
     pub metrics: Arc<Metrics>,
     pub sessions: Sessions,
+    pub peers: PeerView,
     /// Set by `stop`: what SIGTERM sets.
     pub stop: Arc<AtomicBool>,
     pub network: Network,
@@ -285,6 +289,9 @@ async fn answer(request: Request, ctx: &Arc<AdminContext>) -> Value {
                 Err(format!("{subnet} is not banned"))
             }
         }
+        Request::Peers => Ok(Value::Array(
+            ctx.peers.list().iter().map(peer_json).collect(),
+        )),
         Request::ListBanned => Ok(Value::Array(
             ctx.sessions
                 .banned()
@@ -361,6 +368,20 @@ fn session_json(session: &SessionInfo) -> Value {
         "sent_bytes": session.sent_bytes,
         "connected_seconds": session.connected.as_secs(),
         "idle_seconds": session.idle.as_secs(),
+    })
+}
+
+fn peer_json(peer: &PeerStatus) -> Value {
+    let verified = peer.verified.as_ref();
+    json!({
+        "host": peer.host.host,
+        "tcp_port": peer.host.tcp_port,
+        "ssl_port": peer.host.ssl_port,
+        "configured": peer.configured,
+        "verified": verified.is_some(),
+        "ip": verified.map(|v| v.ip.to_string()),
+        "protocol_max": verified.map(|v| v.protocol_max.clone()),
+        "failures": peer.failures,
     })
 }
 
@@ -475,6 +496,29 @@ fn render(command: &str, result: &Value) -> String {
             }
             lines.join("\n")
         }
+        ("peers", Value::Array(peers)) => {
+            let mut lines = vec![format!(
+                "{:<40} {:>6} {:>6} {:<10} {:<8} {:>8}",
+                "HOST", "TCP", "SSL", "SOURCE", "VERIFIED", "FAILURES"
+            )];
+            for p in peers {
+                let source = if p["configured"] == json!(true) {
+                    "configured"
+                } else {
+                    "learned"
+                };
+                lines.push(format!(
+                    "{:<40} {:>6} {:>6} {:<10} {:<8} {:>8}",
+                    text(&p["host"]),
+                    text(&p["tcp_port"]),
+                    text(&p["ssl_port"]),
+                    source,
+                    text(&p["verified"]),
+                    text(&p["failures"]),
+                ));
+            }
+            lines.join("\n")
+        }
         ("kick", _) => format!("kicked sessions: {}", text(&result["kicked"])),
         ("ban", _) => format!(
             "banned {} (closed sessions: {})",
@@ -548,6 +592,7 @@ mod tests {
             parse(r#"{"command":"unban","args":["2001:db8::1"]}"#),
             Ok(Request::Unban("2001:db8::1/128".parse().unwrap()))
         );
+        assert_eq!(parse(r#"{"command":"peers"}"#), Ok(Request::Peers));
         assert_eq!(
             parse(r#"{"command":"listbanned"}"#),
             Ok(Request::ListBanned)

@@ -477,6 +477,7 @@ pub fn run_server(
             query: Arc::clone(&query),
             metrics: Arc::clone(&metrics),
             sessions: bound.sessions(),
+            peers: bound.peers(),
             stop: Arc::clone(&stop),
             network: config.network,
             started,

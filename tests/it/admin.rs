@@ -85,6 +85,7 @@ fn greet(osprey: &Osprey, client: &str) -> Session {
 ///    sync, the test's session and subscription, memory.
 /// 4. sessions: the test's session with its client name, protocol,
 ///    subscription and bytes; the text form names it too.
+///    peers: the configured peer, unverified (it refuses connections).
 /// 5. query by address and by script hash: the node's history count,
 ///    balances, first and last height.
 /// 6. loglevel: with `warn`, a new session's debug lines are not logged;
@@ -121,7 +122,10 @@ fn admin_commands_answer_what_the_test_did() {
     // 2.
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("db");
-    let mut osprey = Osprey::start(&node, &db, OspreyConfig::default());
+    // A peer that refuses connections (port 1 on loopback): listed by
+    // `peers` as configured, never verified.
+    let config = OspreyConfig::with_args(&["--peers", "127.0.0.1:t1"]);
+    let mut osprey = Osprey::start(&node, &db, config);
     let socket = socket_of(&db);
     let meta = std::fs::metadata(&socket).expect("the admin socket exists");
     assert!(
@@ -174,6 +178,19 @@ fn admin_commands_answer_what_the_test_did() {
     assert!(
         text.lines()
             .any(|l| l.contains("admin-it") && l.trim_start().starts_with(&id.to_string())),
+        "{text}"
+    );
+    let peers = admin_json(&db, &["peers"]);
+    let peers = peers.as_array().expect("peers is a list");
+    assert_eq!(peers.len(), 1, "{peers:?}");
+    assert_eq!(peers[0]["host"], json!("127.0.0.1"));
+    assert_eq!(peers[0]["tcp_port"], json!(1));
+    assert_eq!(peers[0]["configured"], json!(true));
+    assert_eq!(peers[0]["verified"], json!(false));
+    let text = admin(&db, false, &["peers"], true).stdout;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("127.0.0.1") && l.contains("configured")),
         "{text}"
     );
     // 5.

@@ -49,8 +49,10 @@ mod transport;
 pub use activity::{SessionFilter, SessionInfo, Sessions, BANNED_MAX};
 pub use config::{ConfigError, Limits, PeerConfig, ServerConfig, Subnet};
 pub use fair::blocking_threads;
+pub use osprey_electrum::PeerInfo;
 /// How `PeerConfig` names a host; the binary parses settings into it.
 pub use osprey_electrum::PublicHost;
+pub use peers::PeerStatus;
 pub use tls::{TlsFiles, RELOAD_CHECK_INTERVAL};
 pub use transport::ListenerKind;
 
@@ -121,6 +123,19 @@ pub struct Server {
     changes: broadcast::Receiver<Arc<Change>>,
     metrics: Arc<Metrics>,
     activity: Arc<Activity>,
+    info: ServerInfo,
+    peer_list: PeerList,
+}
+
+/// The known peer servers, for the admin interface ([`Server::peers`]).
+#[derive(Clone)]
+pub struct PeerView(PeerList);
+
+impl PeerView {
+    /// Every known server: configured or learned, verified or not.
+    pub fn list(&self) -> Vec<PeerStatus> {
+        self.0.statuses()
+    }
 }
 
 impl Server {
@@ -163,15 +178,30 @@ impl Server {
                 .with_context(|| format!("binding the Electrum {kind} port {addr}"))?;
             listeners.push((kind, listener));
         }
+        let info = ServerInfo {
+            server_version: config.server_version.clone(),
+            banner: config.banner.clone(),
+            donation_address: config.donation_address.clone(),
+            genesis_hash: config.network.genesis_hash(),
+            hosts: config.peering.public_hosts.clone(),
+        };
+        let peer_list = PeerList::new(&config.peering, &info, config.limits.ipv6_prefix_bits);
         Ok(Server {
             listeners,
             tls,
+            info,
+            peer_list,
             config,
             backend,
             changes,
             metrics: Arc::new(Metrics::new(&osprey_electrum::METHODS)),
             activity: Arc::new(Activity::new()),
         })
+    }
+
+    /// The peer list, to show from outside (the admin interface).
+    pub fn peers(&self) -> PeerView {
+        PeerView(self.peer_list.clone())
     }
 
     /// The live sessions, to list and close from outside (the admin
@@ -218,17 +248,11 @@ impl Server {
             changes,
             metrics,
             activity,
+            info,
+            peer_list,
         } = self;
         let limits = config.limits.clone();
         let client_memory = ByteBudget::new(limits.client_memory_bytes_max);
-        let info = ServerInfo {
-            server_version: config.server_version.clone(),
-            banner: config.banner.clone(),
-            donation_address: config.donation_address.clone(),
-            genesis_hash: config.network.genesis_hash(),
-            hosts: config.peering.public_hosts.clone(),
-        };
-        let peer_list = PeerList::new(&config.peering, &info, limits.ipv6_prefix_bits);
         let scheduler = Scheduler::new(limits.worker_threads, backend.transactions_are_local());
         // Told when the server stops, so that no scan job holds it up.
         let closing = Arc::clone(&scheduler);

@@ -95,6 +95,19 @@ pub(crate) struct PeerBook {
 #[derive(Clone)]
 pub(crate) struct PeerList(Arc<PeerBook>);
 
+/// One known server, as the admin interface lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerStatus {
+    pub host: PublicHost,
+    /// Given in `--peers` (else learned through `server.add_peer`).
+    pub configured: bool,
+    /// What `server.peers.subscribe` lists of it, while its last check
+    /// passed.
+    pub verified: Option<PeerInfo>,
+    /// Failed checks in a row.
+    pub failures: u32,
+}
+
 impl PeerList {
     /// The list for a server described by `info`, with the configured
     /// peers not yet checked; add_peer's callers are told apart by
@@ -131,6 +144,21 @@ impl PeerList {
             ipv6_prefix_bits,
             runtime: tokio::runtime::Handle::current(),
         }))
+    }
+
+    /// Every known server, verified or not.
+    pub fn statuses(&self) -> Vec<PeerStatus> {
+        self.0
+            .lock()
+            .entries
+            .iter()
+            .map(|e| PeerStatus {
+                host: e.host.clone(),
+                configured: e.configured,
+                verified: e.verified.clone(),
+                failures: e.failures,
+            })
+            .collect()
     }
 
     /// Checks every known peer now and then every `ROUND_INTERVAL`, until
