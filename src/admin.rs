@@ -172,8 +172,14 @@ impl Drop for AdminSocket {
     }
 }
 
+/// The longest path a Unix socket can be bound at (Linux' `sun_path`,
+/// 108 bytes with the terminating NUL).
+const SOCKET_PATH_BYTES_MAX: usize = 107;
+
 /// Creates `dir/admin.sock`, mode 0660, replacing a stale one, and serves
-/// it on `runtime` until dropped.
+/// it on `runtime` until dropped. `None`, with a warning, when `dir` is too
+/// deep for a Unix socket: the server runs on without its admin interface
+/// rather than refusing an index directory it served before.
 ///
 /// # Errors
 /// A non-socket file in its place, or the socket cannot be created.
@@ -181,8 +187,18 @@ pub fn start(
     runtime: &tokio::runtime::Runtime,
     dir: &Path,
     ctx: AdminContext,
-) -> anyhow::Result<AdminSocket> {
+) -> anyhow::Result<Option<AdminSocket>> {
     let path = dir.join(SOCKET_NAME);
+    // Bound under a name of its own first (below): that one is longer.
+    let unready = dir.join(format!("{SOCKET_NAME}.{}", std::process::id()));
+    if unready.as_os_str().len() > SOCKET_PATH_BYTES_MAX {
+        tracing::warn!(
+            path = %path.display(),
+            "no admin interface: the path is longer than a Unix socket's {SOCKET_PATH_BYTES_MAX} bytes \
+             (a shorter --db-dir gives one)"
+        );
+        return Ok(None);
+    }
     match std::fs::symlink_metadata(&path) {
         // Left by a server that did not exit cleanly: RocksDB's lock on
         // the index next to it means no other server is using it.
@@ -197,7 +213,6 @@ pub fn start(
     }
     // Bound under a name of its own, then made 0660, then renamed into
     // place: nobody can connect under `admin.sock` before the mode is set.
-    let unready = dir.join(format!("{SOCKET_NAME}.{}", std::process::id()));
     let _ = std::fs::remove_file(&unready);
     let listener = std::os::unix::net::UnixListener::bind(&unready)
         .with_context(|| format!("creating the admin socket {}", unready.display()))?;
@@ -223,7 +238,7 @@ pub fn start(
             }
         }
     });
-    Ok(AdminSocket { path, accepting })
+    Ok(Some(AdminSocket { path, accepting }))
 }
 
 /// Answers the requests of one connection, one line each, until it closes

@@ -484,7 +484,9 @@ pub fn run_server(
             set_log_filter: crate::set_log_filter,
         },
     )?;
-    tracing::info!(path = %admin.path().display(), "admin socket open");
+    if let Some(admin) = &admin {
+        tracing::info!(path = %admin.path().display(), "admin socket open");
+    }
     let server = {
         let stop = Arc::clone(&stop);
         let metrics = Arc::clone(&metrics);

@@ -368,7 +368,8 @@ fn raw(socket: &Path, line: &[u8]) -> Value {
 /// A file in the socket's place stops the start with a clear error; a
 /// stale socket (a killed server's) is replaced; malformed, unknown and
 /// oversized requests get clear errors and the server lives on; without a
-/// server `osprey admin` says none is running.
+/// server `osprey admin` says none is running; an index directory too
+/// deep for a socket's path is served without one.
 #[test]
 fn admin_socket_refuses_what_it_cannot_serve() {
     let node = start_btcd();
@@ -439,4 +440,12 @@ fn admin_socket_refuses_what_it_cannot_serve() {
     let answer = raw(&socket, b"{\"command\":\"sessions\",\"args\":[]}\n");
     assert!(answer["result"].is_array(), "{answer}");
     drop(osprey);
+    // An index directory too deep for a Unix socket's path: served
+    // without the admin interface, saying so.
+    let deep = dir.path().join("d".repeat(120));
+    let mut osprey = Osprey::start(&node, &deep, OspreyConfig::default());
+    osprey.wait_log_line("the admin interface's absence", SETTLE, |line| {
+        line.contains("no admin interface: the path is longer than a Unix socket's")
+    });
+    assert!(!socket_of(&deep).exists());
 }
