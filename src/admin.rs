@@ -454,8 +454,15 @@ pub fn run(config: &Config, json: bool, command: &str, args: &[String]) -> anyho
 
 /// Sends one request on the socket at `path` and returns its result.
 fn ask(path: &Path, command: &str, args: &[String]) -> anyhow::Result<Value> {
-    let mut stream = std::os::unix::net::UnixStream::connect(path)
-        .with_context(|| format!("no Osprey is running on {}", path.display()))?;
+    let mut stream = match std::os::unix::net::UnixStream::connect(path) {
+        Ok(stream) => stream,
+        // The socket's mode is the credential: say so, not that no server runs.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => bail!(
+            "not allowed to connect to {} ({e}): run osprey admin as the server's user or group",
+            path.display()
+        ),
+        Err(e) => bail!("no Osprey is running on {}: {e}", path.display()),
+    };
     stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
     let mut request = json!({ "command": command, "args": args }).to_string();
     request.push('\n');

@@ -80,7 +80,8 @@ fn greet(osprey: &Osprey, client: &str) -> Session {
 
 /// 1. btcd, 440 blocks; a P2WPKH address paid twice in two blocks, then
 ///    once more left in the mempool.
-/// 2. Osprey serves the tip; its socket is there, mode 0660.
+/// 2. Osprey serves the tip; its socket is there, mode 0660; as root, a
+///    user outside its group is refused and one inside answered.
 /// 3. getinfo: the version, the node's tip as both heights, no initial
 ///    sync, the test's session and subscription, memory.
 /// 4. sessions: the test's session with its client name, protocol,
@@ -134,6 +135,7 @@ fn admin_commands_answer_what_the_test_did() {
         socket.display()
     );
     assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    refused_without_the_group(&db);
     // 3.
     let mut mine = greet(&osprey, "admin-it");
     mine.call(
@@ -349,6 +351,71 @@ fn admin_commands_answer_what_the_test_did() {
         "{}",
         gone.stderr
     );
+}
+
+/// Runs `osprey admin getinfo` as the unprivileged uid 65534, in group
+/// `gid` only (`setpriv`, which needs root).
+fn admin_as(db: &Path, gid: u32) -> std::process::Output {
+    let db_arg = db.display().to_string();
+    std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            &format!("--regid={gid}"),
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_osprey"),
+            "admin",
+            "--network",
+            "regtest",
+            "--db-dir",
+            &db_arg,
+            "getinfo",
+        ])
+        .current_dir("/")
+        .env_remove("HOME")
+        .output()
+        .expect("running setpriv")
+}
+
+/// With every directory on the way open to others, the socket's mode
+/// (0660, owner and group root) alone decides: a user outside its group is
+/// refused with a clear error, the same user in the group is answered.
+/// Switching user needs root; as anyone else this says so, and the
+/// caller's check of the mode is all there is.
+fn refused_without_the_group(db: &Path) {
+    let uid = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .expect("id -u");
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        eprintln!("not root: cannot switch user, so only the socket's mode is checked");
+        return;
+    }
+    let mut dir = db.join("regtest");
+    loop {
+        let mode = std::fs::metadata(&dir)
+            .expect("a directory")
+            .permissions()
+            .mode();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o755))
+            .expect("opening a directory to others");
+        if !dir.pop() || dir == Path::new("/tmp") || dir == Path::new("/") {
+            break;
+        }
+    }
+    let outsider = admin_as(db, 65534);
+    let stderr = String::from_utf8_lossy(&outsider.stderr);
+    assert!(
+        !outsider.status.success(),
+        "an outsider was answered: {stderr}"
+    );
+    assert!(stderr.contains("not allowed to connect"), "{stderr}");
+    let member = admin_as(db, 0);
+    assert!(
+        member.status.success(),
+        "a member of the socket's group was refused: {}",
+        String::from_utf8_lossy(&member.stderr)
+    );
+    assert!(String::from_utf8_lossy(&member.stdout).contains("index_height"));
 }
 
 /// Sends `line` on a raw connection to the socket and returns the answer.
