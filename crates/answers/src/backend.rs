@@ -33,6 +33,23 @@ pub trait Compute: Sync {
     fn run(&self, job: Box<dyn FnOnce() + Send>);
 }
 
+/// `job`'s result, run in `compute`.
+///
+/// # Errors
+/// `Unavailable` when `compute` gave up on the job (the server is stopping).
+pub fn computed<T: Send + 'static>(
+    compute: &dyn Compute,
+    job: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Error> {
+    let (done, result) = std::sync::mpsc::sync_channel(1);
+    compute.run(Box::new(move || {
+        let _ = done.send(job());
+    }));
+    result
+        .try_recv()
+        .map_err(|_| Error::Unavailable("the scan job did not run: the server is stopping".into()))
+}
+
 /// [`Compute`] on the caller's own thread.
 pub struct InPlace;
 

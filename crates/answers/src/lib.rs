@@ -16,7 +16,7 @@ mod sp;
 pub use answer::{
     Balance, HistoryEntry, Indexing, OutpointAnswer, OutpointStatus, RecentTx, TxMerkle, Utxo,
 };
-pub use backend::{Backend, Compute, InPlace};
+pub use backend::{computed, Backend, Compute, InPlace};
 pub use change::Change;
 pub use error::Error;
 pub use sp::{height_at_time, SpChunk, SpCursor, SpMatch};

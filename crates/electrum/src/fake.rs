@@ -6,8 +6,8 @@ use bitcoin::hashes::{sha256d, Hash};
 use bitcoin::secp256k1::{PublicKey, Secp256k1, SecretKey};
 use bitcoin::{BlockHash, OutPoint, TxMerkleNode, Txid};
 use osprey_answers::{
-    height_at_time, Backend, Balance, Compute, Error, HistoryEntry, Indexing, OutpointAnswer,
-    RecentTx, SpChunk, SpCursor, SpMatch, TxMerkle, Utxo,
+    computed, height_at_time, Backend, Balance, Compute, Error, HistoryEntry, Indexing,
+    OutpointAnswer, RecentTx, SpChunk, SpCursor, SpMatch, TxMerkle, Utxo,
 };
 use osprey_chain::{MempoolAcceptance, MempoolFees};
 use osprey_core::{Height, ScriptHash, StatusHash};
@@ -540,7 +540,7 @@ impl Backend for FakeBackend {
                 .saturating_sub(u64::from(chunk.next.records_done));
             chunk
         };
-        chunk.matches = run_in(compute, {
+        chunk.matches = computed(compute, {
             let keys = Arc::clone(keys);
             move || {
                 if let Some(gate) = gate {
@@ -569,25 +569,11 @@ impl Backend for FakeBackend {
             .filter(|tx| only.is_none_or(|only| only.contains(&tx.txid)))
             .cloned()
             .collect();
-        run_in(compute, {
+        computed(compute, {
             let keys = Arc::clone(keys);
             move || pool.iter().filter_map(|tx| tx.matches(&keys, 0)).collect()
         })
     }
-}
-
-/// `job`'s result, run in `compute`.
-fn run_in<T: Send + 'static>(
-    compute: &dyn Compute,
-    job: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, Error> {
-    let (done, result) = std::sync::mpsc::sync_channel(1);
-    compute.run(Box::new(move || {
-        let _ = done.send(job());
-    }));
-    result
-        .try_recv()
-        .map_err(|_| Error::Unavailable("the scan job did not run: the server is stopping".into()))
 }
 
 #[cfg(test)]

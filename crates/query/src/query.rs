@@ -60,7 +60,7 @@ pub struct Query {
     statuses: StatusCache,
     /// Set while the first sync runs and wallets wait for it
     /// ([`Query::hold_wallets`]): only then is [`Query::indexing`] `Some`.
-    first_sync: AtomicBool,
+    wallets_held: AtomicBool,
     /// The node's height as the last sync step saw it, for
     /// [`Query::indexing`].
     node_height: AtomicU32,
@@ -99,7 +99,7 @@ impl Query {
             header_tree: Mutex::new(None),
             statuses: StatusCache::new(config.status_cache_bytes),
             config,
-            first_sync: AtomicBool::new(false),
+            wallets_held: AtomicBool::new(false),
             node_height: AtomicU32::new(0),
             announced: Mutex::new(None),
         }
@@ -110,13 +110,13 @@ impl Query {
     /// protocol layer answers only what is right at any height. A server
     /// that opens its ports before its first sync calls this first.
     pub fn hold_wallets(&self) {
-        self.first_sync.store(true, Ordering::SeqCst);
+        self.wallets_held.store(true, Ordering::SeqCst);
     }
 
     /// Ends [`Query::hold_wallets`]: the index is at the node's tip and the
     /// mempool followed, so every method is answered from here on.
     pub fn release_wallets(&self) {
-        self.first_sync.store(false, Ordering::SeqCst);
+        self.wallets_held.store(false, Ordering::SeqCst);
     }
 
     /// Records the node's best height, as a sync step saw it.
@@ -126,7 +126,7 @@ impl Query {
 
     /// While wallets are held off: the index's tip and the node's.
     pub fn indexing(&self) -> Option<Indexing> {
-        if !self.first_sync.load(Ordering::SeqCst) {
+        if !self.wallets_held.load(Ordering::SeqCst) {
             return None;
         }
         let height = self.tip().0;

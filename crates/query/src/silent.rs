@@ -4,7 +4,7 @@
 use crate::query::store_failed;
 use crate::Query;
 use bitcoin::Txid;
-use osprey_answers::{height_at_time, Compute, Error, SpChunk, SpCursor, SpMatch};
+use osprey_answers::{computed, height_at_time, Compute, Error, SpChunk, SpCursor, SpMatch};
 use osprey_core::{Height, ScriptHash, TxNum};
 use osprey_sp::{BlockRecords, ScanKeys, TweakData};
 use osprey_store::{SpBlock, SpRecords};
@@ -61,17 +61,11 @@ impl Query {
                 .store()
                 .sp_records(from.height, to, budget)
                 .map_err(store_failed)?;
-            let (read, scanned) = {
-                let (done, result) = std::sync::mpsc::sync_channel(1);
-                let keys = Arc::clone(keys);
-                compute.run(Box::new(move || {
-                    let scanned = scan_records(&keys, &read, from, records_max);
-                    let _ = done.send((read, scanned));
-                }));
-                result.try_recv().map_err(|_| {
-                    Error::Unavailable("the scan job did not run: the server is stopping".into())
-                })?
-            };
+            let keys = Arc::clone(keys);
+            let (read, scanned) = computed(compute, move || {
+                let scanned = scan_records(&keys, &read, from, records_max);
+                (read, scanned)
+            })?;
             let replaced = read.blocks[..scanned.blocks]
                 .iter()
                 .any(|block| self.store().block_hash(block.height) != Some(block.hash));
@@ -145,20 +139,15 @@ impl Query {
                     .collect(),
             }
         };
-        let (done, result) = std::sync::mpsc::sync_channel(1);
         let keys = Arc::clone(keys);
-        compute.run(Box::new(move || {
-            let matches: Vec<SpMatch> = entries
+        computed(compute, move || {
+            entries
                 .iter()
                 .filter_map(|entry| {
                     let sp = entry.sp.as_ref()?;
                     SpMatch::if_paid(&keys, &sp.tweak, &sp.output_keys, 0, entry.txid)
                 })
-                .collect();
-            let _ = done.send(matches);
-        }));
-        result.try_recv().map_err(|_| {
-            Error::Unavailable("the scan job did not run: the server is stopping".into())
+                .collect()
         })
     }
 }

@@ -371,11 +371,7 @@ pub(crate) mod tests {
             .expect("paying");
         let txid = node.send_raw_transaction(&tx).expect("broadcast");
         tracker.update(&mut |_| {}).expect("update");
-        let scripthash = ScriptHash::from_script(payee.as_bytes());
-        let history = || -> Vec<(Txid, i64)> {
-            let history = query.history(&scripthash).expect("history");
-            history.iter().map(|e| (e.txid, e.height)).collect()
-        };
+        let history = || heights(&query, &payee);
         assert_eq!(history(), [(txid, 0)], "in the mempool");
 
         node.generate(1).expect("mining");
@@ -387,6 +383,14 @@ pub(crate) mod tests {
 
         tracker.update(&mut |_| {}).expect("update");
         assert_eq!(history(), [(txid, 106)], "confirmed once indexed");
+    }
+
+    /// `script`'s history as (txid, Electrum height).
+    fn heights(query: &Query, script: &ScriptBuf) -> Vec<(Txid, i64)> {
+        let history = query
+            .history(&ScriptHash::from_script(script.as_bytes()))
+            .expect("history");
+        history.iter().map(|e| (e.txid, e.height)).collect()
     }
 
     /// The same moment on an in-memory chain and mempool ([`ChainFeed`]),
@@ -408,11 +412,7 @@ pub(crate) mod tests {
             .expect("paying");
         let txid = feed.add_to_mempool(tx);
         tracker.update(&mut |_| {}).expect("update");
-        let scripthash = ScriptHash::from_script(payee.as_bytes());
-        let history = || -> Vec<(Txid, i64)> {
-            let history = query.history(&scripthash).expect("history");
-            history.iter().map(|e| (e.txid, e.height)).collect()
-        };
+        let history = || heights(&query, &payee);
         assert_eq!(history(), [(txid, 0)], "in the mempool");
 
         feed.mine_mempool();

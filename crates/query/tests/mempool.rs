@@ -93,8 +93,60 @@ impl Setup {
             .collect()
     }
 
+    /// `script`'s history as (txid, Electrum height).
+    fn heights(&self, script: &ScriptBuf) -> Vec<(Txid, i64)> {
+        self.history(script)
+            .into_iter()
+            .map(|(txid, height, _)| (txid, height))
+            .collect()
+    }
+
     fn height(&self) -> i64 {
         i64::from(self.feed.tip().0 .0)
+    }
+
+    /// A payment of `sats` to `to` (the parent), and a transaction
+    /// spending it to `then` (the child); neither sent.
+    fn parent_and_child(
+        &mut self,
+        to: &ScriptBuf,
+        sats: u64,
+        then: &ScriptBuf,
+        then_sats: u64,
+    ) -> (Transaction, Transaction) {
+        let parent = self
+            .wallet
+            .send(to.clone(), Amount::from_sat(sats))
+            .expect("paying the parent's script");
+        let child = self.spend_output(&parent, to, then, then_sats);
+        (parent, child)
+    }
+
+    /// A transaction spending `tx`'s output to `script`, paying `to`.
+    fn spend_output(
+        &mut self,
+        tx: &Transaction,
+        script: &ScriptBuf,
+        to: &ScriptBuf,
+        sats: u64,
+    ) -> Transaction {
+        let (paid, _) = outpoint_paying(tx, script);
+        self.wallet
+            .spend(&[paid], &[(to.clone(), Amount::from_sat(sats))])
+            .expect("spending the output")
+    }
+
+    /// A transaction spending `tx`'s inputs again, paying `to`: `tx` is
+    /// forgotten by the wallet first (it must be pending), so that its
+    /// inputs are the wallet's again.
+    fn double_spend(&mut self, tx: &Transaction, to: &ScriptBuf, sats: u64) -> Transaction {
+        self.wallet
+            .abandon(tx.compute_txid())
+            .expect("the transaction is pending");
+        let inputs: Vec<OutPoint> = tx.input.iter().map(|i| i.previous_output).collect();
+        self.wallet
+            .spend(&inputs, &[(to.clone(), Amount::from_sat(sats))])
+            .expect("the double spend")
     }
 }
 
@@ -142,15 +194,7 @@ fn a_child_waits_at_height_minus_one_until_its_parent_confirms() {
         setup.wallet.new_script(ScriptKind::P2wpkh),
         setup.wallet.new_script(ScriptKind::P2tr),
     );
-    let parent = setup
-        .wallet
-        .send(a.clone(), Amount::from_sat(1_000_000))
-        .expect("paying A");
-    let (paid_a, value_a) = outpoint_paying(&parent, &a);
-    let child = setup
-        .wallet
-        .spend(&[paid_a], &[(b.clone(), Amount::from_sat(600_000))])
-        .expect("spending A to B");
+    let (parent, child) = setup.parent_and_child(&a, 1_000_000, &b, 600_000);
     let parent_fee = {
         let spent: Vec<Amount> = parent
             .input
@@ -167,7 +211,7 @@ fn a_child_waits_at_height_minus_one_until_its_parent_confirms() {
             .collect();
         fee(&parent, &spent)
     };
-    let child_fee = fee(&child, &[value_a]);
+    let child_fee = fee(&child, &[Amount::from_sat(1_000_000)]);
     let (parent_id, child_id) = (parent.compute_txid(), child.compute_txid());
     setup.feed.add_to_mempool(parent.clone());
     setup.feed.add_to_mempool(child);
@@ -218,15 +262,7 @@ fn a_replacement_takes_its_original_and_the_originals_child_away() {
         setup.wallet.new_script(ScriptKind::P2pkh),
         setup.wallet.new_script(ScriptKind::P2tr),
     );
-    let original = setup
-        .wallet
-        .send(a.clone(), Amount::from_sat(2_000_000))
-        .expect("paying A");
-    let (paid_a, _) = outpoint_paying(&original, &a);
-    let child = setup
-        .wallet
-        .spend(&[paid_a], &[(b.clone(), Amount::from_sat(1_500_000))])
-        .expect("spending A to B");
+    let (original, child) = setup.parent_and_child(&a, 2_000_000, &b, 1_500_000);
     let (original_id, child_id) = (original.compute_txid(), child.compute_txid());
     setup.feed.add_to_mempool(original.clone());
     setup.feed.add_to_mempool(child);
@@ -239,16 +275,8 @@ fn a_replacement_takes_its_original_and_the_originals_child_away() {
         .wallet
         .abandon(child_id)
         .expect("the child is pending");
-    setup
-        .wallet
-        .abandon(original_id)
-        .expect("the original is pending");
     setup.wallet.fee_rate *= 5;
-    let inputs: Vec<OutPoint> = original.input.iter().map(|i| i.previous_output).collect();
-    let replacement = setup
-        .wallet
-        .spend(&inputs, &[(c.clone(), Amount::from_sat(2_000_000))])
-        .expect("the replacement");
+    let replacement = setup.double_spend(&original, &c, 2_000_000);
     let replacement_id = setup.feed.add_to_mempool(replacement.clone());
     assert_eq!(setup.feed.mempool(), [replacement_id]);
 
@@ -256,14 +284,7 @@ fn a_replacement_takes_its_original_and_the_originals_child_away() {
     let change = setup.update();
     assert_eq!(setup.history(&a), []);
     assert_eq!(setup.history(&b), []);
-    assert_eq!(
-        setup
-            .history(&c)
-            .iter()
-            .map(|(txid, height, _)| (*txid, *height))
-            .collect::<Vec<_>>(),
-        [(replacement_id, 0)]
-    );
+    assert_eq!(setup.heights(&c), [(replacement_id, 0)]);
     let vsizes: u64 = setup.query.fee_histogram().iter().map(|bin| bin.1).sum();
     assert_eq!(vsizes, replacement.vsize() as u64);
     for script in [&a, &b, &c] {
@@ -297,33 +318,17 @@ fn reorgs_return_transactions_to_the_mempool_or_drop_their_conflicts() {
         .send(a.clone(), Amount::from_sat(3_000_000))
         .expect("paying A");
     let p_id = p.compute_txid();
-    setup.wallet.abandon(p_id).expect("P is pending");
-    let inputs: Vec<OutPoint> = p.input.iter().map(|i| i.previous_output).collect();
-    let double_spend = setup
-        .wallet
-        .spend(&inputs, &[(d.clone(), Amount::from_sat(3_000_000))])
-        .expect("the double spend");
+    let double_spend = setup.double_spend(&p, &d, 3_000_000);
     let d_id = double_spend.compute_txid();
     setup.wallet.abandon(d_id).expect("D is pending");
     setup.feed.add_to_mempool(p.clone());
     setup.feed.mine_mempool();
     let h = setup.height();
     setup.wallet.sync_feed(&setup.feed);
-    let (paid_a, _) = outpoint_paying(&p, &a);
-    let child = setup
-        .wallet
-        .spend(&[paid_a], &[(c.clone(), Amount::from_sat(2_000_000))])
-        .expect("spending A to C");
+    let child = setup.spend_output(&p, &a, &c, 2_000_000);
     let child_id = setup.feed.add_to_mempool(child);
     setup.update();
-    assert_eq!(
-        setup
-            .history(&a)
-            .iter()
-            .map(|e| (e.0, e.1))
-            .collect::<Vec<_>>(),
-        [(p_id, h), (child_id, 0)]
-    );
+    assert_eq!(setup.heights(&a), [(p_id, h), (child_id, 0)]);
 
     // 2.
     let fork_point = Height(h as u32 - 1);
@@ -333,22 +338,8 @@ fn reorgs_return_transactions_to_the_mempool_or_drop_their_conflicts() {
     assert_eq!(setup.feed.mempool(), [p_id, child_id], "P came back first");
     let change = setup.update();
     assert!(change.all_scripthashes, "blocks were undone");
-    assert_eq!(
-        setup
-            .history(&a)
-            .iter()
-            .map(|e| (e.0, e.1))
-            .collect::<Vec<_>>(),
-        [(p_id, 0), (child_id, -1)]
-    );
-    assert_eq!(
-        setup
-            .history(&c)
-            .iter()
-            .map(|e| (e.0, e.1))
-            .collect::<Vec<_>>(),
-        [(child_id, -1)]
-    );
+    assert_eq!(setup.heights(&a), [(p_id, 0), (child_id, -1)]);
+    assert_eq!(setup.heights(&c), [(child_id, -1)]);
 
     // 3.
     setup.feed.rewind(fork_point);
