@@ -16,6 +16,12 @@
 //! bar of 15,000 records per second per core is about, and what other jobs
 //! on a shared machine do not inflate) and by the wall clock.
 //!
+//! Each run also measures, before its scans and after them, the limit no
+//! scan can beat ([`limit`]): pairs of the two point multiplications every
+//! record costs, per CPU-second of the same thread, on the same machine at
+//! the same time; the report gives each phase's records per CPU-second as
+//! a share of it (issue 35's bar: at least 0.9).
+//!
 //! ```text
 //! osprey bench sp-scan --chain DIR --db-dir DIR [--out OUTDIR] [--runs 3]
 //!     [--chunk-records 1000]
@@ -29,6 +35,7 @@
 //! no code with the servers it measures: this bench measures Osprey's own
 //! code, so it links it.
 
+mod limit;
 mod report;
 
 use anyhow::{bail, ensure, Context};
@@ -123,6 +130,7 @@ pub fn run(args: &SpScanArgs) -> anyhow::Result<()> {
     let load_before = load_average();
     let mut runs = Vec::with_capacity(args.runs);
     for run in 1..=args.runs {
+        let limit_before = limit::multiplication_pairs_per_cpu_second(thread_cpu_time);
         let mut phases = Vec::with_capacity(2);
         for threads in [1, CONCURRENT_SCANS] {
             tracing::info!(run, threads, receivers = receivers.len(), "scanning");
@@ -136,7 +144,18 @@ pub fn run(args: &SpScanArgs) -> anyhow::Result<()> {
             );
             phases.push(phase);
         }
-        runs.push(RunRecord { run, phases });
+        let limit_after = limit::multiplication_pairs_per_cpu_second(thread_cpu_time);
+        tracing::info!(
+            run,
+            limit_before,
+            limit_after,
+            "multiplication pairs per CPU-second, before and after the scans"
+        );
+        runs.push(RunRecord {
+            run,
+            limit_pairs_per_cpu_second: [limit_before, limit_after],
+            phases,
+        });
     }
     let report = SpScanReport {
         date,

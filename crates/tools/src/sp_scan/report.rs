@@ -10,6 +10,10 @@ use std::fmt::Write as _;
 /// Records per CPU-second of one scanning thread that issue 24 asks for.
 pub const BAR_RECORDS_PER_CPU_SECOND: f64 = 15_000.0;
 
+/// The share of the multiplications' limit (pairs per CPU-second) that
+/// issue 35 asks one scan's records per CPU-second to reach.
+pub const BAR_SHARE_OF_LIMIT: f64 = 0.9;
+
 /// One receiver's scan of the whole chain.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ScanRecord {
@@ -66,7 +70,25 @@ impl Phase {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
     pub run: usize,
+    /// Pairs of point multiplications (one ECDH, one generator
+    /// multiplication) per CPU-second, measured before the run's scans and
+    /// after them.
+    pub limit_pairs_per_cpu_second: [f64; 2],
     pub phases: Vec<Phase>,
+}
+
+impl RunRecord {
+    /// The run's limit: the mean of its two measurements.
+    pub fn limit(&self) -> Option<f64> {
+        let [before, after] = self.limit_pairs_per_cpu_second;
+        let mean = (before + after) / 2.0;
+        (mean > 0.0).then_some(mean)
+    }
+
+    /// Phase `k`'s records per CPU-second over the run's limit.
+    pub fn share_of_limit(&self, k: usize) -> Option<f64> {
+        Some(self.phases.get(k)?.records_per_cpu_second()? / self.limit()?)
+    }
 }
 
 /// A whole `osprey bench sp-scan`: the content of `sp-scan.json`.
@@ -132,6 +154,14 @@ impl SpScanReport {
              CPU-second are records per second per core, whatever else the machine runs. Wall \
              rates are of all the phase's threads together.\n"
         );
+        let _ = writeln!(
+            md,
+            "The limit is the rate of the two point multiplications every record costs \
+             (libsecp256k1's constant-time ECDH and generator multiplication, as the scan \
+             calls them), in pairs per CPU-second of one thread, measured before and after \
+             each run's scans (their mean); a phase's share of it is its records per \
+             CPU-second over that.\n"
+        );
         let mut header = "| |".to_owned();
         let mut rule = "|---|".to_owned();
         for run in &self.runs {
@@ -139,6 +169,25 @@ impl SpScanReport {
             rule.push_str("---:|");
         }
         let _ = writeln!(md, "{header} Median |\n{rule}---:|");
+        type Show = fn(f64) -> String;
+        let mut row = |label: &str, figure: &dyn Fn(&RunRecord) -> Option<f64>, show: Show| {
+            let values: Vec<Option<f64>> = self.runs.iter().map(figure).collect();
+            let _ = write!(md, "| {label} |");
+            for v in &values {
+                let _ = write!(md, " {} |", v.map_or("–".to_owned(), show));
+            }
+            let present: Vec<f64> = values.into_iter().flatten().collect();
+            let _ = writeln!(
+                md,
+                " **{}** |",
+                median(&present).map_or("–".to_owned(), show)
+            );
+        };
+        row(
+            "limit: multiplication pairs per CPU-second",
+            &RunRecord::limit,
+            whole,
+        );
         let phases = self.runs.first().map_or(0, |r| r.phases.len());
         for k in 0..phases {
             let threads = self.runs[0].phases[k].threads;
@@ -148,7 +197,6 @@ impl SpScanReport {
                 format!("{threads} scans at once")
             };
             type Figure = fn(&Phase) -> Option<f64>;
-            type Show = fn(f64) -> String;
             let figures: [(&str, Figure, Show); 3] = [
                 (
                     "records per CPU-second",
@@ -160,27 +208,20 @@ impl SpScanReport {
                     Phase::records_per_wall_second,
                     whole,
                 ),
-                ("CPU / wall of the scans", Phase::cpu_share, |v| {
-                    format!("{v:.2}")
-                }),
+                ("CPU / wall of the scans", Phase::cpu_share, two_places),
             ];
             for (label, figure, show) in figures {
-                let values: Vec<Option<f64>> = self
-                    .runs
-                    .iter()
-                    .map(|r| r.phases.get(k).and_then(figure))
-                    .collect();
-                let _ = write!(md, "| {name}: {label} |");
-                for v in &values {
-                    let _ = write!(md, " {} |", v.map_or("–".to_owned(), show));
-                }
-                let present: Vec<f64> = values.into_iter().flatten().collect();
-                let _ = writeln!(
-                    md,
-                    " **{}** |",
-                    median(&present).map_or("–".to_owned(), show)
+                row(
+                    &format!("{name}: {label}"),
+                    &|r: &RunRecord| r.phases.get(k).and_then(figure),
+                    show,
                 );
             }
+            row(
+                &format!("{name}: share of the limit"),
+                &|r: &RunRecord| r.share_of_limit(k),
+                two_places,
+            );
         }
         md.push('\n');
         if let Some(rate) = self.median_single_rate() {
@@ -198,7 +239,29 @@ impl SpScanReport {
                 fmt_significant(1e6 / rate, 3)
             );
         }
+        if let Some(share) = self.median_single_share() {
+            let verdict = if share >= BAR_SHARE_OF_LIMIT {
+                "**met**"
+            } else {
+                "**missed**"
+            };
+            let _ = writeln!(
+                md,
+                "Bar of issue 35, at least {BAR_SHARE_OF_LIMIT} of the multiplications' limit: \
+                 {verdict} ({share:.3}, median of one scan at a time over its run's limit)."
+            );
+        }
         md
+    }
+
+    /// Median over the runs of the first phase's share of its run's limit.
+    pub fn median_single_share(&self) -> Option<f64> {
+        let shares: Vec<f64> = self
+            .runs
+            .iter()
+            .filter_map(|r| r.share_of_limit(0))
+            .collect();
+        median(&shares)
     }
 
     /// Median over the runs of the first phase's records per CPU-second.
@@ -214,6 +277,10 @@ impl SpScanReport {
 
 fn whole(value: f64) -> String {
     format!("{value:.0}")
+}
+
+fn two_places(value: f64) -> String {
+    format!("{value:.2}")
 }
 
 #[cfg(test)]
@@ -235,6 +302,7 @@ mod tests {
     fn run(run: usize, cpu_seconds: f64) -> RunRecord {
         RunRecord {
             run,
+            limit_pairs_per_cpu_second: [16_000.0, 14_000.0],
             phases: vec![
                 Phase {
                     threads: 1,
@@ -282,6 +350,10 @@ mod tests {
     #[test]
     fn rates_per_core_and_per_wall_second() {
         let r = run(1, 2.0);
+        // The limit is the mean of the measurements before and after.
+        assert_eq!(r.limit(), Some(15_000.0));
+        assert_eq!(r.share_of_limit(0), Some(1.0));
+        assert_eq!(r.share_of_limit(2), None);
         let (alone, pair) = (&r.phases[0], &r.phases[1]);
         // 60,000 records in 4 CPU-seconds, 8 wall seconds.
         assert_eq!(alone.records_per_cpu_second(), Some(15_000.0));
@@ -320,7 +392,25 @@ mod tests {
             md.contains("records per second per core: **met** (15000 per CPU-second, median of one scan at a time; 66.7 µs per record)"),
             "{md}"
         );
+        assert!(
+            md.contains(
+                "| limit: multiplication pairs per CPU-second | 15000 | 15000 | 15000 | **15000** |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 1 scan at a time: share of the limit | 1.00 | 0.67 | 1.33 | **1.00** |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("0.9 of the multiplications' limit: **met** (1.000,"),
+            "{md}"
+        );
         let slow = report(vec![run(1, 2.5)]).to_markdown();
         assert!(slow.contains("**missed** (12000 per CPU-second"), "{slow}");
+        assert!(
+            slow.contains("0.9 of the multiplications' limit: **missed** (0.800,"),
+            "{slow}"
+        );
     }
 }
