@@ -12,6 +12,7 @@
 //! `bitcoin` 0.32 already links, so the workspace builds the C library once.
 
 mod address;
+mod field;
 mod hash;
 mod input;
 mod record;
@@ -29,7 +30,7 @@ pub use input::{input_public_key, tweak_data, TweakData};
 pub use record::{
     append_block_records, taproot_output_keys, BlockRecords, Record, OUTPUT_PREFIX_LEN,
 };
-pub use scan::{Candidates, FoundOutput, ScanKeys};
+pub use scan::{CandidateBatch, Candidates, FoundOutput, ScanKeys};
 
 /// BIP-352 "Scanning": a receiver stops at `k == K_max`; senders never put
 /// more outputs for one scan key in a transaction ("Creating outputs").

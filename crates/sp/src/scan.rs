@@ -7,6 +7,7 @@ use std::fmt;
 use bitcoin::secp256k1::{ecdh, PublicKey, Scalar, SecretKey};
 use bitcoin::Network;
 
+use crate::field::{batch_invert, Fe};
 use crate::hash::{label_tweak, shared_secret_tweak};
 use crate::{address, Error, Record, TweakData, K_MAX, OUTPUT_PREFIX_LEN, SECP};
 
@@ -22,7 +23,14 @@ pub struct ScanKeys {
     spend_public: PublicKey,
     /// Ascending by `m`, the change label first.
     labels: Vec<Label>,
+    /// What the batched kernel adds `t_0·G` to, in the order of a
+    /// record's candidates: `B_spend`, then `B_spend + label_m·G` for each
+    /// label, affine (`None` for a sum that is the point at infinity).
+    addends: Vec<Option<Affine>>,
 }
+
+/// A point's affine coordinates `(x, y)`.
+type Affine = (Fe, Fe);
 
 struct Label {
     m: u32,
@@ -66,12 +74,20 @@ impl ScanKeys {
                     point: PublicKey::from_secret_key(&SECP, &tweak),
                 })
             })
-            .collect::<Result<_, Error>>()?;
+            .collect::<Result<Vec<Label>, Error>>()?;
+        let mut addends = vec![Some(affine(&spend_public)?)];
+        for label in &labels {
+            addends.push(match spend_public.combine(&label.point) {
+                Ok(sum) => Some(affine(&sum)?),
+                Err(_) => None,
+            });
+        }
         Ok(ScanKeys {
             scan_secret,
             scan_public: PublicKey::from_secret_key(&SECP, &scan_secret),
             spend_public,
             labels,
+            addends,
         })
     }
 
@@ -177,6 +193,84 @@ impl ScanKeys {
         Ok(Candidates { keys })
     }
 
+    /// [`first_output_candidates`](Self::first_output_candidates) of every
+    /// record of `tweaks`, into `batch` (emptied first; its buffers are
+    /// reused). The two multiplications of each record are the same; the
+    /// additions that follow them, `t_0·G + B_spend` and `t_0·G + B_spend +
+    /// label_m·G` (the latter sums computed once, in [`ScanKeys::new`]), are
+    /// done here in affine coordinates with one field inversion for the
+    /// whole batch, where libsecp256k1 pays one per addition. A record
+    /// whose `t_0·G` is `±` one of those sums (the affine formula does not
+    /// cover it; probability about 2^-256 but for keys chosen to meet a
+    /// given transaction) gets the single-record kernel's answer instead,
+    /// so the candidates, and the records whose derivation fails, are the
+    /// same.
+    pub fn first_output_candidates_batch(&self, tweaks: &[TweakData], batch: &mut CandidateBatch) {
+        let width = self.addends.len();
+        batch.width = width;
+        batch.keys.clear();
+        batch.keys.resize(tweaks.len() * width, [0; 32]);
+        batch.records.clear();
+        batch.denominators.clear();
+        for (record, tweak) in tweaks.iter().enumerate() {
+            let point = self
+                .shared_secret(tweak)
+                .and_then(|shared_secret| shared_secret_tweak(&shared_secret, 0))
+                .and_then(|t_0| affine(&PublicKey::from_secret_key(&SECP, &t_0)));
+            let derived = match point {
+                Ok((x, y)) => {
+                    // x(Q) − x(T) for each addend Q; 1 for an addend at
+                    // infinity (nothing to divide).
+                    batch.denominators.extend(
+                        self.addends
+                            .iter()
+                            .map(|addend| addend.map_or(Fe::ONE, |(addend_x, _)| addend_x.sub(x))),
+                    );
+                    let denominators = &mut batch.denominators[record * width..];
+                    if denominators.iter().any(|d| d.is_zero()) {
+                        // Keeps the batch free of zeros.
+                        denominators.fill(Fe::ONE);
+                        match self.first_output_candidates(tweak) {
+                            Ok(candidates) => {
+                                batch.keys[record * width..(record + 1) * width]
+                                    .copy_from_slice(&candidates.keys);
+                                Derived::Exact
+                            }
+                            Err(_) => Derived::Failed,
+                        }
+                    } else {
+                        Derived::Affine((x, y))
+                    }
+                }
+                Err(_) => {
+                    batch.denominators.extend((0..width).map(|_| Fe::ONE));
+                    Derived::Failed
+                }
+            };
+            batch.records.push(derived);
+        }
+        batch_invert(&mut batch.denominators, &mut batch.scratch);
+        for (record, derived) in batch.records.iter().enumerate() {
+            let Derived::Affine((x, y)) = *derived else {
+                continue;
+            };
+            let inverses = &batch.denominators[record * width..(record + 1) * width];
+            let keys = &mut batch.keys[record * width..(record + 1) * width];
+            for ((addend, inverse), key) in self.addends.iter().zip(inverses).zip(keys) {
+                *key = match addend {
+                    // T + Q: λ = (y_Q − y_T) / (x_Q − x_T), x = λ² − x_T − x_Q.
+                    Some((addend_x, addend_y)) => {
+                        let slope = addend_y.sub(y).mul(*inverse);
+                        slope.square().sub(x).sub(*addend_x).to_be_bytes()
+                    }
+                    // B_spend + label_m·G is the point at infinity: the
+                    // candidate is t_0·G itself.
+                    None => x.to_be_bytes(),
+                };
+            }
+        }
+    }
+
     /// BIP-352 "Scanning" in full: the outputs among `output_keys` (the
     /// x-only keys of all the transaction's taproot outputs) that pay these
     /// keys, for `k = 0, 1, ...` until a `k` finds none or `k` reaches
@@ -276,12 +370,7 @@ impl Candidates {
         &'c self,
         record: &Record<'r>,
     ) -> impl Iterator<Item = &'c [u8; 32]> + 'c {
-        let record = *record;
-        self.keys.iter().filter(move |key| {
-            record
-                .output_prefixes()
-                .any(|prefix| prefix == &key[..OUTPUT_PREFIX_LEN])
-        })
+        prefix_hits(&self.keys, record)
     }
 
     /// Whether some candidate is one of `output_keys` (the transaction's
@@ -289,6 +378,94 @@ impl Candidates {
     pub fn any_in(&self, output_keys: &[[u8; 32]]) -> bool {
         self.keys.iter().any(|key| output_keys.contains(key))
     }
+}
+
+/// The first-output candidates of a batch of records
+/// ([`ScanKeys::first_output_candidates_batch`]), with the buffers that
+/// computed them, kept for the next batch.
+#[derive(Debug, Default)]
+pub struct CandidateBatch {
+    /// Candidates per record.
+    width: usize,
+    /// `width` keys per record, in the order of [`Candidates::keys`].
+    keys: Vec<[u8; 32]>,
+    records: Vec<Derived>,
+    /// x(Q) − x(T) per record and addend, then their inverses.
+    denominators: Vec<Fe>,
+    scratch: Vec<Fe>,
+}
+
+/// How a record of a batch got its candidates.
+#[derive(Clone, Copy, Debug)]
+enum Derived {
+    /// Its derivation failed: it pays no one.
+    Failed,
+    /// By the single-record kernel (`t_0·G` is `±` an addend).
+    Exact,
+    /// By the batch's affine additions to this `t_0·G`.
+    Affine(Affine),
+}
+
+impl CandidateBatch {
+    pub fn new() -> CandidateBatch {
+        CandidateBatch::default()
+    }
+
+    /// Records in the batch.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Record `record`'s candidates, as [`Candidates::keys`]; `None` if
+    /// its derivation failed (or there is no such record).
+    pub fn keys(&self, record: usize) -> Option<&[[u8; 32]]> {
+        match self.records.get(record)? {
+            Derived::Failed => None,
+            Derived::Exact | Derived::Affine(_) => {
+                Some(&self.keys[record * self.width..(record + 1) * self.width])
+            }
+        }
+    }
+
+    /// As [`Candidates::prefix_hits`], for record `record` (none if its
+    /// derivation failed).
+    pub fn prefix_hits<'c, 'r: 'c>(
+        &'c self,
+        record: usize,
+        of: &Record<'r>,
+    ) -> impl Iterator<Item = &'c [u8; 32]> + 'c {
+        prefix_hits(self.keys(record).unwrap_or(&[]), of)
+    }
+}
+
+/// The keys among `keys` whose first bytes are among `record`'s output-key
+/// prefixes.
+fn prefix_hits<'c, 'r: 'c>(
+    keys: &'c [[u8; 32]],
+    record: &Record<'r>,
+) -> impl Iterator<Item = &'c [u8; 32]> + 'c {
+    let record = *record;
+    keys.iter().filter(move |key| {
+        record
+            .output_prefixes()
+            .any(|prefix| prefix == &key[..OUTPUT_PREFIX_LEN])
+    })
+}
+
+/// A point's affine coordinates, as libsecp256k1 gives them (always below
+/// the field's prime, so the error is never expected).
+fn affine(key: &PublicKey) -> Result<Affine, Error> {
+    let bytes = key.serialize_uncompressed();
+    let coordinate = |range: std::ops::Range<usize>| {
+        let mut field = [0u8; 32];
+        field.copy_from_slice(&bytes[range]);
+        Fe::from_be_bytes(&field).ok_or(Error::Derivation("a coordinate above the field's prime"))
+    };
+    Ok((coordinate(1..33)?, coordinate(33..65)?))
 }
 
 fn x_only(key: &PublicKey) -> [u8; 32] {
@@ -352,6 +529,98 @@ mod tests {
             keys.labelled_address(0, Network::Bitcoin).unwrap(),
             keys.address(Network::Bitcoin)
         );
+    }
+
+    /// Tweak data of a record: `A = public(i)`, `input_hash = secret(1000 + i)`.
+    fn tweak(i: u32) -> TweakData {
+        let mut sum = [0u8; 64];
+        sum.copy_from_slice(&public(i).serialize_uncompressed()[1..]);
+        TweakData::from_bytes(&sum, &secret(1000 + i).secret_bytes()).unwrap()
+    }
+
+    /// Every record's candidates from the batch equal the single-record
+    /// kernel's, and a record whose derivation fails has none in both.
+    fn assert_batch_is_exact(keys: &ScanKeys, tweaks: &[TweakData]) {
+        let mut batch = CandidateBatch::new();
+        keys.first_output_candidates_batch(tweaks, &mut batch);
+        assert_eq!(batch.len(), tweaks.len());
+        for (i, tweak) in tweaks.iter().enumerate() {
+            let single = keys.first_output_candidates(tweak).ok();
+            assert_eq!(
+                batch.keys(i),
+                single.as_ref().map(Candidates::keys),
+                "record {i}"
+            );
+        }
+        assert_eq!(batch.keys(tweaks.len()), None);
+    }
+
+    #[test]
+    fn the_batch_kernel_gives_the_single_record_kernels_candidates() {
+        let tweaks: Vec<TweakData> = (1..=40).map(tweak).collect();
+        for labels in [&[][..], &[1, 2, 3][..], &[7, 1_000_000][..]] {
+            for receiver in 0..3 {
+                let keys = ScanKeys::new(
+                    secret(50 + receiver),
+                    public(60 + receiver),
+                    labels.iter().copied(),
+                )
+                .unwrap();
+                assert_batch_is_exact(&keys, &tweaks);
+            }
+        }
+        // A batch reused for fewer records, and an empty one.
+        let keys = ScanKeys::new(secret(50), public(60), [4]).unwrap();
+        let mut batch = CandidateBatch::new();
+        keys.first_output_candidates_batch(&tweaks, &mut batch);
+        keys.first_output_candidates_batch(&tweaks[..3], &mut batch);
+        assert_eq!(batch.len(), 3);
+        assert_eq!(
+            batch.keys(2),
+            Some(keys.first_output_candidates(&tweaks[2]).unwrap().keys())
+        );
+        keys.first_output_candidates_batch(&[], &mut batch);
+        assert!(batch.is_empty());
+    }
+
+    /// Spend keys chosen against one record (`t_0·G = T` known to the
+    /// receiver, who knows `b_scan`): each sum the affine formula cannot
+    /// take (a doubling, or the point at infinity) falls back to the exact
+    /// kernel, and a spend key at `−label·G` makes a label's sum infinite.
+    #[test]
+    fn the_batch_kernel_is_exact_where_affine_additions_break_down() {
+        let scan = secret(70);
+        let probe = ScanKeys::new(scan, public(71), [5]).unwrap();
+        let target = tweak(3);
+        let t_0 = shared_secret_tweak(&probe.shared_secret(&target).unwrap(), 0).unwrap();
+        let point = PublicKey::from_secret_key(&SECP, &t_0);
+        let change = probe.labels[0].point;
+        let five = probe.labels[1].point;
+        let minus = |key: PublicKey| key.negate(&SECP);
+        let spend_keys = [
+            // B_spend = T: P_0 = 2T, a doubling.
+            point,
+            // B_spend = −T: P_0 is the point at infinity; the record fails.
+            minus(point),
+            // B_spend + label·G = −T: that candidate is at infinity; fails.
+            minus(point.combine(&five).unwrap()),
+            minus(point.combine(&change).unwrap()),
+            // B_spend + label·G = T: a doubling for that label.
+            point.combine(&minus(five)).unwrap(),
+            // B_spend = −label·G: that sum is at infinity, its candidate T.
+            minus(five),
+            minus(change),
+        ];
+        let tweaks: Vec<TweakData> = [1, 2, 3, 4, 3, 5].into_iter().map(tweak).collect();
+        for spend in spend_keys {
+            let keys = ScanKeys::new(scan, spend, [5]).unwrap();
+            assert_batch_is_exact(&keys, &tweaks);
+        }
+        // The cases happen: a failure and an infinite sum are among them.
+        let keys = ScanKeys::new(scan, minus(point), [5]).unwrap();
+        assert!(keys.first_output_candidates(&target).is_err());
+        let keys = ScanKeys::new(scan, minus(five), [5]).unwrap();
+        assert!(keys.addends.iter().any(Option::is_none));
     }
 
     #[test]
