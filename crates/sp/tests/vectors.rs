@@ -18,7 +18,7 @@ use bitcoin::{
     absolute, consensus, transaction, Amount, Network, OutPoint, ScriptBuf, Sequence, Transaction,
     TxIn, TxOut, Txid, Witness,
 };
-use osprey_sp::{append_block_records, BlockRecords, ScanKeys, K_MAX};
+use osprey_sp::{append_block_records, BlockRecords, CandidateBatch, ScanKeys, K_MAX};
 use serde::Deserialize;
 
 const VECTORS: &str = include_str!("vectors/send_and_receive_test_vectors.json");
@@ -363,6 +363,22 @@ fn receive(secp: &Secp256k1<bitcoin::secp256k1::All>, name: &str, test: &Receivi
     // scan finds something, through the record's prefixes then the full key.
     let candidates = keys.first_output_candidates(&tweak).expect("candidates");
     assert_eq!(candidates.keys().len(), 1 + keys.labels().count());
+    // The batched kernel the server scans with gives the same candidates,
+    // alone and beside another record.
+    let mut batch = CandidateBatch::new();
+    keys.first_output_candidates_batch(&[tweak, tweak], &mut batch);
+    for record_index in 0..2 {
+        assert_eq!(
+            batch.keys(record_index),
+            Some(candidates.keys()),
+            "{name}: batched kernel"
+        );
+        assert_eq!(
+            batch.prefix_hits(record_index, &record).collect::<Vec<_>>(),
+            candidates.prefix_hits(&record).collect::<Vec<_>>(),
+            "{name}: batched kernel's prefix hits"
+        );
+    }
     let confirmed = candidates
         .prefix_hits(&record)
         .filter(|key| output_keys.contains(key))
