@@ -30,7 +30,7 @@
 //! keep a pool of its own and its own count of lines in hand, beside the
 //! slots here: two places deciding how one server's work runs.
 
-use crate::scan_threads::ScanThreads;
+use crate::scan_threads::{Floor, ScanThreads};
 use osprey_electrum::BatchThreads;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -268,7 +268,7 @@ impl Scheduler {
     ) -> Option<T> {
         let threads = self
             .scan_threads
-            .get_or_init(|| ScanThreads::start(self.greedy_slots));
+            .get_or_init(|| ScanThreads::start(self.greedy_slots, Floor::DEFAULT));
         match threads {
             Some(threads) => threads.run(work, &self.scans_closing),
             None => Some(work()),
