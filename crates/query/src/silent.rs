@@ -18,7 +18,7 @@ const READ_BYTES_PER_RECORD: u64 = 128;
 /// Records whose candidates are computed together, with one field
 /// inversion for all of them (`ScanKeys::first_output_candidates_batch`):
 /// enough that the inversion is a small share of each record's cost
-/// (about 0.1 µs of 47), few enough that the batch's buffers stay a few
+/// (under 0.1 µs of a record's 45), few enough that the batch's buffers stay a few
 /// tens of kilobytes whatever the chunk's size.
 const BATCH_RECORDS: usize = 256;
 
