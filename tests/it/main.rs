@@ -22,6 +22,7 @@
 //! | `bench_e2e`   | `osprey chaingen`, `chaingen submit` and `bench` work end to end |
 //! | `packaging`   | the systemd unit passes `systemd-analyze verify`; its limits fit the defaults |
 //! | `proxy`       | behind a real HAProxy (`send-proxy`, `send-proxy-v2`; TCP, TLS, WebSocket) the per-address cap and the logs see the client; IPv6 clients count by their /64; PROXY headers from anyone else close the connection |
+//! | `haproxy`     | `contrib/haproxy.cfg` in a real HAProxy before a writer and two replicas: wallets spread over all three, each address to one server; their answers equal the writer's across a block and a reorg; a killed replica's wallets move to the others |
 //! | `listeners`   | TLS (a kept self-signed certificate) and WebSocket listeners serve the node's chain |
 //! | `monitoring`  | the startup lines, the sync summary and `/metrics` say what is true |
 //! | `first_sync`  | the monitoring port answers electrs' paths and names before the node is reached |
@@ -50,6 +51,7 @@ mod core;
 mod demo;
 mod dropin;
 mod first_sync;
+mod haproxy;
 mod kill9;
 mod listeners;
 mod mempool;
