@@ -17,16 +17,27 @@ use osprey_core::{Height, TxNum};
 const NAMED_BLOCKS_MAX: u32 = 100;
 
 impl Indexer {
-    /// Takes up what the writer committed since the last call.
-    pub(crate) fn follow(&mut self) -> Result<SyncReport, Error> {
+    /// A replica's short poll: takes up what the writer committed since
+    /// the last call, asking the node for its height only when the tip
+    /// moved (this runs 20 times a second; [`Indexer::sync`], on a
+    /// replica, asks every time).
+    ///
+    /// # Errors
+    /// As [`Indexer::sync`].
+    pub fn follow_writer(&mut self) -> Result<SyncReport, Error> {
+        self.follow(false)
+    }
+
+    /// Takes up what the writer committed since the last call, and reports
+    /// it as a sync would. `ask_node`: ask the node's height even if the
+    /// tip did not move (wallets are held until the index is at it).
+    pub(crate) fn follow(&mut self, ask_node: bool) -> Result<SyncReport, Error> {
         let moved = self.store.catch_up()?;
-        // The node's height, asked again only when the tip moved: this
-        // runs on a replica's short poll, and the node need not be asked
-        // 20 times a second. A node that fails after a catch-up must not
-        // lose it: its report goes out with the tip's height instead.
         let source_height = match (moved, self.replica_source_height) {
-            (None, Some(known)) => known,
-            (None, None) => self.source.best_block()?.0,
+            (None, Some(known)) if !ask_node => known,
+            (None, _) => self.source.best_block()?.0,
+            // A node that fails after a catch-up must not lose it: its
+            // report goes out with the tip's height instead.
             (Some(_), _) => match self.source.best_block() {
                 Ok((height, _)) => height,
                 Err(e) => {

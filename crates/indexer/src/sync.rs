@@ -134,7 +134,7 @@ impl Indexer {
     /// that fail validation. Everything committed before an error stays.
     pub fn sync(&mut self, on_chunk: &mut dyn FnMut(&ChunkStats)) -> Result<SyncReport, Error> {
         if self.follows_writer {
-            return self.follow();
+            return self.follow(true);
         }
         let (source_height, source_hash) = self.source.best_block()?;
         let mut report = SyncReport {

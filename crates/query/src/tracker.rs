@@ -52,7 +52,8 @@ impl Tracker {
     /// A read-only replica's short poll: takes up what its writer committed
     /// and publishes it, as [`Tracker::update`] does, without asking the
     /// node for its mempool (which [`Tracker::update`] does every
-    /// `poll_interval_ms`).
+    /// `poll_interval_ms`), nor for its height unless the tip moved
+    /// ([`Indexer::follow_writer`]).
     ///
     /// # Errors
     /// As [`Tracker::update`].
@@ -74,7 +75,12 @@ impl Tracker {
             }
             on_chunk(stats);
         };
-        let report = match self.indexer.sync(&mut on_chunk) {
+        let synced = if poll_mempool {
+            self.indexer.sync(&mut on_chunk)
+        } else {
+            self.indexer.follow_writer()
+        };
+        let report = match synced {
             Ok(report) => report,
             Err(e) => {
                 // Some blocks may be committed (or undone) already, and no
