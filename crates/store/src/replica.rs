@@ -279,53 +279,55 @@ impl Store {
             tx_counts,
             sp_offsets,
         } = followed;
-        let blocks = from + headers.len();
-        let mut new_chain = {
-            let chain = self.chain();
-            Chain {
-                headers: chain.headers[..from].to_vec(),
-                hashes: chain.hashes[..from].to_vec(),
-                tx_counts: chain.tx_counts[..from].to_vec(),
-                sp_offsets: chain.sp_offsets[..from.min(chain.sp_offsets.len())].to_vec(),
-            }
-        };
-        new_chain
-            .hashes
-            .extend(headers.iter().map(Header::block_hash));
-        new_chain.headers.extend(headers);
-        new_chain.tx_counts.extend(tx_counts);
-        new_chain.sp_offsets.extend(sp_offsets);
-        let followed_files = |chain: &Chain| {
+        let added = headers.len();
+        // What the files follow for the chain of `blocks` blocks whose
+        // last transaction count and record offset are given.
+        let counts = |blocks: usize, txs: Option<&u64>, sp_bytes: Option<&u64>| {
             (
-                chain.headers.len() as u64,
-                chain.tx_counts.last().copied().unwrap_or(0),
-                chain.sp_offsets.last().copied().unwrap_or(0),
+                blocks as u64,
+                txs.copied().unwrap_or(0),
+                sp_bytes.copied().unwrap_or(0),
             )
         };
-        let new_counts = followed_files(&new_chain);
-        let old_counts = followed_files(&self.chain());
-        let widest = (
-            new_counts.0.max(old_counts.0),
-            new_counts.1.max(old_counts.1),
-            new_counts.2.max(old_counts.2),
+        let (old, kept_txs, kept_sp_bytes) = {
+            let chain = self.chain();
+            let old = counts(
+                chain.headers.len(),
+                chain.tx_counts.last(),
+                chain.sp_offsets.last(),
+            );
+            let kept = |values: &[u64]| from.checked_sub(1).and_then(|h| values.get(h)).copied();
+            (old, kept(&chain.tx_counts), kept(&chain.sp_offsets))
+        };
+        let new = counts(
+            from + added,
+            tx_counts.last().or(kept_txs.as_ref()),
+            sp_offsets.last().or(kept_sp_bytes.as_ref()),
         );
+        let widest = (old.0.max(new.0), old.1.max(new.1), old.2.max(new.2));
         self.files
             .write()
             .expect("files lock poisoned")
             .follow(widest);
         let undone = {
+            // In place, as the writer's commit and rollback do: a copy of
+            // the chain per block would be ~100 MB on mainnet.
             let mut chain = self.chain.write().expect("chain lock poisoned");
             let undone = chain.headers.len() - from;
-            *chain = new_chain;
+            chain.hashes.truncate(from);
+            chain.headers.truncate(from);
+            chain.tx_counts.truncate(from);
+            chain.sp_offsets.truncate(from);
+            chain.hashes.extend(headers.iter().map(Header::block_hash));
+            chain.headers.extend(headers);
+            chain.tx_counts.extend(tx_counts);
+            chain.sp_offsets.extend(sp_offsets);
             undone
         };
-        self.files
-            .write()
-            .expect("files lock poisoned")
-            .follow(new_counts);
+        self.files.write().expect("files lock poisoned").follow(new);
         TipMove {
             undone: undone as u32,
-            added: (blocks - from) as u32,
+            added: added as u32,
         }
     }
 }

@@ -931,3 +931,44 @@ fn replica_writes_nothing_and_is_refused_writes() {
     drop(replica);
     assert_eq!(listing(dir.path()), before, "the index is as it was");
 }
+
+#[test]
+fn replica_follows_silent_payment_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), "regtest", sp_config()).unwrap();
+    let main = sp_blocks(0, 8, None, 0, 0);
+    writer.apply(&main[..4], true, Height(0)).unwrap();
+    assert!(matches!(
+        Store::open_replica(dir.path(), "regtest", StoreConfig::default()),
+        Err(Error::Schema { .. })
+    ));
+    let replica = Store::open_replica(dir.path(), "regtest", sp_config()).unwrap();
+    assert_eq!(sp_by_block(&replica), sp_by_block(&writer));
+    writer.apply(&main[4..], true, Height(0)).unwrap();
+    replica.catch_up().unwrap();
+    assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
+    assert_eq!(sp_by_block(&replica), sp_by_block(&writer));
+    writer.rollback_to(Height(4)).unwrap();
+    let fork = sp_blocks(5, 4, Some(main[4].header.block_hash()), 1, 10);
+    writer.apply(&fork, true, Height(0)).unwrap();
+    assert_eq!(
+        replica.catch_up().unwrap(),
+        Some(TipMove {
+            undone: 3,
+            added: 4
+        })
+    );
+    assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
+    assert_eq!(sp_by_block(&replica), sp_by_block(&writer));
+    // A rollback alone, no new branch yet: the tip moves down.
+    writer.rollback_to(Height(6)).unwrap();
+    assert_eq!(
+        replica.catch_up().unwrap(),
+        Some(TipMove {
+            undone: 2,
+            added: 0
+        })
+    );
+    assert_eq!(replica.tip(), writer.tip());
+    assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
+}
