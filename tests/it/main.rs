@@ -13,7 +13,7 @@
 //! | `v1_7`        | a 1.7 client, matching notifications as the Electrum client does, is served on Bitcoin Core: every 1.7 method, notification and error |
 //! | `bad_input`   | malformed or oversized input and exhausted limits give clear errors; the server lives on |
 //! | `reorg`       | after a reorg, answers equal the node's view and a fresh index's |
-//! | `replicas`    | read-only replicas on a writer's index answer what it answers through blocks and a reorg; a replica's subscriber hears of a block within 1 s of the writer's; a late one catches up, a killed one takes nothing else down; none writes in the index's directory |
+//! | `replicas`    | read-only replicas on a writer's index answer what it answers through blocks and a reorg (btcd and Bitcoin Core); a replica's subscriber hears of a block within 1 s of the writer's; a late one catches up, a killed one takes nothing else down; none writes in the index's directory |
 //! | `restart`     | a SIGTERM + restart on the same index equals a fresh index |
 //! | `snapshot`    | an exported and imported index equals the original; bad snapshots are refused |
 //! | `kill9`       | SIGKILL during the initial sync never corrupts the index |

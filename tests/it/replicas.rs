@@ -10,8 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use bitcoin::{Amount, ScriptBuf};
-use osprey_testenv::{burn_script, mining_address, submit_block_on, Node, ScriptKind, TestWallet};
+use bitcoin::{Amount, BlockHash, ScriptBuf, Transaction};
+use osprey_testenv::{
+    burn_script, mining_address, submit_block_on, BitcoindNode, BitcoindOptions, Node, ScriptKind,
+    TestWallet,
+};
 use serde_json::{json, Value};
 
 use crate::common::answers::{assert_chain_matches_node, assert_same_answers, collect_chain};
@@ -148,6 +151,48 @@ fn status_of(sh: String, status: Value) -> impl Fn(&Value) -> bool {
     }
 }
 
+/// How the node's chain is reorganised in step 4: after `invalidateblock`
+/// of the block that confirmed `payment`, a new branch of three blocks
+/// from `parent`; returns the scripts it pays that the test should ask
+/// about.
+type Reorg = fn(&dyn Node, BlockHash, &Transaction) -> Vec<ScriptBuf>;
+
+/// btcd: a block built by the test double-spends the payment (segwit is
+/// not active there, so it needs no witness commitment), two more on it.
+fn double_spend_branch(
+    node: &dyn Node,
+    parent: BlockHash,
+    payment: &Transaction,
+) -> Vec<ScriptBuf> {
+    let mut other = TestWallet::new();
+    other.sync(node).expect("wallet sync");
+    let double_spend = other
+        .spend(
+            &[payment.input[0].previous_output],
+            &[(burn_script(9), Amount::from_sat(1_000_000))],
+        )
+        .expect("a double spend of S1's payment");
+    submit_block_on(node, parent, vec![double_spend], 1);
+    node.generate(2).expect("mining the new branch");
+    vec![burn_script(9)]
+}
+
+/// Bitcoin Core: three blocks mined on the parent, paying another address
+/// (the same would rebuild the invalidated block); the payment, back in
+/// the mempool, is mined again in the first.
+fn mined_again_branch(node: &dyn Node, _: BlockHash, _: &Transaction) -> Vec<ScriptBuf> {
+    let elsewhere = TestWallet::new().address(ScriptKind::P2tr);
+    let mined: Vec<BlockHash> = node
+        .rpc()
+        .call(
+            "generatetoaddress",
+            &[json!(3), json!(elsewhere.to_string())],
+        )
+        .expect("mining the new branch");
+    assert_eq!(mined.len(), 3);
+    vec![elsewhere.script_pubkey()]
+}
+
 /// 1. btcd with 110 blocks; the writer W on an empty index; replica R1 on
 ///    W's index.
 /// 2. A block pays S1 and S2: W and R1 answer the node's view, and the
@@ -155,22 +200,37 @@ fn status_of(sh: String, status: Value) -> impl Fn(&Value) -> bool {
 /// 3. Subscribers on W and R1 (headers, S1); a block pays S1 again: each
 ///    hears of the new tip and S1's new status; R1's within 1 s of W's.
 /// 4. A reorg (`invalidateblock`, a block that double-spends S1's payment,
-///    three more on it): both hear of the new tip, S1's status and answers
-///    follow the node, and W and R1 answer alike.
+///    two more on it): both hear of the new tip, and W and R1 answer like
+///    the node and alike.
 /// 5. Replica R2, started now, catches up and answers alike.
 /// 6. R1 killed (SIGKILL): W and R2 serve on, follow a new block, and R1's
-///    subscriber sees its connection closed, W's does not.
+///    subscriber sees its connection closed.
 #[test]
 fn replicas_answer_like_the_writer_through_blocks_and_a_reorg() {
-    // 1.
     let node = start_btcd();
+    replicas_case(&node, double_spend_branch);
+}
+
+/// The same on Bitcoin Core (whose blocks the replica reads from its blk
+/// files to name the scripts they touched); the reorg mines the payment
+/// again on a new branch.
+#[test]
+fn replicas_answer_like_the_writer_on_bitcoin_core() {
+    let Some(node) = BitcoindNode::start_or_skip(&BitcoindOptions::default()) else {
+        return;
+    };
+    replicas_case(&node, mined_again_branch);
+}
+
+fn replicas_case(node: &dyn Node, reorg: Reorg) {
+    // 1.
     node.generate(110).expect("mining");
     let mut wallet = TestWallet::new();
-    wallet.sync(&node).expect("wallet sync");
+    wallet.sync(node).expect("wallet sync");
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("db");
-    let mut writer = Osprey::start(&node, &db, OspreyConfig::default());
-    let mut r1 = start_replica(&node, &db, dir.path(), "r1");
+    let mut writer = Osprey::start(node, &db, OspreyConfig::default());
+    let mut r1 = start_replica(node, &db, dir.path(), "r1");
 
     // 2.
     let s1 = wallet.new_script(ScriptKind::P2wpkh);
@@ -183,13 +243,13 @@ fn replicas_answer_like_the_writer_through_blocks_and_a_reorg() {
         .expect("paying S1 and S2");
     node.send_raw_transaction(&tx).expect("broadcast");
     node.generate(1).expect("mining");
-    wallet.sync(&node).expect("wallet sync");
+    wallet.sync(node).expect("wallet sync");
     let mut scripts = vec![s1.clone(), s2.clone(), mining_address().script_pubkey()];
-    writer.wait_synced(&node);
-    r1.wait_synced(&node);
+    writer.wait_synced(node);
+    r1.wait_synced(node);
     assert_all_agree(
         "after a block",
-        &node,
+        node,
         &[("W", writer.addr()), ("R1", r1.addr())],
         &scripts,
     );
@@ -204,7 +264,7 @@ fn replicas_answer_like_the_writer_through_blocks_and_a_reorg() {
     node.send_raw_transaction(&tx).expect("broadcast");
     let mined = node.generate(1).expect("mining")[0];
     let (height, _) = node.tip().expect("tip");
-    wallet.sync(&node).expect("wallet sync");
+    wallet.sync(node).expect("wallet sync");
     let at_writer = on_writer.arrival("new tip on W", tip_at(height));
     let at_r1 = on_r1.arrival("new tip on R1", tip_at(height));
     let delay = at_r1.saturating_duration_since(at_writer);
@@ -221,7 +281,7 @@ fn replicas_answer_like_the_writer_through_blocks_and_a_reorg() {
         delay < REPLICA_DELAY_MAX,
         "R1's subscriber heard of the block {delay:?} after W's"
     );
-    let status = NodeView::load(&node).status(&s1);
+    let status = NodeView::load(node).status(&s1);
     on_writer.arrival(
         "S1's new status on W",
         status_of(sh1.clone(), status.clone()),
@@ -229,7 +289,7 @@ fn replicas_answer_like_the_writer_through_blocks_and_a_reorg() {
     on_r1.arrival("S1's new status on R1", status_of(sh1.clone(), status));
     assert_all_agree(
         "after a block paying S1",
-        &node,
+        node,
         &[("W", writer.addr()), ("R1", r1.addr())],
         &scripts,
     );
@@ -237,37 +297,27 @@ fn replicas_answer_like_the_writer_through_blocks_and_a_reorg() {
     // 4.
     node.invalidate_block(&mined).expect("invalidateblock");
     let (_, parent) = node.tip().expect("tip");
-    let mut other = TestWallet::new();
-    other.sync(&node).expect("wallet sync");
-    let double_spend = other
-        .spend(
-            &[tx.input[0].previous_output],
-            &[(burn_script(9), Amount::from_sat(1_000_000))],
-        )
-        .expect("a double spend of S1's payment");
-    submit_block_on(&node, parent, vec![double_spend], 1);
-    node.generate(3).expect("mining the new branch");
+    scripts.extend(reorg(node, parent, &tx));
     let (new_height, _) = node.tip().expect("tip");
-    assert_eq!(new_height, height + 3, "the new branch is longer");
+    assert_eq!(new_height, height + 2, "the new branch is longer");
     let at_writer = on_writer.arrival("the new branch's tip on W", tip_at(new_height));
     let at_r1 = on_r1.arrival("the new branch's tip on R1", tip_at(new_height));
     eprintln!(
         "reorg: R1's subscriber heard of the new tip {:?} after W's",
         at_r1.saturating_duration_since(at_writer)
     );
-    scripts.push(burn_script(9));
     assert_all_agree(
         "after a reorg",
-        &node,
+        node,
         &[("W", writer.addr()), ("R1", r1.addr())],
         &scripts,
     );
 
     // 5.
-    let r2 = start_replica(&node, &db, dir.path(), "r2");
+    let r2 = start_replica(node, &db, dir.path(), "r2");
     assert_all_agree(
         "a late replica",
-        &node,
+        node,
         &[("W", writer.addr()), ("R1", r1.addr()), ("R2", r2.addr())],
         &scripts,
     );
@@ -284,7 +334,7 @@ fn replicas_answer_like_the_writer_through_blocks_and_a_reorg() {
     assert!(writer.is_running(), "W runs on");
     assert_all_agree(
         "after R1's death",
-        &node,
+        node,
         &[("W", writer.addr()), ("R2", r2.addr())],
         &scripts,
     );
