@@ -585,7 +585,7 @@ fn follow_the_tip(
                     ibd_logged = Instant::now();
                     tracing::info!(
                         height = query.tip().0 .0,
-                        "the writer is still indexing: wallets are served once its index reaches the node's tip"
+                        "the index is behind the node's tip (a replica's writer still indexing): wallets are served once it reaches it"
                     );
                 }
             }
