@@ -972,3 +972,35 @@ fn replica_follows_silent_payment_records() {
     assert_eq!(replica.tip(), writer.tip());
     assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
 }
+
+/// A writer caught between its rollback and its new branch leaves headers
+/// that do not lead to the tip in `meta`: the replica keeps its chain and
+/// says to try again, then follows once the files are whole.
+#[test]
+fn replica_waits_out_files_that_do_not_lead_to_the_tip() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    let main = blocks(0, 6, None, 0, 0);
+    writer.apply(&main[..4], true, Height(0)).unwrap();
+    let replica = Store::open_replica(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    writer.apply(&main[4..], true, Height(0)).unwrap();
+    let headers = dir.path().join("headers.dat");
+    let whole = std::fs::read(&headers).unwrap();
+    let mut moving = whole.clone();
+    let other = blocks(5, 1, Some(main[4].header.block_hash()), 1, 10);
+    moving[5 * 80..].copy_from_slice(&bitcoin::consensus::serialize(&other[0].header));
+    std::fs::write(&headers, &moving).unwrap();
+    let err = replica.catch_up().unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert!(err.to_string().contains("do not lead to the tip"), "{err}");
+    assert_eq!(replica.tip().unwrap().0, Height(3), "the chain it had");
+    std::fs::write(&headers, &whole).unwrap();
+    assert_eq!(
+        replica.catch_up().unwrap(),
+        Some(TipMove {
+            undone: 0,
+            added: 2
+        })
+    );
+    assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
+}
