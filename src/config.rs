@@ -87,6 +87,10 @@ pub struct Config {
     pub monitoring_addr: Option<SocketAddr>,
     /// `osprey serve` indexes to the tip and exits (electrs' `sync_once`).
     pub sync_once: bool,
+    /// `osprey serve --read-only`: serve the index another `osprey serve`
+    /// writes in `db_path`, writing nothing. A flag of `serve`, not a
+    /// setting: writer and replicas read one config file.
+    pub read_only: bool,
     /// One line per setting that was accepted but is not honoured, for
     /// the caller to log once logging is up.
     pub warnings: Vec<String>,

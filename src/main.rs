@@ -36,7 +36,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Index the node's chain and serve Electrum wallets
-    Serve(config::ConfigArgs),
+    Serve {
+        #[command(flatten)]
+        config: config::ConfigArgs,
+        /// Serve the index that another `osprey serve` on the same index
+        /// directory writes, writing nothing (a read replica; no admin socket)
+        #[arg(long, env = "OSPREY_READ_ONLY", value_parser = clap::builder::BoolishValueParser::new())]
+        read_only: bool,
+    },
     /// Index the chain up to the node's tip, then exit
     Index {
         #[command(flatten)]
@@ -182,8 +189,12 @@ fn main() -> ExitCode {
     // stood on the command line and which came from variables.
     let resolve = |args: &config::ConfigArgs| config::resolve(args, innermost(&matches), launch);
     let result = match cli.command {
-        Command::Serve(args) => resolve(&args).and_then(|config| {
+        Command::Serve { config, read_only } => resolve(&config).and_then(|mut config| {
             start_logging(&config);
+            config.read_only = read_only;
+            if read_only && (config.sync_once || config.reindex) {
+                anyhow::bail!("--read-only serves another server's index: it neither indexes (sync_once) nor deletes it (--reindex)");
+            }
             if config.sync_once {
                 serve::index_only(config, false, false)
             } else {
@@ -252,7 +263,7 @@ mod tests {
             "signet",
         ])
         .unwrap_or_else(|e| panic!("{e}"));
-        let Command::Serve(args) = cli.command else {
+        let Command::Serve { config: args, .. } = cli.command else {
             panic!("not serve");
         };
         assert_eq!(
@@ -272,7 +283,8 @@ mod tests {
                 "{own}: {kind:?}"
             );
         }
-        let Command::Serve(args) = parse(&["osprey"]).unwrap_or_else(|e| panic!("{e}")).command
+        let Command::Serve { config: args, .. } =
+            parse(&["osprey"]).unwrap_or_else(|e| panic!("{e}")).command
         else {
             panic!("a bare osprey is not serve");
         };

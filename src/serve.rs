@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 /// a downgrade of Osprey) unless `reindex_on_format_change` is off. Either
 /// way only the index's own files are deleted (`osprey_store::remove_index`).
 fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
+    if config.read_only {
+        return open_replica(config);
+    }
     if config.reindex {
         tracing::warn!(path = %config.db_path.display(), "--reindex: deleting the index");
         remove_index(&config.db_path)?;
@@ -48,6 +51,20 @@ fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
         other => other,
     }
     .with_context(|| format!("opening index at {}", config.db_path.display()))?;
+    Ok(Arc::new(store))
+}
+
+/// Opens the index another `osprey serve` writes in `db_path`, to read
+/// only ([`Store::open_replica`]). Its format is the writer's to change:
+/// a mismatch is refused, never rebuilt.
+fn open_replica(config: &Config) -> anyhow::Result<Arc<Store>> {
+    let store_config = StoreConfig {
+        cache_bytes: config.db_cache_bytes,
+        silent_payments: config.silent_payments,
+        ..StoreConfig::default()
+    };
+    let store = Store::open_replica(&config.db_path, config.network.name(), store_config)
+        .with_context(|| format!("opening index at {} read-only", config.db_path.display()))?;
     Ok(Arc::new(store))
 }
 
@@ -221,8 +238,13 @@ fn log_startup(config: &Config, store: &Store, about_source: &[String]) {
         Some((height, _)) => format!("at height {height}"),
         None => "new".to_string(),
     };
+    let role = if store.is_replica() {
+        ", a read-only replica of the server that writes it"
+    } else {
+        ""
+    };
     tracing::info!(
-        "index: {}, {state}, {:.1} MB on disk",
+        "index: {}{role}, {state}, {:.1} MB on disk",
         config.db_path.display(),
         dir_bytes(&config.db_path) as f64 / 1e6
     );
@@ -283,8 +305,12 @@ pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<Parts> {
     }
     let (source, about_source) = connect_source(config, stop)?;
     log_startup(config, &store, &about_source);
-    let indexer = Indexer::new(Arc::clone(&store), source.clone(), IndexerConfig::default())
-        .with_stop(Arc::clone(stop));
+    let indexer = if config.read_only {
+        Indexer::replica(Arc::clone(&store), source.clone(), IndexerConfig::default())
+    } else {
+        Indexer::new(Arc::clone(&store), source.clone(), IndexerConfig::default())
+    }
+    .with_stop(Arc::clone(stop));
     let query = Arc::new(Query::new(
         store,
         source,
@@ -470,20 +496,26 @@ pub fn run_server(
         query.changes(),
     ))?;
     let addr = bound.local_addr().unwrap_or(config.electrum_rpc_addr);
-    let admin = admin::start(
-        &runtime,
-        &config.db_path,
-        admin::AdminContext {
-            query: Arc::clone(&query),
-            metrics: Arc::clone(&metrics),
-            sessions: bound.sessions(),
-            peers: bound.peers(),
-            stop: Arc::clone(&stop),
-            network: config.network,
-            started,
-            set_log_filter: crate::set_log_filter,
-        },
-    )?;
+    // A replica writes nothing in the index's directory, where the
+    // writer's admin socket is: it has none.
+    let admin = if config.read_only {
+        None
+    } else {
+        admin::start(
+            &runtime,
+            &config.db_path,
+            admin::AdminContext {
+                query: Arc::clone(&query),
+                metrics: Arc::clone(&metrics),
+                sessions: bound.sessions(),
+                peers: bound.peers(),
+                stop: Arc::clone(&stop),
+                network: config.network,
+                started,
+                set_log_filter: crate::set_log_filter,
+            },
+        )?
+    };
     if let Some(admin) = &admin {
         tracing::info!(path = %admin.path().display(), "admin socket open");
     }
@@ -541,8 +573,22 @@ fn follow_the_tip(
         if stop.load(Ordering::Relaxed) || server.is_finished() {
             return Ok(());
         }
+        // A writer's update syncs to the node's tip; a replica's takes
+        // what its writer has, which may be behind (its first sync).
+        let at_node_tip = tracker
+            .node_height()
+            .is_some_and(|node| query.tip().0 >= node);
         match query.source().initial_block_download() {
-            Ok(false) => break,
+            Ok(false) if at_node_tip => break,
+            Ok(false) => {
+                if ibd_logged.elapsed() >= Duration::from_secs(30) {
+                    ibd_logged = Instant::now();
+                    tracing::info!(
+                        height = query.tip().0 .0,
+                        "the index is behind the node's tip (a replica's writer still indexing): wallets are served once it reaches it"
+                    );
+                }
+            }
             Ok(true) => {
                 if ibd_logged.elapsed() >= Duration::from_secs(30) {
                     ibd_logged = Instant::now();
@@ -571,6 +617,14 @@ fn follow_the_tip(
         trimmer.tick();
         // Woken at once by a new block; the mempool is polled every
         // `poll` either way.
+        let next_update = Instant::now() + poll;
+        if config.read_only {
+            if let Err(e) = follow_writer_until(tracker, &new_block, next_update, stop) {
+                result = Err(e);
+                break;
+            }
+            continue;
+        }
         match new_block.recv_timeout(poll) {
             Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => sleep_unless_stopped(poll, stop),
@@ -585,6 +639,41 @@ fn follow_the_tip(
         let _ = watcher.join();
     }
     result
+}
+
+/// How often a read-only replica asks RocksDB whether its writer committed
+/// (`Store::catch_up`): the writer's commit is the event, and nothing
+/// announces it to another process. A catch-up that finds nothing reads
+/// the writer's manifest and log tail only.
+const REPLICA_CATCH_UP_INTERVAL: Duration = Duration::from_millis(50);
+
+/// A replica between two full updates: takes up the writer's commits every
+/// [`REPLICA_CATCH_UP_INTERVAL`] until `until` (the next mempool poll),
+/// or until the node announces a block.
+fn follow_writer_until(
+    tracker: &mut Tracker,
+    new_block: &mpsc::Receiver<()>,
+    until: Instant,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    loop {
+        let now = Instant::now();
+        if now >= until || stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        match new_block.recv_timeout(REPLICA_CATCH_UP_INTERVAL.min(until - now)) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                std::thread::sleep(REPLICA_CATCH_UP_INTERVAL.min(until - now));
+            }
+        }
+        match tracker.follow_writer() {
+            Ok(()) => {}
+            Err(e) if e.is_transient() => tracing::debug!("following the writer: {e}"),
+            Err(e) => return Err(e).context("following the writer"),
+        }
+    }
 }
 
 /// A thread parked on the node's long poll for new blocks: each new block

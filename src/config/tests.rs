@@ -690,7 +690,7 @@ fn electrs_switches_parse_under_osprey_serve() {
         "0",
     ])
     .unwrap_or_else(|e| panic!("{e}"));
-    let crate::Command::Serve(args) = cli.command else {
+    let crate::Command::Serve { config: args, .. } = cli.command else {
         panic!("not serve");
     };
     assert!(args.version && args.sync_once && args.no_auto_reindex);
@@ -1121,7 +1121,7 @@ fn silent_payments_is_a_switch_that_takes_a_value() {
     let resolve = |flags: &[&str], file: &str| {
         let cli = crate::Cli::try_parse_from([&["osprey", "serve"], flags].concat())
             .unwrap_or_else(|e| panic!("{e}"));
-        let crate::Command::Serve(args) = cli.command else {
+        let crate::Command::Serve { config: args, .. } = cli.command else {
             panic!("not serve");
         };
         let file: ConfigArgs = toml::from_str(file).unwrap();

@@ -135,6 +135,7 @@ pub(super) fn validate(settings: ConfigArgs) -> anyhow::Result<Config> {
             .map(|addr| resolve_addr("monitoring_addr", &addr))
             .transpose()?,
         sync_once: settings.sync_once,
+        read_only: false,
         warnings,
     })
 }

@@ -13,6 +13,7 @@
 //! | `v1_7`        | a 1.7 client, matching notifications as the Electrum client does, is served on Bitcoin Core: every 1.7 method, notification and error |
 //! | `bad_input`   | malformed or oversized input and exhausted limits give clear errors; the server lives on |
 //! | `reorg`       | after a reorg, answers equal the node's view and a fresh index's |
+//! | `replicas`    | read-only replicas on a writer's index answer what it answers through blocks and a reorg (btcd and Bitcoin Core); a replica's subscriber hears of a block within 1 s of the writer's; a late one catches up, a killed one takes nothing else down; none writes in the index's directory |
 //! | `restart`     | a SIGTERM + restart on the same index equals a fresh index |
 //! | `snapshot`    | an exported and imported index equals the original; bad snapshots are refused |
 //! | `kill9`       | SIGKILL during the initial sync never corrupts the index |
@@ -21,6 +22,7 @@
 //! | `bench_e2e`   | `osprey chaingen`, `chaingen submit` and `bench` work end to end |
 //! | `packaging`   | the systemd unit passes `systemd-analyze verify`; its limits fit the defaults |
 //! | `proxy`       | behind a real HAProxy (`send-proxy`, `send-proxy-v2`; TCP, TLS, WebSocket) the per-address cap and the logs see the client; IPv6 clients count by their /64; PROXY headers from anyone else close the connection |
+//! | `haproxy`     | `contrib/haproxy.cfg` in a real HAProxy before a writer and two replicas: wallets spread over all three, each address to one server; their answers equal the writer's across a block and a reorg; a killed replica's wallets move to the others |
 //! | `listeners`   | TLS (a kept self-signed certificate) and WebSocket listeners serve the node's chain |
 //! | `monitoring`  | the startup lines, the sync summary and `/metrics` say what is true |
 //! | `first_sync`  | the monitoring port answers electrs' paths and names before the node is reached |
@@ -49,6 +51,7 @@ mod core;
 mod demo;
 mod dropin;
 mod first_sync;
+mod haproxy;
 mod kill9;
 mod listeners;
 mod mempool;
@@ -58,6 +61,7 @@ mod packaging;
 mod protocol;
 mod proxy;
 mod reorg;
+mod replicas;
 mod restart;
 mod silent_payments;
 mod snapshot;

@@ -19,13 +19,13 @@ use crate::common::osprey::{free_port, ANY_PORT};
 use crate::common::{start_btcd, wait_until, Osprey, OspreyConfig};
 
 /// Where HAProxy connects to Osprey from.
-const PROXY_SOURCE: &str = "127.0.0.5";
+pub(crate) const PROXY_SOURCE: &str = "127.0.0.5";
 /// How long an answer (or a close) may take.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// HAProxy, found through `$OSPREY_HAPROXY`, the PATH or /usr/sbin (where
 /// Debian puts it, often off a user's PATH).
-fn haproxy_exe() -> PathBuf {
+pub(crate) fn haproxy_exe() -> PathBuf {
     if let Some(exe) = std::env::var_os("OSPREY_HAPROXY") {
         return exe.into();
     }
@@ -44,7 +44,7 @@ fn haproxy_exe() -> PathBuf {
 }
 
 /// A running HAProxy, killed when dropped.
-struct Haproxy {
+pub(crate) struct Haproxy {
     child: Child,
     log: PathBuf,
 }
@@ -65,8 +65,15 @@ impl Haproxy {
                  backend out{i}\n    server osprey {backend} source {PROXY_SOURCE} {option}\n"
             ));
         }
+        let frontends: Vec<SocketAddr> = routes.iter().map(|(frontend, _, _)| *frontend).collect();
+        Haproxy::with_config(dir, &config, &frontends)
+    }
+
+    /// Starts HAProxy with `config` and waits until each of `frontends`
+    /// accepts connections.
+    pub(crate) fn with_config(dir: &Path, config: &str, frontends: &[SocketAddr]) -> Haproxy {
         let config_path = dir.join("haproxy.cfg");
-        std::fs::write(&config_path, &config).expect("writing haproxy.cfg");
+        std::fs::write(&config_path, config).expect("writing haproxy.cfg");
         let log = dir.join("haproxy.log");
         let log_file = std::fs::File::create(&log).expect("haproxy.log");
         let child = Command::new(haproxy_exe())
@@ -80,7 +87,7 @@ impl Haproxy {
             .spawn()
             .expect("starting haproxy");
         let mut haproxy = Haproxy { child, log };
-        for (frontend, _, _) in routes {
+        for frontend in frontends {
             wait_until("HAProxy listens", Duration::from_secs(20), || {
                 if let Ok(Some(status)) = haproxy.child.try_wait() {
                     panic!("haproxy exited with {status}: {}", haproxy.log_text());
@@ -91,7 +98,7 @@ impl Haproxy {
         haproxy
     }
 
-    fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
@@ -108,7 +115,7 @@ impl Drop for Haproxy {
 
 /// A connection to `to` from the local address `from` (any port), in
 /// blocking mode.
-fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+pub(crate) fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()

@@ -1,6 +1,8 @@
 //! Turns blocks into index rows ([`rows`], pure functions) and keeps the
-//! index at the node's tip ([`Indexer`]: batches, reorgs, progress).
+//! index at the node's tip ([`Indexer`]: batches, reorgs, progress), or a
+//! read-only replica at its writer's ([`Indexer::replica`]).
 
+mod follow;
 pub mod rows;
 mod sync;
 
@@ -25,7 +27,8 @@ impl Error {
         match self {
             Error::Chain(e) => e.is_transient(),
             Error::Reorged => true,
-            Error::Store(_) | Error::BadBlock(_) => false,
+            Error::Store(e) => e.is_transient(),
+            Error::BadBlock(_) => false,
         }
     }
 }

@@ -80,11 +80,16 @@ pub struct ChunkStats {
 }
 
 pub struct Indexer {
-    store: Arc<Store>,
-    source: Arc<dyn BlockFeed>,
-    config: IndexerConfig,
+    pub(crate) store: Arc<Store>,
+    pub(crate) source: Arc<dyn BlockFeed>,
+    pub(crate) config: IndexerConfig,
     /// Set by a shutdown request: the sync commits what it has and returns.
     stop: Arc<AtomicBool>,
+    /// A read-only replica's: [`Indexer::sync`] follows what the writer
+    /// commits (`follow.rs`) instead of indexing.
+    follows_writer: bool,
+    /// A replica's: the node's height when its tip last moved.
+    pub(crate) replica_source_height: Option<Height>,
 }
 
 impl Indexer {
@@ -94,6 +99,23 @@ impl Indexer {
             source,
             config,
             stop: Arc::new(AtomicBool::new(false)),
+            follows_writer: false,
+            replica_source_height: None,
+        }
+    }
+
+    /// The indexer of a read-only replica, whose `store` is
+    /// [`Store::open_replica`]'s: each [`Indexer::sync`] takes up what the
+    /// writer committed meanwhile, and `source` only names the scripts new
+    /// blocks touched.
+    pub fn replica(
+        store: Arc<Store>,
+        source: Arc<dyn BlockFeed>,
+        config: IndexerConfig,
+    ) -> Indexer {
+        Indexer {
+            follows_writer: true,
+            ..Indexer::new(store, source, config)
         }
     }
 
@@ -111,6 +133,9 @@ impl Indexer {
     /// Source errors (see [`Error::is_transient`]), store errors, and blocks
     /// that fail validation. Everything committed before an error stays.
     pub fn sync(&mut self, on_chunk: &mut dyn FnMut(&ChunkStats)) -> Result<SyncReport, Error> {
+        if self.follows_writer {
+            return self.follow(true);
+        }
         let (source_height, source_hash) = self.source.best_block()?;
         let mut report = SyncReport {
             source_height,
@@ -333,7 +358,7 @@ impl Indexer {
 impl SyncReport {
     /// Sorts the touched script hashes, or drops them when every script
     /// counts as touched.
-    fn settle_touched(&mut self) {
+    pub(crate) fn settle_touched(&mut self) {
         if self.all_touched {
             self.touched.clear();
         } else {

@@ -46,6 +46,26 @@ impl Tracker {
         &mut self,
         on_chunk: &mut dyn FnMut(&ChunkStats),
     ) -> Result<(), osprey_indexer::Error> {
+        self.update_with(on_chunk, true)
+    }
+
+    /// A read-only replica's short poll: takes up what its writer committed
+    /// and publishes it, as [`Tracker::update`] does, without asking the
+    /// node for its mempool (which [`Tracker::update`] does every
+    /// `poll_interval_ms`), nor for its height unless the tip moved
+    /// ([`Indexer::follow_writer`]).
+    ///
+    /// # Errors
+    /// As [`Tracker::update`].
+    pub fn follow_writer(&mut self) -> Result<(), osprey_indexer::Error> {
+        self.update_with(&mut |_| {}, false)
+    }
+
+    fn update_with(
+        &mut self,
+        on_chunk: &mut dyn FnMut(&ChunkStats),
+        poll_mempool: bool,
+    ) -> Result<(), osprey_indexer::Error> {
         let first_new_tx = self.query.store().tx_count();
         let query = Arc::clone(&self.query);
         let mut on_chunk = |stats: &ChunkStats| {
@@ -55,7 +75,12 @@ impl Tracker {
             }
             on_chunk(stats);
         };
-        let report = match self.indexer.sync(&mut on_chunk) {
+        let synced = if poll_mempool {
+            self.indexer.sync(&mut on_chunk)
+        } else {
+            self.indexer.follow_writer()
+        };
+        let report = match synced {
             Ok(report) => report,
             Err(e) => {
                 // Some blocks may be committed (or undone) already, and no
@@ -116,7 +141,12 @@ impl Tracker {
             // see nothing new: the histogram must not keep them.
             mempool.update_histogram();
         }
-        let mempool_touched = match self.update_mempool(&mut txids) {
+        let polled = if poll_mempool {
+            self.update_mempool(&mut txids)
+        } else {
+            Ok(Vec::new())
+        };
+        let mempool_touched = match polled {
             Ok(touched) => touched,
             Err(e) => {
                 self.query.forget_statuses();

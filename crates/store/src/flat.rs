@@ -5,6 +5,11 @@
 //! Records are appended before the database commit that covers them and
 //! synced with it; on open, anything beyond the committed tip is cut off,
 //! so a crash can leave a file ahead of the tip but never behind it.
+//!
+//! A read-only replica opens them without write access and reads only the
+//! records its committed tip covers ([`FlatFile::open_read_only`],
+//! [`FlatFile::follow`]): what lies beyond may be a batch the writer has
+//! not committed yet.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -36,6 +41,30 @@ impl FlatFile {
             records: len / record_len,
             pending: Vec::new(),
         })
+    }
+
+    /// Opens `path` for reading only, with no record readable until
+    /// [`FlatFile::follow`] says how many are committed.
+    pub(crate) fn open_read_only(path: &Path, record_len: usize) -> io::Result<FlatFile> {
+        Ok(FlatFile {
+            path: path.to_path_buf(),
+            file: File::open(path)?,
+            record_len: record_len as u64,
+            records: 0,
+            pending: Vec::new(),
+        })
+    }
+
+    /// Records on disk now, committed or not (a replica checks that its
+    /// tip's records are there before it follows them).
+    pub(crate) fn records_on_disk(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len() / self.record_len)
+    }
+
+    /// Makes the first `records` records, and only those, readable: the
+    /// ones a replica's committed tip covers. Nothing on disk changes.
+    pub(crate) fn follow(&mut self, records: u64) {
+        self.records = records;
     }
 
     /// Records on disk plus those appended but not yet flushed.
@@ -80,6 +109,12 @@ impl FlatFile {
         }
         self.records = records;
         Ok(())
+    }
+
+    /// Reads records from `index` straight from the file, committed or not:
+    /// for a replica checking what it is about to follow.
+    pub(crate) fn read_exact_at(&self, index: u64, out: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(out, index * self.record_len)
     }
 
     pub(crate) fn read(&self, index: u64, out: &mut [u8]) -> io::Result<()> {

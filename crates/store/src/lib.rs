@@ -28,11 +28,13 @@ mod layout;
 mod maintenance;
 mod open;
 mod read;
+mod replica;
 pub mod snapshot;
 mod write;
 
 pub use layout::remove_index;
 pub use read::{SpBlock, SpRecords};
+pub use replica::TipMove;
 
 use bitcoin::block::Header;
 use bitcoin::{BlockHash, Txid};
@@ -119,11 +121,27 @@ pub enum Error {
     Snapshot(String),
     #[error("index is inconsistent: {0}")]
     Corrupt(String),
+    #[error("no index at {0} yet: a read-only replica follows an index that `osprey serve` (the writer) has created")]
+    NoIndex(PathBuf),
+    /// A read-only replica's catch-up found the writer's files moving under
+    /// it (a rollback between its reads), or RocksDB could not catch up:
+    /// the next catch-up tries again.
+    #[error("catching up with the writer: {0}")]
+    CatchUp(String),
+    #[error("a read-only replica does not write its index")]
+    ReadOnly,
     #[error("cannot undo block {height}: its undo data was pruned (reorg deeper than --reorg-depth-max); rebuild with --reindex")]
     UndoPruned { height: Height },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// Whether trying again later may succeed (a replica's catch-up).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::CatchUp(_))
+    }
+}
 
 /// Tunables of the store.
 #[derive(Clone, Debug)]
@@ -257,6 +275,10 @@ pub struct Part {
 
 pub struct Store {
     db: DB,
+    /// A read-only replica's RocksDB secondary directory (its own info
+    /// log and manifest copy), removed when the store closes; `None` for
+    /// the writer. After `db`, so that the database closes first.
+    secondary: Option<tempfile::TempDir>,
     /// The DB's options, which hold its statistics (bytes written).
     options: Options,
     path: PathBuf,

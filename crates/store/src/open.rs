@@ -8,6 +8,8 @@ use std::sync::RwLock;
 
 use bitcoin::block::Header;
 use bitcoin::consensus::deserialize;
+use bitcoin::hashes::Hash;
+use bitcoin::BlockHash;
 use rocksdb::{ColumnFamilyDescriptor, Options, DB};
 
 use crate::flat::FlatFile;
@@ -28,27 +30,10 @@ impl Store {
         let db_path = dir.join(layout::ROCKSDB_DIR);
         refuse_foreign_column_families(dir, &db_path, config.silent_payments)?;
         let opts = db_options()?;
-        let cache = rocksdb::Cache::new_lru_cache(config.cache_bytes);
-        let cf = |name, prefix_len| column_family(name, prefix_len, &config, &cache);
-        let cfs = vec![
-            cf(CF_META, None),
-            cf(CF_HISTORY, Some(codec::SCRIPT_BUCKET_LEN)),
-            cf(CF_TXID, Some(codec::TXID_PREFIX_LEN)),
-            cf(CF_UNDO, None),
-        ];
-        let db = DB::open_cf_descriptors(&opts, &db_path, cfs)?;
-        let meta = db.cf_handle(CF_META).expect("meta cf opened above");
+        let db = DB::open_cf_descriptors(&opts, &db_path, column_families(&config))?;
 
-        check_format(&db, dir, network, config.silent_payments)?;
-        let tip_height = match db.get_cf(meta, META_TIP)? {
-            None => None,
-            Some(v) => Some(Height(u32::from_be_bytes(
-                v.get(..4)
-                    .and_then(|b| b.try_into().ok())
-                    .ok_or_else(|| Error::Corrupt("bad tip record".into()))?,
-            ))),
-        };
-        let blocks = tip_height.map_or(0, |h| u64::from(h.0) + 1);
+        check_format(&db, dir, network, config.silent_payments, true)?;
+        let blocks = read_tip(&db)?.map_or(0, |(h, _)| u64::from(h.0) + 1);
 
         let (files, headers, tx_counts, sp_offsets) =
             open_files(dir, blocks, config.silent_payments)?;
@@ -67,14 +52,47 @@ impl Store {
             files: RwLock::new(files),
             unlogged: AtomicBool::new(false),
             bulk: AtomicBool::new(false),
+            secondary: None,
         })
     }
+}
+
+/// The column families of this format, with their options (one block
+/// cache of `config.cache_bytes` for all).
+pub(crate) fn column_families(config: &StoreConfig) -> Vec<ColumnFamilyDescriptor> {
+    let cache = rocksdb::Cache::new_lru_cache(config.cache_bytes);
+    let cf = |name, prefix_len| column_family(name, prefix_len, config, &cache);
+    vec![
+        cf(CF_META, None),
+        cf(CF_HISTORY, Some(codec::SCRIPT_BUCKET_LEN)),
+        cf(CF_TXID, Some(codec::TXID_PREFIX_LEN)),
+        cf(CF_UNDO, None),
+    ]
+}
+
+/// The committed tip: its height and block hash (`None` for an empty
+/// index).
+pub(crate) fn read_tip(db: &DB) -> Result<Option<(Height, BlockHash)>> {
+    let meta = db.cf_handle(CF_META).expect("meta cf opened");
+    let Some(record) = db.get_cf(meta, META_TIP)? else {
+        return Ok(None);
+    };
+    let (height, hash) = record
+        .split_first_chunk::<4>()
+        .filter(|(_, hash)| hash.len() == 32)
+        .ok_or_else(|| Error::Corrupt("bad tip record".into()))?;
+    let hash = BlockHash::from_byte_array(hash.try_into().expect("32 bytes, checked above"));
+    Ok(Some((Height(u32::from_be_bytes(*height)), hash)))
 }
 
 /// A format that dropped or renamed a column family would make RocksDB's
 /// open fail with "column families not opened": that is a format change
 /// too, and must say so.
-fn refuse_foreign_column_families(dir: &Path, db_path: &Path, silent_payments: bool) -> Result<()> {
+pub(crate) fn refuse_foreign_column_families(
+    dir: &Path,
+    db_path: &Path,
+    silent_payments: bool,
+) -> Result<()> {
     if let Ok(found) = DB::list_cf(&Options::default(), db_path) {
         if let Some(foreign) = found
             .iter()
@@ -91,7 +109,7 @@ fn refuse_foreign_column_families(dir: &Path, db_path: &Path, silent_payments: b
 }
 
 /// The database's options (the column families have their own).
-fn db_options() -> Result<Options> {
+pub(crate) fn db_options() -> Result<Options> {
     // No fallocate (a DB option the Rust API only takes as a string):
     // RocksDB would reserve 1.1x a memtable for each WAL and a whole
     // target file for each SST being written, which showed as ~36 MB of
@@ -201,12 +219,20 @@ fn column_family(
     ColumnFamilyDescriptor::new(name, o)
 }
 
-/// Writes the format tag and network of a new index, or refuses an index
-/// of another format (silent payments included) or network.
-fn check_format(db: &DB, dir: &Path, network: &str, silent_payments: bool) -> Result<()> {
+/// Writes the format tag and network of a new index (when `writer`; a
+/// replica is refused an index that has none yet), or refuses an index of
+/// another format (silent payments included) or network.
+pub(crate) fn check_format(
+    db: &DB,
+    dir: &Path,
+    network: &str,
+    silent_payments: bool,
+    writer: bool,
+) -> Result<()> {
     let meta = db.cf_handle(CF_META).expect("meta cf opened");
     let tag = schema_tag(silent_payments);
     match db.get_cf(meta, META_SCHEMA)? {
+        None if !writer => return Err(Error::NoIndex(dir.to_path_buf())),
         None => {
             db.put_cf(meta, META_SCHEMA, &tag)?;
             db.put_cf(meta, META_NETWORK, network.as_bytes())?;
@@ -350,7 +376,7 @@ fn open_sp_files(dir: &Path, blocks: u64) -> Result<(SpFiles, Vec<u64>)> {
 
 /// The first `count` records of a file of u64 LE (`txcounts.dat`,
 /// `spoffsets.dat`).
-fn read_u64s(file: &FlatFile, count: u64, path: &Path) -> Result<Vec<u64>> {
+pub(crate) fn read_u64s(file: &FlatFile, count: u64, path: &Path) -> Result<Vec<u64>> {
     let mut raw = vec![0u8; count as usize * 8];
     file.read_many(0, &mut raw).map_err(file_err(path))?;
     Ok(raw
@@ -360,7 +386,7 @@ fn read_u64s(file: &FlatFile, count: u64, path: &Path) -> Result<Vec<u64>> {
 }
 
 /// The error of an I/O failure on `path`.
-fn file_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+pub(crate) fn file_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.to_path_buf();
     move |source| Error::File { path, source }
 }

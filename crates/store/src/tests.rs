@@ -4,7 +4,7 @@ use bitcoin::hashes::Hash;
 use bitcoin::{CompactTarget, TxMerkleNode};
 use codec::HistoryRow;
 use osprey_core::ScriptHash;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 fn header(height: u32, prev: BlockHash) -> Header {
@@ -802,4 +802,205 @@ fn funding_at_finds_exactly_the_funding_rows() {
     }
     assert!(!store.funding_at(&script(9), TxNum(0)).unwrap());
     assert!(!store.funding_at(&script(0), TxNum(40)).unwrap());
+}
+
+/// Every file under `dir` with its length and modification time.
+fn listing(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = entry.metadata().unwrap();
+        if meta.is_dir() {
+            found.extend(listing(&entry.path()));
+        } else {
+            found.push((entry.path(), meta.len(), meta.modified().unwrap()));
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn replica_follows_commits_and_rollbacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    let main = blocks(0, 8, None, 0, 0);
+    writer.apply(&main[..5], true, Height(0)).unwrap();
+    let replica = Store::open_replica(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    assert!(replica.is_replica() && !writer.is_replica());
+    assert_eq!(replica.tip(), writer.tip());
+    assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
+    assert_eq!(replica.catch_up().unwrap(), None, "nothing new");
+
+    writer.apply(&main[5..], true, Height(0)).unwrap();
+    assert_eq!(replica.tip().unwrap().0, Height(4), "until it catches up");
+    assert_eq!(
+        replica.catch_up().unwrap(),
+        Some(TipMove {
+            undone: 0,
+            added: 3
+        })
+    );
+    assert_eq!(replica.tip(), writer.tip());
+    assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
+    assert_eq!(replica.txid(TxNum(15)).unwrap(), txid(15, 0));
+    assert_eq!(
+        replica.history(&script(1), 100).unwrap(),
+        writer.history(&script(1), 100).unwrap()
+    );
+
+    // A longer branch from height 4, then one of the same length.
+    writer.rollback_to(Height(4)).unwrap();
+    let fork = blocks(5, 4, Some(main[4].header.block_hash()), 1, 10);
+    writer.apply(&fork, true, Height(0)).unwrap();
+    assert_eq!(
+        replica.catch_up().unwrap(),
+        Some(TipMove {
+            undone: 3,
+            added: 4
+        })
+    );
+    assert_eq!(replica.tip(), writer.tip());
+    assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
+    assert_eq!(replica.find_tx_num(&txid(12, 0)).unwrap(), None);
+    assert_eq!(replica.find_tx_num(&txid(12, 1)).unwrap(), Some(TxNum(12)));
+    writer.rollback_to(Height(7)).unwrap();
+    let same_length = blocks(8, 1, Some(fork[2].header.block_hash()), 2, 16);
+    writer.apply(&same_length, true, Height(0)).unwrap();
+    assert_eq!(
+        replica.catch_up().unwrap(),
+        Some(TipMove {
+            undone: 1,
+            added: 1
+        })
+    );
+    assert_eq!(replica.tip(), writer.tip());
+    assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
+}
+
+#[test]
+fn replica_reads_nothing_past_the_committed_tip() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    let chain = blocks(0, 4, None, 0, 0);
+    writer.apply(&chain, true, Height(0)).unwrap();
+    let replica = Store::open_replica(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    // A batch the writer appended but has not committed yet.
+    for (name, len) in [("headers.dat", 80), ("txcounts.dat", 8), ("txids.dat", 32)] {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(name))
+            .unwrap();
+        f.write_all(&vec![0xAB; len]).unwrap();
+    }
+    assert_eq!(replica.catch_up().unwrap(), None);
+    assert_eq!(replica.tip(), writer.tip());
+    assert_eq!(replica.tx_count(), 8);
+    assert!(replica.txid(TxNum(8)).is_err(), "past the tip");
+    assert_eq!(replica.raw_headers(Height(0), 10).len(), 4);
+}
+
+#[test]
+fn replica_writes_nothing_and_is_refused_writes() {
+    let empty = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        Store::open_replica(empty.path(), "regtest", StoreConfig::default()),
+        Err(Error::NoIndex(_))
+    ));
+    assert_eq!(listing(empty.path()), vec![], "nothing created");
+
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    let chain = blocks(0, 6, None, 0, 0);
+    writer.apply(&chain[..3], true, Height(0)).unwrap();
+    assert!(matches!(
+        Store::open_replica(dir.path(), "bitcoin", StoreConfig::default()),
+        Err(Error::Network { .. })
+    ));
+    let before = listing(dir.path());
+    let replica = Store::open_replica(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    assert!(matches!(
+        replica.apply(&chain[3..], true, Height(0)),
+        Err(Error::ReadOnly)
+    ));
+    assert!(matches!(
+        replica.rollback_to(Height(0)),
+        Err(Error::ReadOnly)
+    ));
+    assert_eq!(replica.catch_up().unwrap(), None);
+    drop(replica);
+    assert_eq!(listing(dir.path()), before, "the index is as it was");
+}
+
+#[test]
+fn replica_follows_silent_payment_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), "regtest", sp_config()).unwrap();
+    let main = sp_blocks(0, 8, None, 0, 0);
+    writer.apply(&main[..4], true, Height(0)).unwrap();
+    assert!(matches!(
+        Store::open_replica(dir.path(), "regtest", StoreConfig::default()),
+        Err(Error::Schema { .. })
+    ));
+    let replica = Store::open_replica(dir.path(), "regtest", sp_config()).unwrap();
+    assert_eq!(sp_by_block(&replica), sp_by_block(&writer));
+    writer.apply(&main[4..], true, Height(0)).unwrap();
+    replica.catch_up().unwrap();
+    assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
+    assert_eq!(sp_by_block(&replica), sp_by_block(&writer));
+    writer.rollback_to(Height(4)).unwrap();
+    let fork = sp_blocks(5, 4, Some(main[4].header.block_hash()), 1, 10);
+    writer.apply(&fork, true, Height(0)).unwrap();
+    assert_eq!(
+        replica.catch_up().unwrap(),
+        Some(TipMove {
+            undone: 3,
+            added: 4
+        })
+    );
+    assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
+    assert_eq!(sp_by_block(&replica), sp_by_block(&writer));
+    // A rollback alone, no new branch yet: the tip moves down.
+    writer.rollback_to(Height(6)).unwrap();
+    assert_eq!(
+        replica.catch_up().unwrap(),
+        Some(TipMove {
+            undone: 2,
+            added: 0
+        })
+    );
+    assert_eq!(replica.tip(), writer.tip());
+    assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
+}
+
+/// A writer caught between its rollback and its new branch leaves headers
+/// that do not lead to the tip in `meta`: the replica keeps its chain and
+/// says to try again, then follows once the files are whole.
+#[test]
+fn replica_waits_out_files_that_do_not_lead_to_the_tip() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    let main = blocks(0, 6, None, 0, 0);
+    writer.apply(&main[..4], true, Height(0)).unwrap();
+    let replica = Store::open_replica(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    writer.apply(&main[4..], true, Height(0)).unwrap();
+    let headers = dir.path().join("headers.dat");
+    let whole = std::fs::read(&headers).unwrap();
+    let mut moving = whole.clone();
+    let other = blocks(5, 1, Some(main[4].header.block_hash()), 1, 10);
+    moving[5 * 80..].copy_from_slice(&bitcoin::consensus::serialize(&other[0].header));
+    std::fs::write(&headers, &moving).unwrap();
+    let err = replica.catch_up().unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert!(err.to_string().contains("do not lead to the tip"), "{err}");
+    assert_eq!(replica.tip().unwrap().0, Height(3), "the chain it had");
+    std::fs::write(&headers, &whole).unwrap();
+    assert_eq!(
+        replica.catch_up().unwrap(),
+        Some(TipMove {
+            undone: 0,
+            added: 2
+        })
+    );
+    assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
 }

@@ -156,6 +156,9 @@ impl Store {
     /// # Panics
     /// When the batch does not extend the tip (a bug in the caller).
     pub fn commit(&self, prepared: PreparedBatch, sync: bool) -> Result<()> {
+        if self.is_replica() {
+            return Err(Error::ReadOnly);
+        }
         let PreparedBatch {
             blocks,
             txids,
@@ -267,6 +270,9 @@ impl Store {
     /// # Errors
     /// When a block's undo data was pruned, or on I/O or database errors.
     pub fn rollback_to(&self, height: Height) -> Result<()> {
+        if self.is_replica() {
+            return Err(Error::ReadOnly);
+        }
         let (tip, first_removed_tx, sp_bytes_kept) = {
             let chain = self.chain();
             let Some(tip) = chain.headers.len().checked_sub(1) else {

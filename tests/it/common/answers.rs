@@ -63,7 +63,12 @@ fn as_value(outcome: Result<Value, RpcError>) -> Value {
 /// Asks the server at `addr` (one fresh protocol 1.6 session, one batch
 /// per script) everything about each script hash.
 pub fn collect_answers(addr: SocketAddr, scripthashes: &[String]) -> Vec<ScriptAnswers> {
-    let mut session = Session::connect(addr);
+    answers_on(Session::connect(addr), scripthashes)
+}
+
+/// Asks, on `session` (no `server.version` sent yet), everything about
+/// each script hash, as [`collect_answers`] does.
+pub fn answers_on(mut session: Session, scripthashes: &[String]) -> Vec<ScriptAnswers> {
     session.negotiate(json!(["1.4", "1.6"]));
     scripthashes
         .iter()

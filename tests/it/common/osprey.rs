@@ -32,12 +32,29 @@ const UNUSED_SCRIPTHASH: &str = "00000000000000000000000000000000000000000000000
 pub struct OspreyConfig {
     /// Extra `osprey serve` flags, e.g. `["--batch-requests-max", "5"]`.
     pub args: Vec<String>,
+    /// The log's path when not the one beside `--db-dir` (a read-only
+    /// replica shares its writer's `--db-dir`).
+    pub log_path: Option<PathBuf>,
+    /// `TMPDIR` of the process (a replica's RocksDB secondary directory
+    /// goes there).
+    pub tmpdir: Option<PathBuf>,
 }
 
 impl OspreyConfig {
     pub fn with_args(args: &[&str]) -> OspreyConfig {
         OspreyConfig {
             args: args.iter().map(|a| a.to_string()).collect(),
+            ..OspreyConfig::default()
+        }
+    }
+
+    /// `osprey serve --read-only`, logging to `log_path`, with `tmpdir` as
+    /// its `TMPDIR`.
+    pub fn read_only(log_path: &Path, tmpdir: &Path) -> OspreyConfig {
+        OspreyConfig {
+            args: vec!["--read-only".into()],
+            log_path: Some(log_path.to_path_buf()),
+            tmpdir: Some(tmpdir.to_path_buf()),
         }
     }
 }
@@ -89,7 +106,10 @@ impl Osprey {
     /// # Panics
     /// When the binary cannot be run.
     pub fn spawn(node: &dyn Node, db_dir: &Path, config: OspreyConfig) -> Osprey {
-        let log_path = db_dir.with_extension("log");
+        let log_path = config
+            .log_path
+            .clone()
+            .unwrap_or_else(|| db_dir.with_extension("log"));
         let mut log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -142,6 +162,9 @@ impl Osprey {
             if key.to_string_lossy().starts_with("OSPREY_") {
                 command.env_remove(key);
             }
+        }
+        if let Some(tmpdir) = &config.tmpdir {
+            command.env("TMPDIR", tmpdir);
         }
         let child = command
             .spawn()

@@ -64,7 +64,16 @@ impl Session {
     /// When the connection is refused.
     pub fn try_connect(addr: SocketAddr) -> std::io::Result<Session> {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        Session::from_stream(stream)
+    }
+
+    /// A session on a connection made elsewhere (from a chosen address).
+    ///
+    /// # Errors
+    /// When the socket cannot be set up.
+    pub fn from_stream(stream: TcpStream) -> std::io::Result<Session> {
         stream.set_nodelay(true)?;
+        let addr = stream.peer_addr()?;
         let writer = stream.try_clone()?;
         Ok(Session {
             addr,
