@@ -137,8 +137,9 @@ impl Store {
     /// # Errors
     /// On database errors.
     pub fn network(&self) -> Result<String> {
-        let meta = self.db.cf_handle(CF_META).expect("meta cf opened in open");
-        let found = self.db.get_cf(meta, META_NETWORK)?.unwrap_or_default();
+        let db = self.db()?;
+        let meta = db.cf_handle(CF_META).expect("meta cf opened in open");
+        let found = db.get_cf(meta, META_NETWORK)?.unwrap_or_default();
         Ok(String::from_utf8_lossy(&found).into_owned())
     }
 
@@ -161,7 +162,7 @@ impl Store {
         self.flush()?;
         let checkpoint = scratch.join(ROCKSDB_DIR);
         std::fs::create_dir_all(scratch).map_err(file_err(scratch))?;
-        rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(&checkpoint)?;
+        rocksdb::checkpoint::Checkpoint::new(&*self.db()?)?.create_checkpoint(&checkpoint)?;
 
         // The flat files are cut to the tip whenever no commit runs.
         let mut sources: Vec<(String, PathBuf, u64)> = self
