@@ -39,8 +39,9 @@ pub(crate) fn free_bytes(path: &Path) -> Option<u64> {
     statvfs_available(&c_path)
 }
 
-/// `statvfs(2)`: no safe wrapper in the standard library.
-#[allow(unsafe_code)]
+/// `statvfs(2)`: no safe wrapper in the standard library. (Its fields are
+/// u64 here, u32 on 32-bit targets.)
+#[allow(unsafe_code, clippy::useless_conversion)]
 fn statvfs_available(path: &CString) -> Option<u64> {
     let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
     // SAFETY: `path` is a NUL-terminated string that outlives the call, and
