@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 /// scratch when it is in another format than this build's (an upgrade or
 /// a downgrade of Osprey) unless `reindex_on_format_change` is off. Either
 /// way only the index's own files are deleted (`osprey_store::remove_index`).
-fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
+///
+/// A disk too full to open the index on is waited out like a full disk
+/// during a sync ([`DiskFull`]), before the Electrum port opens.
+fn open_store(config: &Config, stop: &AtomicBool) -> anyhow::Result<Arc<Store>> {
     if config.reindex {
         tracing::warn!(path = %config.db_path.display(), "--reindex: deleting the index");
         remove_index(&config.db_path)?;
@@ -32,7 +35,28 @@ fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
         silent_payments: config.silent_payments,
         ..StoreConfig::default()
     };
-    let open = || Store::open(&config.db_path, config.network.name(), store_config.clone());
+    let retry_max = Duration::from_secs(config.disk_full_retry_max_secs);
+    let mut delay = Duration::ZERO;
+    let mut open = || loop {
+        match Store::open(&config.db_path, config.network.name(), store_config.clone()) {
+            Err(osprey_store::Error::NoSpace { path, needed, free })
+                if !stop.load(Ordering::Relaxed) =>
+            {
+                if delay.is_zero() {
+                    log_disk_full(
+                        &path,
+                        free,
+                        needed,
+                        "the index is not opened yet",
+                        retry_max,
+                    );
+                }
+                delay = (delay * 2).clamp(Duration::from_secs(1), retry_max);
+                sleep_unless_stopped(delay, stop);
+            }
+            other => break other,
+        }
+    };
     let store = match open() {
         Err(osprey_store::Error::Schema {
             found, expected, ..
@@ -270,7 +294,7 @@ pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<Parts> {
     {
         tracing::debug!("indexing threads were set already: {e}");
     }
-    let store = open_store(config)?;
+    let store = open_store(config, stop)?;
     // Before the node is reached: what watches the port (myNode waits on
     // it before starting its explorer) sees the index's height at once.
     let metrics = Arc::new(Metrics::new(&osprey_electrum::METHODS));
@@ -359,12 +383,12 @@ impl DiskFull<'_> {
         let osprey_store::Error::NoSpace { path, needed, free } = full else {
             return Err(anyhow::anyhow!("{full}"));
         };
-        tracing::error!(
-            "disk full: the index in {} has {} free, about {} needed to write on; indexing is paused and wallets are answered from the index as committed; it resumes by itself once space is freed (checked every {} s at most)",
-            path.display(),
-            human_bytes(*free),
-            human_bytes(*needed),
-            self.retry_max.as_secs()
+        log_disk_full(
+            path,
+            *free,
+            *needed,
+            "indexing is paused and wallets are answered from the index as committed",
+            self.retry_max,
         );
         let mut delay = Duration::from_secs(1).min(self.retry_max);
         let mut reminded = Instant::now();
@@ -396,10 +420,31 @@ impl DiskFull<'_> {
     }
 }
 
-/// Bytes for a log line a person reads: MiB with one decimal (a full
-/// disk's figures are about a memtable and up).
-fn human_bytes(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+/// The one line a full disk gets: where, how much room there is and is
+/// needed, what `paused` meanwhile, and that it resumes by itself.
+pub(crate) fn log_disk_full(
+    path: &Path,
+    free: u64,
+    needed: u64,
+    paused: &str,
+    retry_max: Duration,
+) {
+    tracing::error!(
+        "disk full: the index in {} has {} free, about {} needed to write on; {paused}; it resumes by itself once space is freed (checked every {} s at most)",
+        path.display(),
+        human_bytes(free),
+        human_bytes(needed),
+        retry_max.as_secs()
+    );
+}
+
+/// Bytes for a log line a person reads: KiB or MiB with one decimal.
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    if bytes < 1 << 20 {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+    }
 }
 
 /// `osprey index`: sync to the tip and exit.

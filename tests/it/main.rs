@@ -16,6 +16,7 @@
 //! | `restart`     | a SIGTERM + restart on the same index equals a fresh index |
 //! | `snapshot`    | an exported and imported index equals the original; bad snapshots are refused |
 //! | `kill9`       | SIGKILL during the initial sync never corrupts the index |
+//! | `disk_full`   | a disk that fills during the first sync, at the tip or during a snapshot import: one clear line, answers from the committed index, resumed by itself once there is room, digest equal to a fresh index's (as root: it mounts a tmpfs) |
 //! | `core`        | on Bitcoin Core: files, REST and JSON-RPC give one index; kills, a reorg, a restart |
 //! | `dropin`      | each node distribution's launch of electrs, the program renamed `osprey`, serves the node's tip |
 //! | `bench_e2e`   | `osprey chaingen`, `chaingen submit` and `bench` work end to end |
@@ -47,6 +48,7 @@ mod bad_input;
 mod bench_e2e;
 mod core;
 mod demo;
+mod disk_full;
 mod dropin;
 mod first_sync;
 mod kill9;

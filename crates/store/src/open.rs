@@ -22,8 +22,14 @@ impl Store {
     /// files back to the committed tip.
     ///
     /// # Errors
-    /// On I/O errors, a format or network mismatch, or an inconsistent index.
+    /// On I/O errors ([`Error::NoSpace`] when the disk is too full to
+    /// open it), a format or network mismatch, or an inconsistent index.
     pub fn open(dir: &Path, network: &str, config: StoreConfig) -> Result<Store> {
+        Self::open_unchecked(dir, network, config)
+            .map_err(|e| space::no_space_or(e, dir, space::FLUSH_MARGIN_BYTES))
+    }
+
+    fn open_unchecked(dir: &Path, network: &str, config: StoreConfig) -> Result<Store> {
         std::fs::create_dir_all(dir).map_err(file_err(dir))?;
         let db_path = dir.join(layout::ROCKSDB_DIR);
         refuse_foreign_column_families(dir, &db_path, config.silent_payments)?;

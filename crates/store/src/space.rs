@@ -117,19 +117,25 @@ impl Store {
     /// `e` as [`Error::NoSpace`] when it is a full filesystem, with the
     /// free bytes now and `needed`.
     pub(crate) fn no_space_or(&self, e: Error, needed: u64) -> Error {
-        let full = match &e {
-            Error::NoSpace { .. } => return e,
-            Error::File { source, .. } => io_is_no_space(source),
-            Error::Db(db) => db_is_no_space(db),
-            _ => false,
-        };
-        if !full {
-            return e;
-        }
-        Error::NoSpace {
-            path: self.path.clone(),
-            needed,
-            free: free_bytes(&self.path).unwrap_or(0),
-        }
+        no_space_or(e, &self.path, needed)
+    }
+}
+
+/// `e` as [`Error::NoSpace`] for the index in `dir` when it is a full
+/// filesystem, with the free bytes now and `needed`.
+pub(crate) fn no_space_or(e: Error, dir: &Path, needed: u64) -> Error {
+    let full = match &e {
+        Error::NoSpace { .. } => return e,
+        Error::File { source, .. } => io_is_no_space(source),
+        Error::Db(db) => db_is_no_space(db),
+        _ => false,
+    };
+    if !full {
+        return e;
+    }
+    Error::NoSpace {
+        path: dir.to_path_buf(),
+        needed,
+        free: free_bytes(dir).unwrap_or(0),
     }
 }
