@@ -387,7 +387,7 @@ impl DiskFull<'_> {
             path,
             *free,
             *needed,
-            "indexing is paused and wallets are answered from the index as committed",
+            "indexing is paused and the server answers from what is committed",
             self.retry_max,
         );
         let mut delay = Duration::from_secs(1).min(self.retry_max);
