@@ -32,12 +32,16 @@ const UNUSED_SCRIPTHASH: &str = "00000000000000000000000000000000000000000000000
 pub struct OspreyConfig {
     /// Extra `osprey serve` flags, e.g. `["--batch-requests-max", "5"]`.
     pub args: Vec<String>,
+    /// Extra environment variables (not `OSPREY_*`: those are removed),
+    /// e.g. an `LD_PRELOAD` that injects faults.
+    pub env: Vec<(String, String)>,
 }
 
 impl OspreyConfig {
     pub fn with_args(args: &[&str]) -> OspreyConfig {
         OspreyConfig {
             args: args.iter().map(|a| a.to_string()).collect(),
+            env: Vec::new(),
         }
     }
 }
@@ -143,6 +147,7 @@ impl Osprey {
                 command.env_remove(key);
             }
         }
+        command.envs(config.env.iter().map(|(k, v)| (k, v)));
         let child = command
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", env!("CARGO_BIN_EXE_osprey")));
