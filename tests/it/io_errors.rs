@@ -57,16 +57,17 @@ fn faulty_config(
     one_in: u64,
     seed: u64,
 ) -> OspreyConfig {
-    let mut config = OspreyConfig::default();
-    config.env = vec![
-        ("LD_PRELOAD".into(), shim.display().to_string()),
-        ("EIO_SHIM_DIR".into(), format!("{}/", db.display())),
-        ("EIO_SHIM_TRIGGER".into(), trigger.display().to_string()),
-        ("EIO_SHIM_OPS".into(), ops.into()),
-        ("EIO_SHIM_ONE_IN".into(), one_in.to_string()),
-        ("EIO_SHIM_SEED".into(), seed.to_string()),
-    ];
-    config
+    OspreyConfig {
+        args: Vec::new(),
+        env: vec![
+            ("LD_PRELOAD".into(), shim.display().to_string()),
+            ("EIO_SHIM_DIR".into(), format!("{}/", db.display())),
+            ("EIO_SHIM_TRIGGER".into(), trigger.display().to_string()),
+            ("EIO_SHIM_OPS".into(), ops.into()),
+            ("EIO_SHIM_ONE_IN".into(), one_in.to_string()),
+            ("EIO_SHIM_SEED".into(), seed.to_string()),
+        ],
+    }
 }
 
 /// The history each wallet address of `manifest` has, by script hash.
