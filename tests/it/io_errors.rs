@@ -14,7 +14,8 @@ use osprey_testenv::{BtcdNode, Node as _};
 use serde_json::{json, Value};
 
 use crate::common::command::{generate_chain, index_digest, submit_chain};
-use crate::common::{seed, start_btcd, Osprey, OspreyConfig, Rng};
+use crate::common::session::RpcError;
+use crate::common::{seed, start_btcd, Osprey, OspreyConfig, Rng, Session};
 
 /// Runs by default, alternately writes during the first sync and reads at
 /// the tip; `OSPREY_IO_ERROR_RUNS` sets how many.
@@ -70,8 +71,11 @@ fn faulty_config(
     }
 }
 
-/// The history each wallet address of `manifest` has, by script hash.
-fn expected_histories(manifest: &osprey_chaingen::Manifest) -> HashMap<String, Value> {
+/// What each wallet address of `manifest` answers: its history, its
+/// balance and its count of unspent outputs, by script hash.
+fn expected_answers(
+    manifest: &osprey_chaingen::Manifest,
+) -> HashMap<String, (Value, Value, usize)> {
     manifest
         .wallet
         .addresses
@@ -82,9 +86,44 @@ fn expected_histories(manifest: &osprey_chaingen::Manifest) -> HashMap<String, V
                 .iter()
                 .map(|(txid, height)| json!({"tx_hash": txid, "height": height}))
                 .collect();
-            (address.scripthash.clone(), Value::Array(history))
+            let balance = json!({"confirmed": address.balance, "unconfirmed": 0});
+            (
+                address.scripthash.clone(),
+                (Value::Array(history), balance, address.utxo_count as usize),
+            )
         })
         .collect()
+}
+
+/// One wallet question about `scripthash` (its history, balance or
+/// unspent outputs, by `which`): `Some(error)` when the server answered
+/// with an error, `None` when it answered exactly what `want` says.
+///
+/// # Panics
+/// On any other answer.
+fn ask(
+    session: &mut Session,
+    scripthash: &str,
+    want: &(Value, Value, usize),
+    which: usize,
+) -> Option<RpcError> {
+    let method = [
+        "blockchain.scripthash.get_history",
+        "blockchain.scripthash.get_balance",
+        "blockchain.scripthash.listunspent",
+    ][which % 3];
+    match session.raw_call(method, json!([scripthash])) {
+        Ok(answer) => {
+            let right = match which % 3 {
+                0 => answer == want.0,
+                1 => answer == want.1,
+                _ => answer.as_array().map(Vec::len) == Some(want.2),
+            };
+            assert!(right, "{method} of {scripthash} answered {answer}");
+            None
+        }
+        Err(e) => Some(e),
+    }
 }
 
 /// Asserts that the last run of the log at `log` ended on a clear error
@@ -155,7 +194,7 @@ fn read_run(
     run: u64,
     one_in: u64,
     seed: u64,
-    expected: &HashMap<String, Value>,
+    expected: &HashMap<String, (Value, Value, usize)>,
 ) -> PathBuf {
     let db = dir.join(format!("db-{run}"));
     let trigger = dir.join(format!("trigger-{run}"));
@@ -170,19 +209,16 @@ fn read_run(
     std::fs::write(&trigger, b"").expect("the trigger");
     let (mut errors, mut answers) = (0, 0);
     let started = Instant::now();
-    'asking: while errors == 0 || answers < 200 {
+    'asking: while errors == 0 || answers < 300 {
         for (scripthash, want) in expected {
-            // A fresh connection now and then: the server may have closed
-            // this one, or exited on a failed read of its own.
+            // The server may exit on a failed read of its own (the
+            // tracker's): that must be a clear error too.
             if !osprey.is_running() {
                 break 'asking;
             }
-            match session.raw_call("blockchain.scripthash.get_history", json!([scripthash])) {
-                Ok(history) => {
-                    assert_eq!(&history, want, "history of {scripthash} with failing reads");
-                    answers += 1;
-                }
-                Err(e) => {
+            match ask(&mut session, scripthash, want, answers + errors) {
+                None => answers += 1,
+                Some(e) => {
                     if errors == 0 {
                         eprintln!("run {run}: the first error answer: {e:?}");
                     }
@@ -202,11 +238,10 @@ fn read_run(
     if osprey.is_running() {
         assert!(errors > 0, "no failed read reached a wallet");
         for (scripthash, want) in expected {
-            let history = session.call("blockchain.scripthash.get_history", json!([scripthash]));
-            assert_eq!(
-                &history, want,
-                "history of {scripthash} once reads work again"
-            );
+            for which in 0..3 {
+                let error = ask(&mut session, scripthash, want, which);
+                assert!(error.is_none(), "{error:?} once reads work again");
+            }
         }
         let status = osprey.terminate();
         assert!(status.success(), "osprey exited with {status} on SIGTERM");
@@ -223,7 +258,8 @@ fn read_run(
 /// 2. even runs: writes fail (one in 1-20) once the first sync started:
 ///    `osprey serve` exits with an error naming the failed I/O, no panic;
 /// 3. odd runs: reads fail (one in 2-10) at the tip: each wallet question
-///    gets the manifest's history or an error, never another answer; if
+///    (history, balance, unspent outputs) gets the manifest's answer or an
+///    error, never another answer; if
 ///    the server exits on a failed read of its own, with a clear error;
 /// 4. restarted without faults, it reaches the tip, and `osprey index
 ///    --digest` on its index equals a fresh index's digest.
@@ -251,7 +287,7 @@ fn io_errors_give_clear_errors_never_wrong_answers_and_restarts_recover() {
     );
     let node = start_btcd();
     submit_chain(dir.path(), &chain, &node);
-    let expected = expected_histories(&manifest);
+    let expected = expected_answers(&manifest);
     let mut fresh: HashMap<String, String> = HashMap::new();
     for run in 0..runs {
         let fault_seed = rng.next_u64() % 1000;

@@ -276,6 +276,21 @@ impl Files {
         }
         named
     }
+
+    /// [`Files::named`], to write.
+    fn named_mut(&mut self) -> Vec<(&'static str, &mut FlatFile)> {
+        let mut named = vec![
+            ("headers.dat", &mut self.headers),
+            ("txcounts.dat", &mut self.txcounts),
+            ("txids.dat", &mut self.txids),
+            ("txends.dat", &mut self.txends),
+        ];
+        if let Some(sp) = &mut self.sp {
+            named.push(("spoffsets.dat", &mut sp.offsets));
+            named.push(("sptweaks.dat", &mut sp.tweaks));
+        }
+        named
+    }
 }
 
 /// One part of the index on disk (see [`Store::footprint`]).

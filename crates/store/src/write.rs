@@ -218,24 +218,11 @@ impl Store {
                 }
             }
             // The flat files must be durable before the tip that covers them.
-            let res = files
-                .headers
-                .flush_and_sync()
-                .and_then(|()| files.txcounts.flush_and_sync())
-                .and_then(|()| files.txids.flush_and_sync())
-                .and_then(|()| files.txends.flush_and_sync())
-                .and_then(|()| match &mut files.sp {
-                    Some(sp) => sp
-                        .tweaks
-                        .flush_and_sync()
-                        .and_then(|()| sp.offsets.flush_and_sync()),
-                    None => Ok(()),
-                });
-            if let Err(source) = res {
-                return Err(Error::File {
-                    path: self.path.clone(),
+            for (name, file) in files.named_mut() {
+                file.flush_and_sync().map_err(|source| Error::File {
+                    path: self.path.join(name),
                     source,
-                });
+                })?;
             }
         }
         let mut tip = last_height.0.to_be_bytes().to_vec();
