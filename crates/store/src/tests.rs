@@ -880,8 +880,9 @@ fn bulky_blocks(len: u32) -> Vec<IndexedBlock> {
 /// without it (an initial sync, whose memtable flushes then fail): the
 /// error says so, with the path and the bytes; reads go on from the
 /// committed index; writes stay stopped until `resume_writes`, which waits
-/// for room and then reopens; and the index finished afterwards is byte
-/// for byte a fresh one's.
+/// for room and then reopens; opening an index there says the disk is
+/// full too; and the index finished afterwards is byte for byte a fresh
+/// one's.
 #[test]
 fn a_full_disk_stops_writes_until_there_is_room_and_loses_nothing() {
     let chain = bulky_blocks(1200);
@@ -939,6 +940,16 @@ fn a_full_disk_stops_writes_until_there_is_room_and_loses_nothing() {
         assert!(
             matches!(more, Err(Error::WritesStopped { .. })),
             "a write after a failed one: {more:?}"
+        );
+        let another = Store::open(
+            &fs.path().join("another"),
+            "regtest",
+            StoreConfig::default(),
+        );
+        assert!(
+            matches!(another, Err(Error::NoSpace { .. })),
+            "opening an index on the full disk: {:?}",
+            another.err()
         );
         let still_full = store.resume_writes();
         assert!(
