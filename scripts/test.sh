@@ -34,6 +34,13 @@ if ! "$btcd_exe" --version >/dev/null 2>&1; then
   echo "test.sh: btcd does not run ($btcd_exe): install it with \`go install github.com/btcsuite/btcd@v0.24.2\` (scripts/setup.sh --btcd) or set OSPREY_BTCD" >&2
   exit 1
 fi
+# The disk-full tests (the store's unit test, tests/it/disk_full.rs) fill a
+# tmpfs of their own: mounting one needs root, and a C compiler builds the
+# EIO shim of tests/it/io_errors.rs.
+if [ "$(id -u)" != 0 ]; then
+  echo "test.sh: the disk-full tests mount a tmpfs and need root; run as root (they fail, not skip, otherwise)" >&2
+  exit 1
+fi
 # Each phase says when it starts, so a slow CI run shows where time went.
 phase() { echo "== [$(date -u +%T), ${SECONDS}s] $*"; }
 

@@ -63,6 +63,8 @@ pub struct Config {
     pub sessions_max: usize,
     pub reorg_depth_max: u32,
     pub poll_interval_ms: u64,
+    /// Longest wait between checks for room once the index's disk is full.
+    pub disk_full_retry_max_secs: u64,
     pub banner: String,
     pub client_memory_bytes_max: usize,
     pub public_hosts: Vec<osprey_server::PublicHost>,

@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 /// scratch when it is in another format than this build's (an upgrade or
 /// a downgrade of Osprey) unless `reindex_on_format_change` is off. Either
 /// way only the index's own files are deleted (`osprey_store::remove_index`).
-fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
+///
+/// A disk too full to open the index on is waited out like a full disk
+/// during a sync ([`DiskFull`]), before the Electrum port opens.
+fn open_store(config: &Config, stop: &AtomicBool) -> anyhow::Result<Arc<Store>> {
     if config.read_only {
         return open_replica(config);
     }
@@ -35,7 +38,28 @@ fn open_store(config: &Config) -> anyhow::Result<Arc<Store>> {
         silent_payments: config.silent_payments,
         ..StoreConfig::default()
     };
-    let open = || Store::open(&config.db_path, config.network.name(), store_config.clone());
+    let retry_max = Duration::from_secs(config.disk_full_retry_max_secs);
+    let mut delay = Duration::ZERO;
+    let mut open = || loop {
+        match Store::open(&config.db_path, config.network.name(), store_config.clone()) {
+            Err(osprey_store::Error::NoSpace { path, needed, free })
+                if !stop.load(Ordering::Relaxed) =>
+            {
+                if delay.is_zero() {
+                    log_disk_full(
+                        &path,
+                        free,
+                        needed,
+                        "the index is not opened yet",
+                        retry_max,
+                    );
+                }
+                delay = (delay * 2).clamp(Duration::from_secs(1), retry_max);
+                sleep_unless_stopped(delay, stop);
+            }
+            other => break other,
+        }
+    };
     let store = match open() {
         Err(osprey_store::Error::Schema {
             found, expected, ..
@@ -292,7 +316,7 @@ pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<Parts> {
     {
         tracing::debug!("indexing threads were set already: {e}");
     }
-    let store = open_store(config)?;
+    let store = open_store(config, stop)?;
     // Before the node is reached: what watches the port (myNode waits on
     // it before starting its explorer) sees the index's height at once.
     let metrics = Arc::new(Metrics::new(&osprey_electrum::METHODS));
@@ -328,10 +352,12 @@ pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<Parts> {
     })
 }
 
-/// Runs one tracker update, retrying transient node errors until `stop`.
+/// Runs one tracker update, retrying transient node errors, and a full
+/// disk once it has room again, until `stop`.
 fn update_until_ok(
     tracker: &mut Tracker,
     progress: &mut Progress,
+    disk_full: &DiskFull<'_>,
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
     loop {
@@ -343,12 +369,107 @@ fn update_until_ok(
             Err(e) if e.is_transient() => {
                 tracing::warn!("node: {e}; retrying in 5 s");
                 sleep_unless_stopped(Duration::from_secs(5), stop);
-                if stop.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
             }
+            Err(osprey_indexer::Error::Store(e)) if e.is_no_space() => disk_full.wait(&e, stop)?,
             Err(e) => return Err(e).context("indexing"),
         }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+    }
+}
+
+/// How the sync waits out a full disk: the index stays open for reads
+/// (wallets are answered from what is committed) while its filesystem is
+/// checked at doubling intervals, from 1 s up to `retry_max`, until it
+/// has the room the failed write needed; then the index is reopened
+/// ([`Store::resume_writes`]) and the sync goes on from its tip.
+struct DiskFull<'a> {
+    store: &'a Store,
+    retry_max: Duration,
+}
+
+/// While the disk stays full, the reminder comes at most this often.
+const DISK_FULL_REMINDER: Duration = Duration::from_secs(60);
+
+impl DiskFull<'_> {
+    fn new<'a>(config: &Config, store: &'a Store) -> DiskFull<'a> {
+        DiskFull {
+            store,
+            retry_max: Duration::from_secs(config.disk_full_retry_max_secs),
+        }
+    }
+
+    /// Returns once writes resumed, or at `stop`.
+    ///
+    /// # Errors
+    /// When the index cannot be opened again for another reason than a
+    /// full disk.
+    fn wait(&self, full: &osprey_store::Error, stop: &AtomicBool) -> anyhow::Result<()> {
+        let osprey_store::Error::NoSpace { path, needed, free } = full else {
+            return Err(anyhow::anyhow!("{full}"));
+        };
+        log_disk_full(
+            path,
+            *free,
+            *needed,
+            "indexing is paused and the server answers from what is committed",
+            self.retry_max,
+        );
+        let mut delay = Duration::from_secs(1).min(self.retry_max);
+        let mut reminded = Instant::now();
+        loop {
+            sleep_unless_stopped(delay, stop);
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            match self.store.resume_writes() {
+                Ok(_) => {
+                    tracing::info!(path = %path.display(), "disk has room again: indexing resumes");
+                    return Ok(());
+                }
+                Err(osprey_store::Error::NoSpace { free, needed, .. }) => {
+                    if reminded.elapsed() >= DISK_FULL_REMINDER {
+                        reminded = Instant::now();
+                        tracing::warn!(
+                            "disk still full: {} free in {}, about {} needed; indexing waits",
+                            human_bytes(free),
+                            path.display(),
+                            human_bytes(needed)
+                        );
+                    }
+                }
+                Err(e) => return Err(e).context("opening the index again after a full disk"),
+            }
+            delay = (delay * 2).min(self.retry_max);
+        }
+    }
+}
+
+/// The one line a full disk gets: where, how much room there is and is
+/// needed, what `paused` meanwhile, and that it resumes by itself.
+pub(crate) fn log_disk_full(
+    path: &Path,
+    free: u64,
+    needed: u64,
+    paused: &str,
+    retry_max: Duration,
+) {
+    tracing::error!(
+        "disk full: the index in {} has {} free, about {} needed to write on; {paused}; it resumes by itself once space is freed (checked every {} s at most)",
+        path.display(),
+        human_bytes(free),
+        human_bytes(needed),
+        retry_max.as_secs()
+    );
+}
+
+/// Bytes for a log line a person reads: KiB or MiB with one decimal.
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    if bytes < 1 << 20 {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
     }
 }
 
@@ -363,12 +484,24 @@ pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::
         ..
     } = build(&config, &stop)?;
     let mut progress = Progress::new(progress_json, metrics);
-    update_until_ok(&mut tracker, &mut progress, &stop)?;
-    progress.finish(dir_bytes(&config.db_path));
+    let disk_full = DiskFull::new(&config, query.store());
     // A finished index, not a pile of level-0 files: what is measured and
-    // what `serve` would otherwise merge in the background.
-    let merging = Instant::now();
-    query.store().compact().context("compacting the index")?;
+    // what `serve` would otherwise merge in the background. A full disk
+    // there may take the index back to an earlier tip (see
+    // `Store::resume_writes`): it syncs again once there is room.
+    let merging = loop {
+        update_until_ok(&mut tracker, &mut progress, &disk_full, &stop)?;
+        progress.finish(dir_bytes(&config.db_path));
+        let merging = Instant::now();
+        match query.store().compact() {
+            Ok(()) => break merging,
+            Err(e) if e.is_no_space() => disk_full.wait(&e, &stop)?,
+            Err(e) => return Err(e).context("compacting the index"),
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+    };
     tracing::info!(
         seconds = format!("{:.1}", merging.elapsed().as_secs_f64()),
         "index compacted"
@@ -568,8 +701,9 @@ fn follow_the_tip(
     // While the node itself is still in its initial block download, keep
     // following it and serve wallets once it is done.
     let mut ibd_logged = Instant::now() - Duration::from_secs(3600);
+    let disk_full = DiskFull::new(config, query.store());
     loop {
-        update_until_ok(tracker, progress, stop)?;
+        update_until_ok(tracker, progress, &disk_full, stop)?;
         if stop.load(Ordering::Relaxed) || server.is_finished() {
             return Ok(());
         }
@@ -610,7 +744,7 @@ fn follow_the_tip(
     let mut result = Ok(());
     let mut trimmer = memory::Trimmer::new();
     while !stop.load(Ordering::Relaxed) && !server.is_finished() {
-        if let Err(e) = update_until_ok(tracker, progress, stop) {
+        if let Err(e) = update_until_ok(tracker, progress, &disk_full, stop) {
             result = Err(e);
             break;
         }

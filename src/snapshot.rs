@@ -13,6 +13,7 @@ use osprey_store::{Store, StoreConfig};
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 #[derive(Subcommand)]
 pub enum SnapshotCommand {
@@ -160,7 +161,7 @@ fn import(config: &Config, from: &Path) -> anyhow::Result<()> {
     let unpacked = staging.path().join("index");
     tracing::info!(from = %from.display(), height = reader.manifest().tip_height, "importing the snapshot");
     let manifest = reader
-        .unpack(&unpacked)
+        .unpack_waiting_for_room(&unpacked, &mut room_waiter(config))
         .with_context(|| format!("importing {}", from.display()))?;
     if db_path.exists() {
         // Empty (checked above): rename does not replace a directory.
@@ -176,6 +177,48 @@ fn import(config: &Config, from: &Path) -> anyhow::Result<()> {
         "snapshot imported; `osprey serve` resumes from its tip"
     );
     Ok(())
+}
+
+/// What an import does when the disk fills: says so once (then at most
+/// once a minute), waits at doubling intervals from 1 s up to
+/// `disk_full_retry_max_secs`, and tries the write again: it resumes by
+/// itself once space is freed.
+fn room_waiter(config: &Config) -> impl FnMut(&osprey_store::Error) -> bool {
+    let retry_max = Duration::from_secs(config.disk_full_retry_max_secs);
+    let mut delay = Duration::ZERO;
+    let mut reminded: Option<Instant> = None;
+    // The import unpacks beside the index's place: the line names that.
+    let path = config.db_path.clone();
+    move |full| {
+        let osprey_store::Error::NoSpace { needed, free, .. } = full else {
+            return false;
+        };
+        match reminded {
+            None => {
+                crate::serve::log_disk_full(
+                    &path,
+                    *free,
+                    *needed,
+                    "the import is paused",
+                    retry_max,
+                );
+                reminded = Some(Instant::now());
+            }
+            Some(at) if at.elapsed() >= Duration::from_secs(60) => {
+                tracing::warn!(
+                    "disk still full: {} free in {}, about {} left to write; the import waits",
+                    crate::serve::human_bytes(*free),
+                    path.display(),
+                    crate::serve::human_bytes(*needed)
+                );
+                reminded = Some(Instant::now());
+            }
+            Some(_) => {}
+        }
+        delay = (delay * 2).clamp(Duration::from_secs(1), retry_max);
+        std::thread::sleep(delay);
+        true
+    }
 }
 
 /// Checks that the snapshot's tip is a block of the chain this Osprey

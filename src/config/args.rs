@@ -86,6 +86,10 @@ pub struct ConfigArgs {
     /// How often to poll the node for new blocks and mempool changes [default: 1000]
     #[arg(long, env = "OSPREY_POLL_INTERVAL_MS")]
     pub poll_interval_ms: Option<u64>,
+    /// Longest wait, in seconds, between checks for room after the disk of
+    /// the index filled up; checks start at 1 s and double [default: 60]
+    #[arg(long, env = "OSPREY_DISK_FULL_RETRY_MAX_SECS")]
+    pub disk_full_retry_max_secs: Option<u64>,
     /// Text of server.banner [default: "Welcome to Osprey"]
     #[arg(long, env = "OSPREY_BANNER")]
     pub banner: Option<String>,

@@ -154,6 +154,7 @@ fn resolved_default(config: &Config, key: &str) -> Option<String> {
         "sessions_max" => config.sessions_max.to_string(),
         "reorg_depth_max" => config.reorg_depth_max.to_string(),
         "poll_interval_ms" => config.poll_interval_ms.to_string(),
+        "disk_full_retry_max_secs" => config.disk_full_retry_max_secs.to_string(),
         "banner" => config.banner.clone(),
         "client_memory_bytes_max" => config.client_memory_bytes_max.to_string(),
         "sessions_per_ip_max" => config.sessions_per_ip_max.to_string(),

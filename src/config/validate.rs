@@ -83,6 +83,7 @@ pub(super) fn validate(settings: ConfigArgs) -> anyhow::Result<Config> {
         )?,
         reorg_depth_max: settings.reorg_depth_max.unwrap_or(store.reorg_depth_max),
         poll_interval_ms: settings.poll_interval_ms.unwrap_or(1000).max(10),
+        disk_full_retry_max_secs: settings.disk_full_retry_max_secs.unwrap_or(60).max(1),
         banner: settings
             .banner
             .unwrap_or_else(|| "Welcome to Osprey".into()),

@@ -17,6 +17,8 @@
 //! | `restart`     | a SIGTERM + restart on the same index equals a fresh index |
 //! | `snapshot`    | an exported and imported index equals the original; bad snapshots are refused |
 //! | `kill9`       | SIGKILL during the initial sync never corrupts the index |
+//! | `io_errors`   | reads and writes failing with EIO (an LD_PRELOAD shim): a clear error and no panic on a failed write, an error and never a wrong answer on a failed read, a restart's digest equal to a fresh index's |
+//! | `disk_full`   | a disk that fills during the first sync, at the tip or during a snapshot import: one clear line, answers from the committed index, resumed by itself once there is room, digest equal to a fresh index's (as root: it mounts a tmpfs) |
 //! | `core`        | on Bitcoin Core: files, REST and JSON-RPC give one index; kills, a reorg, a restart |
 //! | `dropin`      | each node distribution's launch of electrs, the program renamed `osprey`, serves the node's tip |
 //! | `bench_e2e`   | `osprey chaingen`, `chaingen submit` and `bench` work end to end |
@@ -49,9 +51,11 @@ mod bad_input;
 mod bench_e2e;
 mod core;
 mod demo;
+mod disk_full;
 mod dropin;
 mod first_sync;
 mod haproxy;
+mod io_errors;
 mod kill9;
 mod listeners;
 mod mempool;

@@ -487,18 +487,19 @@ impl Query {
 
     /// Where the node keeps a confirmed transaction's bytes.
     pub(crate) fn location(&self, tx_num: TxNum) -> Result<TxLocation, Error> {
-        self.located(tx_num)?
+        self.located(tx_num)
+            .map_err(store_failed)?
             .ok_or_else(|| Error::Internal(format!("tx_num {tx_num} beyond the tip")))
     }
 
     /// Where the node keeps transaction `tx_num`'s bytes; `None` when its
     /// block is not in the chain: one being committed (its rows come a
     /// moment before the chain grows) or undone right now.
-    fn located(&self, tx_num: TxNum) -> Result<Option<TxLocation>, Error> {
+    pub(crate) fn located(&self, tx_num: TxNum) -> Result<Option<TxLocation>, osprey_store::Error> {
         let Some((height, position)) = self.store.locate(tx_num) else {
             return Ok(None);
         };
-        let Some((_, offset, len)) = self.store.tx_span(tx_num).map_err(store_failed)? else {
+        let Some((_, offset, len)) = self.store.tx_span(tx_num)? else {
             return Ok(None);
         };
         let Some(block_hash) = self.store.block_hash(height) else {
@@ -527,7 +528,7 @@ impl Query {
         };
         #[cfg(test)]
         crate::race::window();
-        let Some(location) = self.located(tx_num)? else {
+        let Some(location) = self.located(tx_num).map_err(store_failed)? else {
             return Ok(None);
         };
         match self.store.txid(tx_num) {

@@ -150,7 +150,7 @@ impl Tracker {
             Ok(touched) => touched,
             Err(e) => {
                 self.query.forget_statuses();
-                return Err(osprey_indexer::Error::Chain(e));
+                return Err(e);
             }
         };
         touched.extend(mempool_touched);
@@ -183,7 +183,7 @@ impl Tracker {
     fn update_mempool(
         &self,
         txids: &mut Vec<Txid>,
-    ) -> Result<Vec<ScriptHash>, osprey_chain::Error> {
+    ) -> Result<Vec<ScriptHash>, osprey_indexer::Error> {
         let source = self.query.source();
         let current: HashSet<Txid> = source.mempool_txids()?.into_iter().collect();
         let (removed, added): (Vec<Txid>, Vec<Txid>) = {
@@ -236,8 +236,9 @@ impl Tracker {
     /// mempool itself, or from confirmed transactions through the index)
     /// and builds their entries. Transactions whose inputs cannot be
     /// resolved yet (a parent in a block not indexed yet) wait for the next
-    /// poll.
-    fn resolve(&self, new_txs: Vec<MempoolTx>) -> Result<Vec<MempoolEntry>, osprey_chain::Error> {
+    /// poll. A failed read of the index is an error, not an unknown parent:
+    /// the transaction must not silently wait.
+    fn resolve(&self, new_txs: Vec<MempoolTx>) -> Result<Vec<MempoolEntry>, osprey_indexer::Error> {
         let new_by_txid: HashMap<Txid, &Transaction> =
             new_txs.iter().map(|m| (m.txid, &m.tx)).collect();
         let mut confirmed_cache: HashMap<Txid, Option<Transaction>> = HashMap::new();
@@ -316,12 +317,13 @@ impl Tracker {
         Ok(entries)
     }
 
-    fn confirmed_parent(&self, txid: &Txid) -> Result<Option<Transaction>, osprey_chain::Error> {
+    fn confirmed_parent(&self, txid: &Txid) -> Result<Option<Transaction>, osprey_indexer::Error> {
         let store = self.query.store();
-        let Ok(Some(tx_num)) = store.find_tx_num(txid) else {
+        let Some(tx_num) = store.find_tx_num(txid)? else {
             return Ok(None);
         };
-        let Ok(location) = self.query.location(tx_num) else {
+        // None: its block is being committed or undone right now.
+        let Some(location) = self.query.located(tx_num)? else {
             return Ok(None);
         };
         let raw = self.query.source().transaction(txid, Some(location))?;

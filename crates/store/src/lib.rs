@@ -30,6 +30,7 @@ mod open;
 mod read;
 mod replica;
 pub mod snapshot;
+mod space;
 mod write;
 
 pub use layout::remove_index;
@@ -44,7 +45,7 @@ use osprey_core::{Height, TxNum};
 use rocksdb::{Options, WriteBatch, DB};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 
 /// Bumped whenever any key, value or file layout changes; a database with
 /// another version is refused ([`Error::Schema`]) and must be rebuilt,
@@ -132,6 +133,27 @@ pub enum Error {
     ReadOnly,
     #[error("cannot undo block {height}: its undo data was pruned (reorg deeper than --reorg-depth-max); rebuild with --reindex")]
     UndoPruned { height: Height },
+    /// A write found the filesystem of the index full. Nothing past the
+    /// committed tip counts; writes wait for [`Store::resume_writes`].
+    #[error("no space left for the index in {path}: {free} bytes free, about {needed} needed")]
+    NoSpace {
+        path: PathBuf,
+        /// Bytes the failed write needed, with room for a memtable flush.
+        needed: u64,
+        free: u64,
+    },
+    /// A write failed earlier and the index has not been reopened since
+    /// (see [`Store::resume_writes`]).
+    #[error("writes to the index in {path} stopped after a failed write: {reason}")]
+    WritesStopped { path: PathBuf, reason: String },
+}
+
+impl Error {
+    /// Whether this is [`Error::NoSpace`]: retrying once space is freed
+    /// may succeed.
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, Error::NoSpace { .. })
+    }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -215,6 +237,17 @@ impl PreparedBatch {
     pub fn is_empty(&self) -> bool {
         self.blocks.is_empty()
     }
+
+    /// Bytes the batch adds to the index before compression: its flat-file
+    /// records and its database rows.
+    pub fn bytes(&self) -> u64 {
+        let per_block = 80 + 8 + if self.sp_block_bytes.is_empty() { 0 } else { 8 };
+        let flat = self.blocks.len() * per_block
+            + self.txids.len() * 32
+            + self.tx_ends.len() * TX_END_LEN
+            + self.sp_records.len();
+        (flat + self.batch.size_in_bytes()) as u64
+    }
 }
 
 /// In-memory view of the chain part of the index, swapped under one lock so
@@ -261,6 +294,21 @@ impl Files {
         }
         named
     }
+
+    /// [`Files::named`], to write.
+    fn named_mut(&mut self) -> Vec<(&'static str, &mut FlatFile)> {
+        let mut named = vec![
+            ("headers.dat", &mut self.headers),
+            ("txcounts.dat", &mut self.txcounts),
+            ("txids.dat", &mut self.txids),
+            ("txends.dat", &mut self.txends),
+        ];
+        if let Some(sp) = &mut self.sp {
+            named.push(("spoffsets.dat", &mut sp.offsets));
+            named.push(("sptweaks.dat", &mut sp.tweaks));
+        }
+        named
+    }
 }
 
 /// One part of the index on disk (see [`Store::footprint`]).
@@ -274,12 +322,15 @@ pub struct Part {
 }
 
 pub struct Store {
-    db: DB,
+    /// `None` only while [`Store::resume_writes`] reopens it, or after a
+    /// reopen failed (reads then fail with [`Error::WritesStopped`]).
+    db: RwLock<Option<DB>>,
     /// A read-only replica's RocksDB secondary directory (its own info
     /// log and manifest copy), removed when the store closes; `None` for
     /// the writer. After `db`, so that the database closes first.
     secondary: Option<tempfile::TempDir>,
-    /// The DB's options, which hold its statistics (bytes written).
+    /// The DB's options, which hold its statistics (bytes written); a
+    /// reopen reuses them, so the counters go on.
     options: Options,
     path: PathBuf,
     config: StoreConfig,
@@ -290,6 +341,19 @@ pub struct Store {
     unlogged: AtomicBool,
     /// Set during a bulk load: automatic compaction of [`BULK_CFS`] is off.
     bulk: AtomicBool,
+    /// Set by a failed write: what the index in memory and on disk may
+    /// disagree on since (flat files ahead of the tip, RocksDB in its
+    /// background-error state) until [`Store::resume_writes`] reopens it.
+    stalled: Mutex<Option<Stall>>,
+}
+
+/// Why writes stopped, and what they need to resume.
+#[derive(Clone, Debug)]
+struct Stall {
+    reason: String,
+    /// Free bytes a retry needs; 0 when the failure was not a full disk
+    /// (a reopen is tried at once).
+    needed: u64,
 }
 
 /// Bytes of Bitcoin's compact-size encoding of `n` (the transaction count

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use bitcoin::consensus::serialize;
 use bitcoin::hashes::Hash;
 use osprey_core::{Height, TxNum};
-use rocksdb::IteratorMode;
+use rocksdb::{IteratorMode, DB};
 
 use crate::{Part, Result, Store, ALL_CFS, BULK_CFS, CF_HISTORY, CF_META, CF_TXID, CF_UNDO};
 
@@ -20,10 +20,11 @@ impl Store {
     pub fn digest(&self) -> Result<[u8; 32]> {
         use bitcoin::hashes::{sha256, HashEngine};
         let mut engine = sha256::Hash::engine();
+        let db = self.db()?;
         for name in [CF_HISTORY, CF_TXID] {
-            let cf = self.db.cf_handle(name).expect("cf exists");
+            let cf = db.cf_handle(name).expect("cf exists");
             engine.input(name.as_bytes());
-            for item in self.db.iterator_cf(cf, IteratorMode::Start) {
+            for item in db.iterator_cf(cf, IteratorMode::Start) {
                 let (k, v) = item?;
                 engine.input(&(k.len() as u32).to_le_bytes());
                 engine.input(&k);
@@ -31,6 +32,7 @@ impl Store {
                 engine.input(&v);
             }
         }
+        drop(db);
         let chain = self.chain();
         for (header, count) in chain.headers.iter().zip(&chain.tx_counts) {
             engine.input(&serialize(header));
@@ -77,7 +79,7 @@ impl Store {
     /// # Errors
     /// On database errors.
     pub fn begin_bulk_load(&self) -> Result<()> {
-        self.set_auto_compaction(false)?;
+        self.write_step(0, || self.set_auto_compaction(false))?;
         self.bulk.store(true, Ordering::SeqCst);
         Ok(())
     }
@@ -90,32 +92,36 @@ impl Store {
     /// # Errors
     /// On database errors.
     pub fn end_bulk_load(&self) -> Result<()> {
-        if self.bulk.swap(false, Ordering::SeqCst) {
+        if self.bulk.load(Ordering::SeqCst) {
             self.flush()?;
-            self.set_auto_compaction(true)?;
+            self.write_step(0, || self.set_auto_compaction(true))?;
+            self.bulk.store(false, Ordering::SeqCst);
         }
         Ok(())
     }
 
     pub(crate) fn set_auto_compaction(&self, on: bool) -> Result<()> {
         let value = if on { "false" } else { "true" };
+        let db = self.db()?;
         for name in BULK_CFS {
-            let cf = self.db.cf_handle(name).expect("cf exists");
-            self.db
-                .set_options_cf(cf, &[("disable_auto_compactions", value)])?;
+            let cf = db.cf_handle(name).expect("cf exists");
+            db.set_options_cf(cf, &[("disable_auto_compactions", value)])?;
         }
         Ok(())
     }
 
     /// Bytes of the live SST files of every column family: the RocksDB
     /// part of the index on disk (memtables not flushed yet excluded).
+    /// 0 while the database is closed (a failed reopen).
     pub fn rocksdb_live_sst_bytes(&self) -> u64 {
+        let Ok(db) = self.db() else {
+            return 0;
+        };
         [CF_META, CF_HISTORY, CF_TXID, CF_UNDO]
             .iter()
             .filter_map(|name| {
-                let cf = self.db.cf_handle(name).expect("cf exists");
-                self.db
-                    .property_int_value_cf(cf, rocksdb::properties::LIVE_SST_FILES_SIZE)
+                let cf = db.cf_handle(name).expect("cf exists");
+                db.property_int_value_cf(cf, rocksdb::properties::LIVE_SST_FILES_SIZE)
                     .ok()
                     .flatten()
             })
@@ -127,18 +133,19 @@ impl Store {
     /// done, so that a node runner (and a size benchmark) sees which part
     /// of the index grows with what. Memtables not yet flushed are not
     /// counted; RocksDB's key count is an estimate, exact after a full
-    /// compaction.
+    /// compaction. Column families count 0 while the database is closed
+    /// (a failed reopen).
     pub fn footprint(&self) -> Vec<Part> {
+        let db = self.db().ok();
         let mut parts: Vec<Part> = ALL_CFS
             .iter()
             .map(|&name| {
-                let cf = self.db.cf_handle(name).expect("cf exists");
                 let property = |p: &std::ffi::CStr| {
-                    self.db
-                        .property_int_value_cf(cf, p)
-                        .ok()
-                        .flatten()
-                        .unwrap_or(0)
+                    let Some(db) = &db else {
+                        return 0;
+                    };
+                    let cf = db.cf_handle(name).expect("cf exists");
+                    db.property_int_value_cf(cf, p).ok().flatten().unwrap_or(0)
                 };
                 Part {
                     name,
@@ -147,6 +154,7 @@ impl Store {
                 }
             })
             .collect();
+        drop(db);
         let files = self.files.read().expect("files lock poisoned");
         for (name, file) in files.named() {
             parts.push(Part {
@@ -180,12 +188,17 @@ impl Store {
     }
 
     /// The most level-0 files any bulk-loaded column family holds.
+    #[cfg(test)]
     pub(crate) fn l0_files(&self) -> Result<u64> {
+        Self::l0_files_in(&*self.db()?)
+    }
+
+    /// The most level-0 files any bulk-loaded column family of `db` holds.
+    pub(crate) fn l0_files_in(db: &DB) -> Result<u64> {
         let mut most = 0;
         for name in BULK_CFS {
-            let cf = self.db.cf_handle(name).expect("cf exists");
-            let files = self
-                .db
+            let cf = db.cf_handle(name).expect("cf exists");
+            let files = db
                 .property_int_value_cf(cf, rocksdb::properties::num_files_at_level(0))?
                 .unwrap_or(0);
             most = most.max(files);
@@ -201,11 +214,14 @@ impl Store {
     /// On database errors.
     pub fn compact(&self) -> Result<()> {
         self.flush()?;
-        for name in BULK_CFS {
-            let cf = self.db.cf_handle(name).expect("cf exists");
-            self.db.compact_range_cf(cf, None::<&[u8]>, None::<&[u8]>);
-        }
-        Ok(())
+        self.write_step(0, || {
+            let db = self.db()?;
+            for name in BULK_CFS {
+                let cf = db.cf_handle(name).expect("cf exists");
+                db.compact_range_cf(cf, None::<&[u8]>, None::<&[u8]>);
+            }
+            Ok(())
+        })
     }
 
     /// Flushes memtables (every column family at once), so that what was
@@ -215,14 +231,16 @@ impl Store {
     /// # Errors
     /// On database errors.
     pub fn flush(&self) -> Result<()> {
-        let cfs: Vec<_> = [CF_META, CF_HISTORY, CF_TXID, CF_UNDO]
-            .iter()
-            .map(|name| self.db.cf_handle(name).expect("cf exists"))
-            .collect();
-        self.db
-            .flush_cfs_opt(&cfs, &rocksdb::FlushOptions::default())?;
-        self.unlogged.store(false, Ordering::SeqCst);
-        Ok(())
+        self.write_step(0, || {
+            let db = self.db()?;
+            let cfs: Vec<_> = [CF_META, CF_HISTORY, CF_TXID, CF_UNDO]
+                .iter()
+                .map(|name| db.cf_handle(name).expect("cf exists"))
+                .collect();
+            db.flush_cfs_opt(&cfs, &rocksdb::FlushOptions::default())?;
+            self.unlogged.store(false, Ordering::SeqCst);
+            Ok(())
+        })
     }
 
     pub(crate) fn flush_unlogged(&self) -> Result<()> {

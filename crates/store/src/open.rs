@@ -3,8 +3,8 @@
 //! committed tip.
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, RwLock};
 
 use bitcoin::block::Header;
 use bitcoin::consensus::deserialize;
@@ -14,8 +14,8 @@ use rocksdb::{ColumnFamilyDescriptor, Options, DB};
 
 use crate::flat::FlatFile;
 use crate::{
-    codec, layout, schema_tag, Chain, Error, Files, Result, SpFiles, Store, StoreConfig, ALL_CFS,
-    CF_HISTORY, CF_META, CF_TXID, CF_UNDO, META_NETWORK, META_SCHEMA, META_TIP,
+    codec, layout, schema_tag, space, Chain, Error, Files, Result, SpFiles, Store, StoreConfig,
+    ALL_CFS, CF_HISTORY, CF_META, CF_TXID, CF_UNDO, META_NETWORK, META_SCHEMA, META_TIP,
 };
 use osprey_core::Height;
 
@@ -24,37 +24,114 @@ impl Store {
     /// files back to the committed tip.
     ///
     /// # Errors
-    /// On I/O errors, a format or network mismatch, or an inconsistent index.
+    /// On I/O errors ([`Error::NoSpace`] when the disk is too full to
+    /// open it), a format or network mismatch, or an inconsistent index.
     pub fn open(dir: &Path, network: &str, config: StoreConfig) -> Result<Store> {
+        Self::open_unchecked(dir, network, config)
+            .map_err(|e| space::no_space_or(e, dir, space::FLUSH_MARGIN_BYTES))
+    }
+
+    fn open_unchecked(dir: &Path, network: &str, config: StoreConfig) -> Result<Store> {
         std::fs::create_dir_all(dir).map_err(file_err(dir))?;
         let db_path = dir.join(layout::ROCKSDB_DIR);
         refuse_foreign_column_families(dir, &db_path, config.silent_payments)?;
         let opts = db_options()?;
-        let db = DB::open_cf_descriptors(&opts, &db_path, column_families(&config))?;
-
+        let db = open_db(&db_path, &opts, &config)?;
         check_format(&db, dir, network, config.silent_payments, true)?;
-        let blocks = read_tip(&db)?.map_or(0, |(h, _)| u64::from(h.0) + 1);
-
-        let (files, headers, tx_counts, sp_offsets) =
-            open_files(dir, blocks, config.silent_payments)?;
-        let hashes = headers.iter().map(Header::block_hash).collect();
+        let (files, chain) = load_chain(&db, dir, config.silent_payments)?;
         Ok(Store {
-            db,
+            db: RwLock::new(Some(db)),
             options: opts,
             path: dir.to_path_buf(),
             config,
-            chain: RwLock::new(Chain {
-                headers,
-                hashes,
-                tx_counts,
-                sp_offsets,
-            }),
+            chain: RwLock::new(chain),
             files: RwLock::new(files),
             unlogged: AtomicBool::new(false),
             bulk: AtomicBool::new(false),
             secondary: None,
+            stalled: Mutex::new(None),
         })
     }
+
+    /// After a failed write (a full disk, an I/O error), makes the index
+    /// writable again: once the filesystem has the room the failed write
+    /// needed, the index is closed and opened again, which is the recovery
+    /// a crash gets (proven by the kill -9 tests): RocksDB leaves its
+    /// background-error state, comes back at its last durable tip, and the
+    /// flat files are cut back to it. Reads wait for the reopen (they take
+    /// the same locks) and then see that tip, which during an initial sync
+    /// may be below the one before the failure (batches written without the
+    /// WAL and never flushed); the next sync indexes those blocks again.
+    /// Returns whether it reopened (`false`: no write had failed).
+    ///
+    /// # Errors
+    /// [`Error::NoSpace`] while the filesystem still lacks the room (writes
+    /// stay stopped; call again later); the errors of [`Store::open`] when
+    /// the reopen fails (reads then fail too, until a later call succeeds).
+    pub fn resume_writes(&self) -> Result<bool> {
+        let Some(stall) = self.stalled.lock().expect("stall lock poisoned").clone() else {
+            return Ok(false);
+        };
+        if stall.needed > 0 {
+            if let Some(free) = space::free_bytes(&self.path) {
+                if free < stall.needed {
+                    return Err(Error::NoSpace {
+                        path: self.path.clone(),
+                        needed: stall.needed,
+                        free,
+                    });
+                }
+            }
+        }
+        let mut db = self.db.write().expect("db lock poisoned");
+        // Closed before it opens again: RocksDB's lock file admits one.
+        drop(db.take());
+        let db_path = self.path.join(layout::ROCKSDB_DIR);
+        let reopened = open_db(&db_path, &self.options, &self.config).and_then(|opened| {
+            let (files, chain) = load_chain(&opened, &self.path, self.config.silent_payments)?;
+            Ok((opened, files, chain))
+        });
+        let (opened, files, chain) = reopened.map_err(|e| self.no_space_or(e, stall.needed))?;
+        *self.chain.write().expect("chain lock poisoned") = chain;
+        *self.files.write().expect("files lock poisoned") = files;
+        *db = Some(opened);
+        self.unlogged.store(false, Ordering::SeqCst);
+        self.bulk.store(false, Ordering::SeqCst);
+        *self.stalled.lock().expect("stall lock poisoned") = None;
+        tracing::info!(
+            path = %self.path.display(),
+            tip = self.chain().headers.len().checked_sub(1),
+            "index reopened after the failed write ({}): writes resume",
+            stall.reason
+        );
+        Ok(true)
+    }
+}
+
+/// Opens the RocksDB database of an index with its column families.
+fn open_db(db_path: &Path, opts: &Options, config: &StoreConfig) -> Result<DB> {
+    Ok(DB::open_cf_descriptors(
+        opts,
+        db_path,
+        column_families(config),
+    )?)
+}
+
+/// The flat files of an opened database's index, cut back to its
+/// committed tip, and the chain they hold.
+fn load_chain(db: &DB, dir: &Path, silent_payments: bool) -> Result<(Files, Chain)> {
+    let blocks = read_tip(db)?.map_or(0, |(h, _)| u64::from(h.0) + 1);
+    let (files, headers, tx_counts, sp_offsets) = open_files(dir, blocks, silent_payments)?;
+    let hashes = headers.iter().map(Header::block_hash).collect();
+    Ok((
+        files,
+        Chain {
+            headers,
+            hashes,
+            tx_counts,
+            sp_offsets,
+        },
+    ))
 }
 
 /// The column families of this format, with their options (one block

@@ -168,10 +168,11 @@ impl Store {
     /// # Errors
     /// On database or file errors.
     pub fn find_tx_num(&self, txid: &Txid) -> Result<Option<TxNum>> {
-        let cf = self.db.cf_handle(CF_TXID).expect("txid cf");
+        let db = self.db()?;
+        let cf = db.cf_handle(CF_TXID).expect("txid cf");
         let prefix = codec::txid_prefix(txid);
         let mut found = None;
-        for item in self.db.prefix_iterator_cf(cf, prefix) {
+        for item in db.prefix_iterator_cf(cf, prefix) {
             let (key, _) = item?;
             if !key.starts_with(prefix) {
                 break;
@@ -194,7 +195,8 @@ impl Store {
         scripthash: &ScriptHash,
         limit: usize,
     ) -> Result<Option<Vec<HistoryRow>>> {
-        let cf = self.db.cf_handle(CF_HISTORY).expect("history cf");
+        let db = self.db()?;
+        let cf = db.cf_handle(CF_HISTORY).expect("history cf");
         let prefix = codec::history_prefix(scripthash);
         // The bound lets RocksDB stop at the end of the script's block
         // (the index tells it the next block is past the bound) without
@@ -207,7 +209,7 @@ impl Store {
         }
         let mut rows = Vec::new();
         let from = rocksdb::IteratorMode::From(prefix, rocksdb::Direction::Forward);
-        for item in self.db.iterator_cf_opt(cf, read, from) {
+        for item in db.iterator_cf_opt(cf, read, from) {
             let (key, value) = item?;
             if !key.starts_with(prefix) {
                 break;
@@ -347,9 +349,10 @@ impl Store {
     /// # Errors
     /// On database errors or corrupt rows.
     pub fn funding_at(&self, scripthash: &ScriptHash, tx_num: TxNum) -> Result<bool> {
-        let cf = self.db.cf_handle(CF_HISTORY).expect("history cf");
+        let db = self.db()?;
+        let cf = db.cf_handle(CF_HISTORY).expect("history cf");
         let key = codec::history_key(codec::history_prefix(scripthash), tx_num);
-        let Some(value) = self.db.get_pinned_cf(cf, &key)? else {
+        let Some(value) = db.get_pinned_cf(cf, &key)? else {
             return Ok(false);
         };
         for row in codec::history_value_rows(&key, &value) {

@@ -18,7 +18,7 @@
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 
 use bitcoin::block::Header;
 use bitcoin::consensus::deserialize;
@@ -95,7 +95,7 @@ impl Store {
         check_format(&db, dir, network, config.silent_payments, false)?;
         let files = open_files_read_only(dir, config.silent_payments)?;
         let store = Store {
-            db,
+            db: RwLock::new(Some(db)),
             secondary: Some(secondary),
             options: opts,
             path: dir.to_path_buf(),
@@ -109,8 +109,12 @@ impl Store {
             files: RwLock::new(files),
             unlogged: AtomicBool::new(false),
             bulk: AtomicBool::new(false),
+            stalled: Mutex::new(None),
         };
-        store.follow_tip(read_tip(&store.db)?)?;
+        let db = store.db()?;
+        let tip = read_tip(&db)?;
+        drop(db);
+        store.follow_tip(tip)?;
         Ok(store)
     }
 
@@ -130,10 +134,11 @@ impl Store {
         if !self.is_replica() {
             return Ok(None);
         }
-        self.db
-            .try_catch_up_with_primary()
+        let db = self.db()?;
+        db.try_catch_up_with_primary()
             .map_err(|e| Error::CatchUp(e.to_string()))?;
-        let tip = read_tip(&self.db)?;
+        let tip = read_tip(&db)?;
+        drop(db);
         if tip.map(|(_, hash)| hash) == self.chain().hashes.last().copied() {
             return Ok(None);
         }
@@ -150,10 +155,10 @@ impl Store {
                 Err(Error::CatchUp(why)) if attempt < CATCH_UP_ATTEMPTS => {
                     tracing::debug!(attempt, "catching up with the writer again: {why}");
                     attempt += 1;
-                    self.db
-                        .try_catch_up_with_primary()
+                    let db = self.db()?;
+                    db.try_catch_up_with_primary()
                         .map_err(|e| Error::CatchUp(e.to_string()))?;
-                    tip = read_tip(&self.db)?;
+                    tip = read_tip(&db)?;
                 }
                 Err(e) => return Err(e),
             }

@@ -13,7 +13,7 @@
 //! is in the node's best chain is for the caller, which knows the node.
 
 use crate::layout::{FLAT_FILES, ROCKSDB_DIR};
-use crate::{schema_tag, Error, Result, Store, CF_META, META_NETWORK, SCHEMA_VERSION};
+use crate::{schema_tag, space, Error, Result, Store, CF_META, META_NETWORK, SCHEMA_VERSION};
 use bitcoin::hashes::{sha256, Hash, HashEngine};
 use bitcoin::BlockHash;
 use osprey_core::Height;
@@ -137,8 +137,9 @@ impl Store {
     /// # Errors
     /// On database errors.
     pub fn network(&self) -> Result<String> {
-        let meta = self.db.cf_handle(CF_META).expect("meta cf opened in open");
-        let found = self.db.get_cf(meta, META_NETWORK)?.unwrap_or_default();
+        let db = self.db()?;
+        let meta = db.cf_handle(CF_META).expect("meta cf opened in open");
+        let found = db.get_cf(meta, META_NETWORK)?.unwrap_or_default();
         Ok(String::from_utf8_lossy(&found).into_owned())
     }
 
@@ -161,7 +162,7 @@ impl Store {
         self.flush()?;
         let checkpoint = scratch.join(ROCKSDB_DIR);
         std::fs::create_dir_all(scratch).map_err(file_err(scratch))?;
-        rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(&checkpoint)?;
+        rocksdb::checkpoint::Checkpoint::new(&*self.db()?)?.create_checkpoint(&checkpoint)?;
 
         // The flat files are cut to the tip whenever no commit runs.
         let mut sources: Vec<(String, PathBuf, u64)> = self
@@ -381,15 +382,31 @@ impl<R: Read> SnapshotReader<R> {
     /// A file that is missing, extra, of another size or hash, an index
     /// whose tip is not the manifest's; I/O and database errors.
     pub fn unpack(self, dir: &Path) -> Result<Manifest> {
+        self.unpack_waiting_for_room(dir, &mut |_| false)
+    }
+
+    /// [`SnapshotReader::unpack`], except that a full disk does not end
+    /// it: each time a write finds no room, `wait` gets the
+    /// [`Error::NoSpace`] (with the bytes left to unpack), and the write is
+    /// tried again where it stopped if it returns `true` (after waiting
+    /// for room, say), or fails the unpack if it returns `false`.
+    ///
+    /// # Errors
+    /// Those of [`SnapshotReader::unpack`].
+    pub fn unpack_waiting_for_room(
+        self,
+        dir: &Path,
+        wait: &mut dyn FnMut(&Error) -> bool,
+    ) -> Result<Manifest> {
         std::fs::create_dir(dir).map_err(file_err(dir))?;
-        let result = self.unpack_into(dir);
+        let result = self.unpack_into(dir, wait);
         if result.is_err() {
             let _ = std::fs::remove_dir_all(dir);
         }
         result
     }
 
-    fn unpack_into(self, dir: &Path) -> Result<Manifest> {
+    fn unpack_into(self, dir: &Path, wait: &mut dyn FnMut(&Error) -> bool) -> Result<Manifest> {
         let SnapshotReader {
             manifest,
             rest,
@@ -403,6 +420,7 @@ impl<R: Read> SnapshotReader<R> {
             .map(|file| (file.path.as_str(), file))
             .collect();
         let archive_err = |e: io::Error| refused(format!("the archive is damaged: {e}"));
+        let mut left: u64 = manifest.files.iter().map(|file| file.bytes).sum();
         let mut archive = tar::Archive::new(rest);
         for entry in archive.entries().map_err(archive_err)? {
             let mut entry = entry.map_err(archive_err)?;
@@ -421,9 +439,22 @@ impl<R: Read> SnapshotReader<R> {
                 )));
             }
             let target = dir.join(&path);
-            let mut out = File::create_new(&target).map_err(file_err(&target))?;
-            let sha256 = copy_hashed(&mut entry, Some(&mut out as &mut dyn Write), file.bytes)
-                .map_err(archive_err)?;
+            let mut out = UnpackedFile {
+                file: File::create_new(&target).map_err(file_err(&target))?,
+                path: &target,
+                written: 0,
+                dir,
+                left,
+                wait: &mut *wait,
+                failed: None,
+            };
+            let copied = copy_hashed(&mut entry, Some(&mut out as &mut dyn Write), file.bytes);
+            if let Some(failed) = out.failed.take() {
+                return Err(failed);
+            }
+            let sha256 = copied.map_err(archive_err)?;
+            left -= file.bytes;
+            let out = out.file;
             if sha256 != file.sha256 {
                 return Err(refused(format!(
                     "{path}: its SHA-256 is {sha256}, the manifest says {}: the snapshot is damaged",
@@ -447,7 +478,17 @@ impl<R: Read> SnapshotReader<R> {
             silent_payments,
             ..crate::StoreConfig::default()
         };
-        let store = Store::open(dir, &manifest.network, config)?;
+        // Opening writes too (a new manifest and log).
+        let store = loop {
+            match Store::open(dir, &manifest.network, config.clone()) {
+                Ok(store) => break store,
+                Err(e) => {
+                    if !(e.is_no_space() && wait(&e)) {
+                        return Err(e);
+                    }
+                }
+            }
+        };
         let tip = store.tip();
         if tip != Some((Height(manifest.tip_height), manifest.tip_hash)) {
             return Err(refused(format!(
@@ -456,5 +497,58 @@ impl<R: Read> SnapshotReader<R> {
             )));
         }
         Ok(manifest)
+    }
+}
+
+/// One file being unpacked: each write goes where the file ends so far,
+/// so that a write cut short by a full disk is tried again, once
+/// `wait` says so, over the bytes it left.
+struct UnpackedFile<'a> {
+    file: File,
+    path: &'a Path,
+    written: u64,
+    /// The index being unpacked, whose filesystem is asked for room.
+    dir: &'a Path,
+    /// Bytes of the whole snapshot still to write when this file began.
+    left: u64,
+    wait: &'a mut dyn FnMut(&Error) -> bool,
+    /// Why a write failed: the archive is then not to blame.
+    failed: Option<Error>,
+}
+
+impl Write for UnpackedFile<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        loop {
+            match self.file.write_at(buf, self.written) {
+                Ok(n) => {
+                    self.written += n as u64;
+                    return Ok(n);
+                }
+                Err(e) if space::io_is_no_space(&e) => {
+                    let full = Error::NoSpace {
+                        path: self.dir.to_path_buf(),
+                        needed: self.left - self.written,
+                        free: space::free_bytes(self.dir).unwrap_or(0),
+                    };
+                    if !(self.wait)(&full) {
+                        self.failed = Some(full);
+                        return Err(e);
+                    }
+                }
+                Err(e) => {
+                    let returned = io::Error::new(e.kind(), e.to_string());
+                    self.failed = Some(Error::File {
+                        path: self.path.to_path_buf(),
+                        source: e,
+                    });
+                    return Err(returned);
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }

@@ -1004,3 +1004,172 @@ fn replica_waits_out_files_that_do_not_lead_to_the_tip() {
     );
     assert_eq!(replica.digest().unwrap(), writer.digest().unwrap());
 }
+
+/// A tmpfs of `bytes` mounted on a new directory, unmounted on drop: a
+/// filesystem an index can fill. Mounting needs root (the tests run as
+/// root); without it the test fails, never skips.
+struct SmallFilesystem {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFilesystem {
+    fn mount(bytes: u64) -> SmallFilesystem {
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("running mount");
+        assert!(
+            status.success(),
+            "mounting a {bytes}-byte tmpfs on {} failed ({status}): this test fills a filesystem of its own and needs root",
+            dir.path().display()
+        );
+        SmallFilesystem { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallFilesystem {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Fills the filesystem of `dir` with a file of zeros until a write fails
+/// for lack of space, leaving `keep` bytes free.
+fn fill(dir: &Path, keep: u64) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let free = space::free_bytes(dir).unwrap();
+    let chunk = vec![0u8; 1 << 16];
+    let mut left = free.saturating_sub(keep);
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        if file.write_all(&chunk[..n]).is_err() {
+            break;
+        }
+        left -= n as u64;
+    }
+    path
+}
+
+/// Blocks whose rows are many and incompressible (each pays scripts of
+/// hashes of its height), so that a few MB of them fill a filesystem.
+fn bulky_blocks(len: u32) -> Vec<IndexedBlock> {
+    use bitcoin::hashes::sha256;
+    let mut chain = blocks(0, len, None, 0, 0);
+    for block in &mut chain {
+        for vout in 0..100u32 {
+            let seed = [block.height.0.to_le_bytes(), vout.to_le_bytes()].concat();
+            let script = ScriptHash(sha256::Hash::hash(&seed).to_byte_array());
+            block
+                .rows
+                .push(HistoryRow::funding(block.first_tx_num, vout, 1 << 40).encode(&script));
+        }
+    }
+    chain
+}
+
+/// A commit that finds the disk full, through the WAL (at the tip) or
+/// without it (an initial sync, whose memtable flushes then fail): the
+/// error says so, with the path and the bytes; reads go on from the
+/// committed index; writes stay stopped until `resume_writes`, which waits
+/// for room and then reopens; opening an index there says the disk is
+/// full too; and the index finished afterwards is byte for byte a fresh
+/// one's.
+#[test]
+fn a_full_disk_stops_writes_until_there_is_room_and_loses_nothing() {
+    let chain = bulky_blocks(1200);
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = Store::open(fresh_dir.path(), "regtest", StoreConfig::default()).unwrap();
+    fresh.apply(&chain, true, Height(0)).unwrap();
+    let fresh_digest = fresh.digest().unwrap();
+    for logged in [true, false] {
+        let fs = SmallFilesystem::mount(96 << 20);
+        let dir = fs.path().join("index");
+        let store = Store::open(&dir, "regtest", StoreConfig::default()).unwrap();
+        store.apply(&chain[..100], logged, Height(0)).unwrap();
+        store.flush().unwrap();
+        let filler = fill(fs.path(), 256 << 10);
+        let committed = store.tip().unwrap();
+        let history = store.history(&script(1), 10_000).unwrap();
+        let mut next = 100;
+        let error = loop {
+            assert!(next < chain.len(), "the filesystem never filled up");
+            let batch = &chain[next..next + 10];
+            let applied = store.apply(batch, logged, Height(0)).and_then(|()| {
+                // Without the WAL only a flush writes the rows.
+                if logged {
+                    Ok(())
+                } else {
+                    store.flush()
+                }
+            });
+            match applied {
+                Ok(()) => next += 10,
+                Err(e) => break e,
+            }
+        };
+        let Error::NoSpace { path, needed, free } = &error else {
+            panic!("logged {logged}: a full disk gave {error:?}");
+        };
+        assert_eq!(path, &dir);
+        assert!(*needed > *free, "{error}");
+        // Reads answer from the committed index (what was flushed: without
+        // the WAL the last batches may still be in memory).
+        assert!(store.tip().unwrap().0 >= committed.0);
+        assert_eq!(
+            store
+                .history(&script(1), 10_000)
+                .unwrap()
+                .map(|h| h.len() >= history.as_ref().unwrap().len()),
+            Some(true)
+        );
+        let tip = store.tip().unwrap().0;
+        let more = store.apply(
+            &chain[tip.as_usize() + 1..tip.as_usize() + 2],
+            logged,
+            Height(0),
+        );
+        assert!(
+            matches!(more, Err(Error::WritesStopped { .. })),
+            "a write after a failed one: {more:?}"
+        );
+        let another = Store::open(
+            &fs.path().join("another"),
+            "regtest",
+            StoreConfig::default(),
+        );
+        assert!(
+            matches!(another, Err(Error::NoSpace { .. })),
+            "opening an index on the full disk: {:?}",
+            another.err()
+        );
+        let still_full = store.resume_writes();
+        assert!(
+            matches!(still_full, Err(Error::NoSpace { .. })),
+            "resuming before there is room: {still_full:?}"
+        );
+        std::fs::remove_file(filler).unwrap();
+        assert!(
+            store.resume_writes().unwrap(),
+            "reopened once there is room"
+        );
+        let tip = store.tip().unwrap().0;
+        store
+            .apply(&chain[tip.as_usize() + 1..], logged, Height(0))
+            .unwrap();
+        assert_eq!(
+            store.digest().unwrap(),
+            fresh_digest,
+            "logged {logged}: the index finished after the full disk"
+        );
+    }
+}

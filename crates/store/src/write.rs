@@ -38,9 +38,10 @@ impl Store {
     /// # Errors
     /// When a block's rows are not [`codec::HistoryRow::encode`] entries.
     pub fn prepare(&self, blocks: &[IndexedBlock], source_tip: Height) -> Result<PreparedBatch> {
-        let history = self.db.cf_handle(CF_HISTORY).expect("history cf");
-        let txid_cf = self.db.cf_handle(CF_TXID).expect("txid cf");
-        let undo = self.db.cf_handle(CF_UNDO).expect("undo cf");
+        let db = self.db()?;
+        let history = db.cf_handle(CF_HISTORY).expect("history cf");
+        let txid_cf = db.cf_handle(CF_TXID).expect("txid cf");
+        let undo = db.cf_handle(CF_UNDO).expect("undo cf");
         // Sized up front: a growing batch doubles and copies its buffer,
         // which showed as memmove in profiles of the initial sync. Each
         // history row appears as itself and, at most, as its script's prefix
@@ -151,7 +152,9 @@ impl Store {
     /// never covers rows that were only in memory.
     ///
     /// # Errors
-    /// On I/O or database errors; the committed tip is then unchanged.
+    /// On I/O or database errors ([`Error::NoSpace`] when the disk is
+    /// full); the committed tip is then unchanged, and writes stay stopped
+    /// until [`Store::resume_writes`].
     ///
     /// # Panics
     /// When the batch does not extend the tip (a bug in the caller).
@@ -159,6 +162,11 @@ impl Store {
         if self.is_replica() {
             return Err(Error::ReadOnly);
         }
+        let bytes = prepared.bytes();
+        self.write_step(bytes, || self.commit_unchecked(prepared, sync))
+    }
+
+    fn commit_unchecked(&self, prepared: PreparedBatch, sync: bool) -> Result<()> {
         let PreparedBatch {
             blocks,
             txids,
@@ -178,8 +186,13 @@ impl Store {
                 chain.sp_offsets.last().copied().unwrap_or(0),
             )
         };
-        let undo = self.db.cf_handle(CF_UNDO).expect("undo cf");
-        let meta = self.db.cf_handle(CF_META).expect("meta cf");
+        // Before the database is held: the flush takes it too.
+        if sync {
+            self.flush_unlogged()?;
+        }
+        let db = self.db()?;
+        let undo = db.cf_handle(CF_UNDO).expect("undo cf");
+        let meta = db.cf_handle(CF_META).expect("meta cf");
         let mut new_counts = Vec::with_capacity(blocks.len());
         let mut new_sp_offsets = Vec::new();
         {
@@ -208,24 +221,11 @@ impl Store {
                 }
             }
             // The flat files must be durable before the tip that covers them.
-            let res = files
-                .headers
-                .flush_and_sync()
-                .and_then(|()| files.txcounts.flush_and_sync())
-                .and_then(|()| files.txids.flush_and_sync())
-                .and_then(|()| files.txends.flush_and_sync())
-                .and_then(|()| match &mut files.sp {
-                    Some(sp) => sp
-                        .tweaks
-                        .flush_and_sync()
-                        .and_then(|()| sp.offsets.flush_and_sync()),
-                    None => Ok(()),
-                });
-            if let Err(source) = res {
-                return Err(Error::File {
-                    path: self.path.clone(),
+            for (name, file) in files.named_mut() {
+                file.flush_and_sync().map_err(|source| Error::File {
+                    path: self.path.join(name),
                     source,
-                });
+                })?;
             }
         }
         let mut tip = last_height.0.to_be_bytes().to_vec();
@@ -236,22 +236,24 @@ impl Store {
         }
         let mut opts = WriteOptions::default();
         if sync {
-            self.flush_unlogged()?;
             opts.set_sync(true);
         } else {
             opts.disable_wal(true);
             self.unlogged.store(true, Ordering::SeqCst);
         }
-        self.db.write_opt(batch, &opts)?;
-        if self.bulk.load(Ordering::SeqCst) {
-            let l0_files = self.l0_files()?;
-            if l0_files > self.config.bulk_l0_files_max {
-                tracing::info!(
-                    l0_files,
-                    "bulk load reached its level-0 limit; compacting as usual from here"
-                );
-                self.end_bulk_load()?;
-            }
+        db.write_opt(batch, &opts)?;
+        let l0_files = if self.bulk.load(Ordering::SeqCst) {
+            Some(Self::l0_files_in(&db)?)
+        } else {
+            None
+        };
+        drop(db);
+        if let Some(l0_files) = l0_files.filter(|&n| n > self.config.bulk_l0_files_max) {
+            tracing::info!(
+                l0_files,
+                "bulk load reached its level-0 limit; compacting as usual from here"
+            );
+            self.end_bulk_load()?;
         }
 
         let mut chain = self.chain.write().expect("chain lock poisoned");
@@ -268,11 +270,16 @@ impl Store {
     /// they had never been applied.
     ///
     /// # Errors
-    /// When a block's undo data was pruned, or on I/O or database errors.
+    /// When a block's undo data was pruned, or on I/O or database errors
+    /// (after which writes stay stopped until [`Store::resume_writes`]).
     pub fn rollback_to(&self, height: Height) -> Result<()> {
         if self.is_replica() {
             return Err(Error::ReadOnly);
         }
+        self.write_step(0, || self.rollback_unchecked(height))
+    }
+
+    fn rollback_unchecked(&self, height: Height) -> Result<()> {
         let (tip, first_removed_tx, sp_bytes_kept) = {
             let chain = self.chain();
             let Some(tip) = chain.headers.len().checked_sub(1) else {
@@ -288,10 +295,12 @@ impl Store {
             )
         };
         let total = self.tx_count();
-        let history = self.db.cf_handle(CF_HISTORY).expect("history cf");
-        let txid_cf = self.db.cf_handle(CF_TXID).expect("txid cf");
-        let undo = self.db.cf_handle(CF_UNDO).expect("undo cf");
-        let meta = self.db.cf_handle(CF_META).expect("meta cf");
+        self.flush_unlogged()?;
+        let db = self.db()?;
+        let history = db.cf_handle(CF_HISTORY).expect("history cf");
+        let txid_cf = db.cf_handle(CF_TXID).expect("txid cf");
+        let undo = db.cf_handle(CF_UNDO).expect("undo cf");
+        let meta = db.cf_handle(CF_META).expect("meta cf");
         // Every row of the undone blocks has a tx_num of at least
         // `first_removed_tx` and belongs to a script in a bucket their undo
         // records name: for each script of those buckets, the value of the
@@ -300,8 +309,7 @@ impl Store {
         let mut buckets: Vec<Vec<u8>> = Vec::new();
         let mut batch = WriteBatch::default();
         for h in height.0 + 1..=tip {
-            let record = self
-                .db
+            let record = db
                 .get_cf(undo, h.to_be_bytes())?
                 .ok_or(Error::UndoPruned { height: Height(h) })?;
             buckets.extend(codec::undo_buckets(&record)?);
@@ -314,7 +322,7 @@ impl Store {
         // shorter than the bloom prefix, so a scan crosses bloom prefixes.
         let mut read = rocksdb::ReadOptions::default();
         read.set_total_order_seek(true);
-        let mut rows = self.db.raw_iterator_cf_opt(history, read);
+        let mut rows = db.raw_iterator_cf_opt(history, read);
         for bucket in buckets {
             rows.seek(&bucket);
             while let Some(script_id) = rows
@@ -350,10 +358,10 @@ impl Store {
                 .as_byte_array(),
         );
         batch.put_cf(meta, META_TIP, tip_record);
-        self.flush_unlogged()?;
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
-        self.db.write_opt(batch, &opts)?;
+        db.write_opt(batch, &opts)?;
+        drop(db);
 
         // The new tip is committed: first the in-memory chain follows it,
         // so that no reader sizes a read by blocks about to be cut from the

@@ -13,6 +13,7 @@ pub mod merkle;
 pub mod oracle;
 pub mod osprey;
 pub mod session;
+pub mod small_fs;
 
 use std::time::{Duration, Instant};
 

@@ -38,6 +38,9 @@ pub struct OspreyConfig {
     /// `TMPDIR` of the process (a replica's RocksDB secondary directory
     /// goes there).
     pub tmpdir: Option<PathBuf>,
+    /// Extra environment variables (not `OSPREY_*`: those are removed),
+    /// e.g. an `LD_PRELOAD` that injects faults.
+    pub env: Vec<(String, String)>,
 }
 
 impl OspreyConfig {
@@ -55,6 +58,7 @@ impl OspreyConfig {
             args: vec!["--read-only".into()],
             log_path: Some(log_path.to_path_buf()),
             tmpdir: Some(tmpdir.to_path_buf()),
+            ..OspreyConfig::default()
         }
     }
 }
@@ -166,6 +170,7 @@ impl Osprey {
         if let Some(tmpdir) = &config.tmpdir {
             command.env("TMPDIR", tmpdir);
         }
+        command.envs(config.env.iter().map(|(k, v)| (k, v)));
         let child = command
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", env!("CARGO_BIN_EXE_osprey")));
