@@ -41,7 +41,7 @@ use flat::FlatFile;
 use osprey_core::{Height, TxNum};
 use rocksdb::{Options, WriteBatch, DB};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::RwLock;
 
 /// Bumped whenever any key, value or file layout changes; a database with
@@ -140,6 +140,24 @@ pub struct StoreConfig {
     /// `spoffsets.dat`). Part of the format: an index built the other way
     /// is refused ([`Error::Schema`]).
     pub silent_payments: bool,
+    /// Every size that decides the LSM's shape is divided by this: write
+    /// buffers, target file sizes, level base sizes and the block cache
+    /// (1: the real sizes). A chain 1/F of another then builds the same
+    /// LSM as that one (files, levels, hand-over, compactions per byte),
+    /// so a chain this machine holds models mainnet's
+    /// (`osprey bench index --lsm-scale`). File counts stay: each file is
+    /// already 1/F the bytes. The indexer's batches must shrink with it
+    /// ([`StoreConfig::scaled`]), or a batch larger than a scaled memtable
+    /// would decide the flushes' size instead.
+    pub lsm_scale: u32,
+}
+
+impl StoreConfig {
+    /// A size (bytes, or rows that become bytes) at this store's scale
+    /// (see [`StoreConfig::lsm_scale`]); at least 1.
+    pub fn scaled(&self, size: usize) -> usize {
+        (size / self.lsm_scale.max(1) as usize).max(1)
+    }
 }
 
 impl Default for StoreConfig {
@@ -151,6 +169,7 @@ impl Default for StoreConfig {
             // handles well inside the usual 1024 descriptors.
             bulk_l0_files_max: 200,
             silent_payments: false,
+            lsm_scale: 1,
         }
     }
 }
@@ -245,6 +264,33 @@ impl Files {
     }
 }
 
+/// The LSM's shape (see [`Store::lsm_shape`]): what decides whether ingest
+/// stays flat as the index grows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LsmShape {
+    /// Each column family's live SST files, by level.
+    pub column_families: Vec<CfLevels>,
+    /// Time writes waited for RocksDB (slowed down or stopped) since open.
+    pub stall_micros: u64,
+    /// Bytes flushed from memtables, and read and written by compactions,
+    /// since open.
+    pub flush_write_bytes: u64,
+    pub compact_read_bytes: u64,
+    pub compact_write_bytes: u64,
+    /// Transactions in the index when a bulk load handed over to leveled
+    /// compaction at its level-0 limit; `None` if none did since open.
+    pub bulk_handed_over_at_tx: Option<u64>,
+}
+
+/// One column family's live files and bytes per level, level 0 first, up
+/// to its last non-empty level.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CfLevels {
+    pub name: &'static str,
+    pub files: Vec<u64>,
+    pub bytes: Vec<u64>,
+}
+
 /// One part of the index on disk (see [`Store::footprint`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Part {
@@ -268,6 +314,9 @@ pub struct Store {
     unlogged: AtomicBool,
     /// Set during a bulk load: automatic compaction of [`BULK_CFS`] is off.
     bulk: AtomicBool,
+    /// Transactions indexed when a bulk load last handed over at its
+    /// level-0 limit; 0: none did.
+    handed_over_at_tx: AtomicU64,
 }
 
 /// Bytes of Bitcoin's compact-size encoding of `n` (the transaction count

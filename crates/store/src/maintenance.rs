@@ -8,7 +8,10 @@ use bitcoin::hashes::Hash;
 use osprey_core::{Height, TxNum};
 use rocksdb::IteratorMode;
 
-use crate::{Part, Result, Store, ALL_CFS, BULK_CFS, CF_HISTORY, CF_META, CF_TXID, CF_UNDO};
+use crate::{
+    CfLevels, LsmShape, Part, Result, Store, ALL_CFS, BULK_CFS, CF_HISTORY, CF_META, CF_TXID,
+    CF_UNDO,
+};
 
 impl Store {
     /// A digest of every row and file of the index, to check that two
@@ -177,6 +180,47 @@ impl Store {
         .into_iter()
         .map(|ticker| self.options.get_ticker_count(ticker))
         .sum()
+    }
+
+    /// The LSM's shape now: files and bytes per level of each column family,
+    /// write stalls, and the bytes flushes and compactions moved since the
+    /// index was opened. Asked by `osprey index` when it is done, so that a
+    /// benchmark sees how the index got its shape, not only its size.
+    ///
+    /// # Errors
+    /// On database errors.
+    pub fn lsm_shape(&self) -> Result<LsmShape> {
+        use rocksdb::statistics::Ticker;
+        let live = self.db.live_files()?;
+        let column_families = ALL_CFS
+            .iter()
+            .map(|&name| {
+                let mut levels = CfLevels {
+                    name,
+                    ..CfLevels::default()
+                };
+                for file in live.iter().filter(|f| f.column_family_name == name) {
+                    let level = usize::try_from(file.level).unwrap_or(0);
+                    if levels.files.len() <= level {
+                        levels.files.resize(level + 1, 0);
+                        levels.bytes.resize(level + 1, 0);
+                    }
+                    levels.files[level] += 1;
+                    levels.bytes[level] += file.size as u64;
+                }
+                levels
+            })
+            .collect();
+        let ticker = |t| self.options.get_ticker_count(t);
+        Ok(LsmShape {
+            column_families,
+            stall_micros: ticker(Ticker::StallMicros),
+            flush_write_bytes: ticker(Ticker::FlushWriteBytes),
+            compact_read_bytes: ticker(Ticker::CompactReadBytes),
+            compact_write_bytes: ticker(Ticker::CompactWriteBytes),
+            bulk_handed_over_at_tx: Some(self.handed_over_at_tx.load(Ordering::SeqCst))
+                .filter(|&tx| tx > 0),
+        })
     }
 
     /// The most level-0 files any bulk-loaded column family holds.

@@ -3,7 +3,7 @@
 //! committed tip.
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::RwLock;
 
 use bitcoin::block::Header;
@@ -27,8 +27,8 @@ impl Store {
         std::fs::create_dir_all(dir).map_err(file_err(dir))?;
         let db_path = dir.join(layout::ROCKSDB_DIR);
         refuse_foreign_column_families(dir, &db_path, config.silent_payments)?;
-        let opts = db_options()?;
-        let cache = rocksdb::Cache::new_lru_cache(config.cache_bytes);
+        let opts = db_options(&config)?;
+        let cache = rocksdb::Cache::new_lru_cache(config.scaled(config.cache_bytes));
         let cf = |name, prefix_len| column_family(name, prefix_len, &config, &cache);
         let cfs = vec![
             cf(CF_META, None),
@@ -67,6 +67,7 @@ impl Store {
             files: RwLock::new(files),
             unlogged: AtomicBool::new(false),
             bulk: AtomicBool::new(false),
+            handed_over_at_tx: AtomicU64::new(0),
         })
     }
 }
@@ -90,8 +91,11 @@ fn refuse_foreign_column_families(dir: &Path, db_path: &Path, silent_payments: b
     Ok(())
 }
 
+/// Target size of an SST file past level 0.
+const TARGET_FILE_BYTES: usize = 128 << 20;
+
 /// The database's options (the column families have their own).
-fn db_options() -> Result<Options> {
+fn db_options(config: &StoreConfig) -> Result<Options> {
     // No fallocate (a DB option the Rust API only takes as a string):
     // RocksDB would reserve 1.1x a memtable for each WAL and a whole
     // target file for each SST being written, which showed as ~36 MB of
@@ -103,8 +107,8 @@ fn db_options() -> Result<Options> {
     opts.set_max_open_files(256);
     opts.set_keep_log_file_num(4);
     opts.increase_parallelism(2);
-    opts.set_target_file_size_base(128 << 20);
-    opts.set_max_bytes_for_level_base(1 << 30);
+    opts.set_target_file_size_base(config.scaled(TARGET_FILE_BYTES) as u64);
+    opts.set_max_bytes_for_level_base(config.scaled(1 << 30) as u64);
     opts.set_level_compaction_dynamic_level_bytes(true);
     // The merge that ends a bulk load is one compaction of every level-0
     // file: split by key range, it uses both background threads.
@@ -132,8 +136,10 @@ fn column_family(
     // Memtables are most of the initial sync's memory. On chaingen
     // `medium` over Core REST, 32 MB instead of 128 MB took peak RSS
     // from ~450 to ~270 MB at the same speed and index size.
-    o.set_write_buffer_size(32 << 20);
-    o.set_target_file_size_base(128 << 20);
+    o.set_write_buffer_size(config.scaled(32 << 20));
+    o.set_target_file_size_base(config.scaled(TARGET_FILE_BYTES) as u64);
+    // RocksDB's default (256 MiB), named so that `lsm_scale` divides it.
+    o.set_max_bytes_for_level_base(config.scaled(256 << 20) as u64);
     // A bulk load ends with up to `bulk_l0_files_max` level-0 files;
     // writes (a new block) must not stall while they are merged.
     // Outside bulk loads level 0 stays at the compaction trigger.

@@ -9,7 +9,7 @@ use bitcoin::{BlockHash, Txid};
 use osprey_core::{Height, ScriptHash, TxNum};
 
 use crate::codec::{self, HistoryRow};
-use crate::{compact_size_len, Chain, Error, Result, Store, CF_HISTORY, CF_TXID};
+use crate::{compact_size_len, Chain, Error, Result, Store, StoreConfig, CF_HISTORY, CF_TXID};
 
 impl Store {
     pub(crate) fn chain(&self) -> RwLockReadGuard<'_, Chain> {
@@ -258,6 +258,11 @@ pub struct SpBlock {
 }
 
 impl Store {
+    /// The settings the index was opened with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
     /// Whether the index keeps silent-payment records.
     pub fn silent_payments(&self) -> bool {
         self.config.silent_payments

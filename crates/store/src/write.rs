@@ -245,8 +245,10 @@ impl Store {
             if l0_files > self.config.bulk_l0_files_max {
                 tracing::info!(
                     l0_files,
+                    transactions = tx_count,
                     "bulk load reached its level-0 limit; compacting as usual from here"
                 );
+                self.handed_over_at_tx.store(tx_count, Ordering::SeqCst);
                 self.end_bulk_load()?;
             }
         }

@@ -72,19 +72,73 @@ pub enum ProgressError {
     Empty,
 }
 
+/// The LSM's shape as `osprey index --progress-json` prints it once synced
+/// and once compacted (`{"lsm": {...}}`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LsmShape {
+    /// "synced" or "compacted".
+    pub when: String,
+    /// Live SST files and bytes per level (level 0 first) by column family.
+    pub column_families: std::collections::BTreeMap<String, CfLevels>,
+    pub stall_micros: u64,
+    pub flush_write_bytes: u64,
+    pub compact_read_bytes: u64,
+    pub compact_write_bytes: u64,
+    /// Transactions indexed when the bulk load handed over to leveled
+    /// compaction; `None`: it did not.
+    pub bulk_handed_over_at_tx: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CfLevels {
+    pub files: Vec<u64>,
+    pub bytes: Vec<u64>,
+}
+
+impl LsmShape {
+    /// Levels holding files in the column family `name` (0 if it has none).
+    pub fn levels(&self, name: &str) -> usize {
+        self.column_families
+            .get(name)
+            .map_or(0, |cf| cf.files.iter().filter(|&&n| n > 0).count())
+    }
+}
+
+/// One line of the indexer's stdout.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Line {
+    Batch(Batch),
+    Lsm(LsmShape),
+}
+
+#[derive(Deserialize)]
+struct LsmLine {
+    lsm: LsmShape,
+}
+
 /// Parses one stdout line: `Ok(None)` for a line that is not a JSON object
 /// (nothing else should be on stdout, but a stray line is not a measurement
-/// error), an error for an object that is not a batch record.
+/// error), an error for an object that is neither a batch record nor an
+/// LSM shape.
 ///
 /// # Errors
-/// When the line looks like JSON but does not parse as a [`Batch`].
-pub fn parse_line(line_number: usize, text: &str) -> Result<Option<Batch>, ProgressError> {
+/// When the line looks like JSON but does not parse as either.
+pub fn parse_line(line_number: usize, text: &str) -> Result<Option<Line>, ProgressError> {
     let trimmed = text.trim();
     if !trimmed.starts_with('{') {
         return Ok(None);
     }
+    if trimmed.starts_with(r#"{"lsm""#) {
+        return serde_json::from_str::<LsmLine>(trimmed)
+            .map(|line| Some(Line::Lsm(line.lsm)))
+            .map_err(|e| ProgressError::Malformed {
+                line: line_number,
+                detail: e.to_string(),
+                text: crate::error::excerpt(trimmed, 200),
+            });
+    }
     serde_json::from_str(trimmed)
-        .map(Some)
+        .map(|batch| Some(Line::Batch(batch)))
         .map_err(|e| ProgressError::Malformed {
             line: line_number,
             detail: e.to_string(),
@@ -255,14 +309,35 @@ mod tests {
     #[test]
     fn parses_the_indexer_line() {
         let line = r#"{"height":479,"source_height":480,"blocks":472,"txs":950,"rows":4100,"block_bytes":123456,"batch_secs":0.25,"elapsed_secs":0.5}"#;
-        let b = parse_line(1, line).unwrap().unwrap();
+        let Some(Line::Batch(b)) = parse_line(1, line).unwrap() else {
+            panic!("not a batch");
+        };
         assert_eq!((b.height, b.source_height, b.blocks), (479, 480, 472));
         assert_eq!((b.txs, b.rows, b.block_bytes), (950, 4100, 123_456));
         assert_eq!((b.batch_secs, b.elapsed_secs), (0.25, 0.5));
         assert_eq!(b.first_height(), 8);
         assert_eq!(b.sp_records, 0, "a line without silent payments");
         let line = r#"{"height":9,"source_height":9,"blocks":10,"txs":30,"rows":90,"block_bytes":9000,"sp_records":7,"batch_secs":0.1,"elapsed_secs":0.1}"#;
-        assert_eq!(parse_line(1, line).unwrap().unwrap().sp_records, 7);
+        let Some(Line::Batch(b)) = parse_line(1, line).unwrap() else {
+            panic!("not a batch");
+        };
+        assert_eq!(b.sp_records, 7);
+    }
+
+    #[test]
+    fn parses_the_lsm_line() {
+        let line = r#"{"lsm":{"when":"synced","column_families":{"history":{"files":[3,0,0,0,0,0,7],"bytes":[30,0,0,0,0,0,700]},"meta":{"files":[],"bytes":[]}},"stall_micros":5,"flush_write_bytes":1,"compact_read_bytes":2,"compact_write_bytes":3,"bulk_handed_over_at_tx":null}}"#;
+        let Some(Line::Lsm(shape)) = parse_line(1, line).unwrap() else {
+            panic!("not an LSM shape");
+        };
+        assert_eq!(shape.when, "synced");
+        assert_eq!((shape.levels("history"), shape.levels("meta")), (2, 0));
+        assert_eq!(shape.bulk_handed_over_at_tx, None);
+        let err = parse_line(4, r#"{"lsm":{"when":"synced"}}"#).unwrap_err();
+        assert!(
+            matches!(err, ProgressError::Malformed { line: 4, .. }),
+            "{err}"
+        );
     }
 
     #[test]
