@@ -5,8 +5,8 @@
 //! A batch is only seen when it commits, and batches are coarse (up to 2000
 //! blocks or 2M rows, so a `large` chain has a few dozen of them): a tenth's
 //! figures are the sum of each batch's share of it, the share being the
-//! batch's blocks inside the tenth over all its blocks. Txs, bytes and
-//! seconds are thus spread evenly over a batch's blocks: a tenth shares its
+//! batch's transactions inside the tenth over all its transactions. Blocks,
+//! bytes and seconds are thus spread evenly over a batch: a tenth shares its
 //! rate with the batches that straddle its bounds, which is why the report
 //! says how many batches each tenth draws on.
 
@@ -188,12 +188,14 @@ pub fn check_sequence(batches: &[Batch]) -> Result<(), ProgressError> {
 /// Number of parts the chain is cut into for the flat-ingest check.
 pub const TENTHS: usize = 10;
 
-/// One tenth of the indexed heights and what the indexer did in it.
+/// One tenth of the indexed transactions and what the indexer did in it.
 /// Blocks, txs, bytes and seconds are fractional: see the module docs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Tenth {
     /// 1..=10.
     pub tenth: usize,
+    /// Heights of the tenth's first and last transaction (estimated within
+    /// a batch, whose transactions are spread evenly over its blocks).
     pub first_height: u32,
     pub last_height: u32,
     pub blocks: f64,
@@ -201,16 +203,22 @@ pub struct Tenth {
     pub block_bytes: f64,
     /// Wall seconds of the batches' intervals attributed to this tenth.
     pub seconds: f64,
-    /// Batches with at least one block in this tenth.
+    /// Batches with at least one transaction in this tenth.
     pub batches: usize,
     /// `None` when the tenth holds no block (chains under ten blocks) or took no time.
     pub txs_per_second: Option<f64>,
     pub block_mb_per_second: Option<f64>,
 }
 
-/// Cuts the heights the batches cover into ten equal parts (differing by at
-/// most a block when the count does not divide) and attributes each
-/// batch to them in proportion to its blocks in each part.
+/// Cuts the transactions the batches cover into ten equal parts (differing
+/// by at most one when the count does not divide) and attributes each
+/// batch to them in proportion to its transactions in each part.
+///
+/// By transactions, not heights: how fast the index grows with what it
+/// already holds is the question, and the index grows with transactions.
+/// A mainnet-profile chain's early blocks hold few, and a chain with
+/// placeholder signatures ends with 2,100 blocks of a coinbase each; cut by
+/// heights, those would be whole tenths that index nothing.
 ///
 /// A batch's time is the interval since the previous commit
 /// (`elapsed_secs` minus the previous line's, from 0 for the first), not its
@@ -219,19 +227,17 @@ pub struct Tenth {
 ///
 /// The batches must have passed [`check_sequence`].
 pub fn tenths(batches: &[Batch]) -> Vec<Tenth> {
-    let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
+    if batches.is_empty() {
         return Vec::new();
-    };
-    let start = u64::from(first.first_height());
-    let count = u64::from(last.height) + 1 - start;
-    // Tenth k covers [bound(k), bound(k + 1)).
-    let bound = |k: usize| start + count * k as u64 / TENTHS as u64;
+    }
+    let count: u64 = batches.iter().map(|b| b.txs).sum();
+    // Tenth k covers transactions [bound(k), bound(k + 1)).
+    let bound = |k: usize| count * k as u64 / TENTHS as u64;
     let mut parts: Vec<Tenth> = (0..TENTHS)
         .map(|k| Tenth {
             tenth: k + 1,
-            first_height: bound(k) as u32,
-            // Saturates for an empty tenth (fewer than ten blocks).
-            last_height: bound(k + 1).saturating_sub(1).max(bound(k)) as u32,
+            first_height: u32::MAX,
+            last_height: 0,
             blocks: 0.0,
             txs: 0.0,
             block_bytes: 0.0,
@@ -242,23 +248,40 @@ pub fn tenths(batches: &[Batch]) -> Vec<Tenth> {
         })
         .collect();
     let mut previous_elapsed = 0.0;
+    let mut lo = 0;
     for batch in batches {
-        let lo = u64::from(batch.first_height());
-        let hi = u64::from(batch.height) + 1;
+        let hi = lo + batch.txs;
         let interval = (batch.elapsed_secs - previous_elapsed).max(0.0);
         previous_elapsed = batch.elapsed_secs;
+        // The height of the batch's transaction `tx` (counted over all).
+        let height_of = |tx: u64| {
+            let into = (tx - lo) * u64::from(batch.blocks) / batch.txs.max(1);
+            batch.first_height() + into as u32
+        };
         for (k, part) in parts.iter_mut().enumerate() {
-            let overlap = hi.min(bound(k + 1)).saturating_sub(lo.max(bound(k)));
-            if overlap == 0 {
+            let (from, to) = (lo.max(bound(k)), hi.min(bound(k + 1)));
+            if to <= from {
                 continue;
             }
-            let share = overlap as f64 / f64::from(batch.blocks);
-            part.blocks += overlap as f64;
-            part.txs += batch.txs as f64 * share;
+            let share = (to - from) as f64 / batch.txs as f64;
+            part.first_height = part.first_height.min(height_of(from));
+            part.last_height = part.last_height.max(height_of(to - 1));
+            part.blocks += f64::from(batch.blocks) * share;
+            part.txs += (to - from) as f64;
             part.block_bytes += batch.block_bytes as f64 * share;
             part.seconds += interval * share;
             part.batches += 1;
         }
+        lo = hi;
+    }
+    // A tenth with no transaction (fewer than ten in all) sits where the
+    // one before it ended.
+    let mut end = batches[0].first_height();
+    for part in &mut parts {
+        if part.batches == 0 {
+            (part.first_height, part.last_height) = (end, end);
+        }
+        end = part.last_height;
     }
     for part in &mut parts {
         if part.blocks > 0.0 && part.seconds > 0.0 {
@@ -415,7 +438,7 @@ mod tests {
     }
 
     #[test]
-    fn straddling_batches_are_split_by_blocks() {
+    fn straddling_batches_are_split_by_transactions() {
         // Heights 0..=99 in a batch of 15 blocks (3 s) and one of 85 (17 s).
         let batches = [batch(14, 15, 30, 3.0), batch(99, 85, 170, 20.0)];
         let t = tenths(&batches);
@@ -434,6 +457,23 @@ mod tests {
     }
 
     #[test]
+    fn tenths_follow_transactions_not_heights() {
+        // 50 blocks of 10 transactions (5 s), then a tail of 50 blocks of
+        // one (0.5 s): the tail is in the last tenth, not half the tenths.
+        let batches = [batch(49, 50, 500, 5.0), batch(99, 50, 50, 5.5)];
+        let t = tenths(&batches);
+        assert_eq!((t[0].first_height, t[0].last_height), (0, 5));
+        assert_eq!(t[8].last_height, 49);
+        // The last tenth: 5 transactions of the first batch, the whole tail.
+        assert_eq!((t[9].first_height, t[9].last_height), (49, 99));
+        assert!((t[9].txs - 55.0).abs() < 1e-9);
+        assert!((t[9].blocks - (0.5 + 50.0)).abs() < 1e-9);
+        assert!((t[9].seconds - (0.05 + 0.5)).abs() < 1e-9);
+        assert_eq!(t[9].batches, 2);
+        assert!(t[..9].iter().all(|p| p.txs == 55.0 && p.batches == 1));
+    }
+
+    #[test]
     fn uneven_counts_and_offsets() {
         // Heights 5..=27: 23 blocks; bounds 5, 7, 9, 11, 14, 16, 18, 21, 23, 25, 28.
         let t = tenths(&[batch(27, 23, 23, 2.3)]);
@@ -447,7 +487,7 @@ mod tests {
     }
 
     #[test]
-    fn fewer_blocks_than_tenths_leave_empty_tenths() {
+    fn fewer_transactions_than_tenths_leave_empty_tenths() {
         let t = tenths(&[batch(2, 3, 3, 1.0)]);
         assert_eq!(t.iter().filter(|p| p.blocks > 0.0).count(), 3);
         assert!(t.iter().any(|p| p.txs_per_second.is_none()));

@@ -420,9 +420,10 @@ impl IndexReport {
         let ok = self.ok_runs().count();
         let _ = writeln!(
             md,
-            "## Ingest over the chain\n\nEach tenth of the chain by height{}. A batch is seen \
-             only when it commits: its transactions, bytes and time are spread over its blocks, \
-             so a tenth's rate averages the batches overlapping it (\"Batches\").\n",
+            "## Ingest over the chain\n\nEach tenth of the chain's transactions (by transactions, not \
+             heights: the index grows with transactions){}. A batch is seen only when it \
+             commits: its transactions, bytes and time are spread evenly over it, so a tenth's \
+             rate averages the batches overlapping it (\"Batches\").\n",
             if ok > 1 {
                 format!(", median of {ok} runs")
             } else {
@@ -641,13 +642,14 @@ mod tests {
             md.contains("| CPU use, cores | 1.50 | 1.88 | 1.25 | **1.50** |"),
             "{md}"
         );
-        // The tenths: first (0..=9) at 50 tx/s, last (90..=99) at 80 tx/s.
+        // The tenths, 30 transactions each: the first (heights 0..=14) at
+        // 50 tx/s, the last (96..=99) at 80 tx/s.
         assert!(
-            md.contains("| 1 | 0–9 | 10 | 20 | 0.00800 | 0.400 | 50 |"),
+            md.contains("| 1 | 0–14 | 15 | 30 | 0.0120 | 0.600 | 50 |"),
             "{md}"
         );
         assert!(
-            md.contains("| 10 | 90–99 | 10 | 80 | 0.0320 | 1.00 | 80 |"),
+            md.contains("| 10 | 96–99 | 4 | 30 | 0.0120 | 0.375 | 80 |"),
             "{md}"
         );
         assert!(
