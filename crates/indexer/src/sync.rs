@@ -272,7 +272,17 @@ impl Indexer {
             let mut result = linked;
             for (rows, block) in built.into_iter().zip(&blocks) {
                 match rows {
-                    Ok(rows) => self.take_rows(rows, block.size, committer, &mut stats, report),
+                    Ok(rows) => {
+                        self.take_rows(rows, block.size, committer, &mut stats, report);
+                        // A batch is committed as soon as it is full, even
+                        // inside a chunk: scaled down (`lsm_scale`) or with
+                        // big blocks, a chunk holds several batches, and one
+                        // write bigger than a memtable would decide the
+                        // size of its flush.
+                        if committer.is_full(&self.config) && !committer.commit(false) {
+                            return result;
+                        }
+                    }
                     Err(what) => {
                         result = Err(Error::BadBlock(format!(
                             "block {} ({}) from the source is malformed: {what}",
