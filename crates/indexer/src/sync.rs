@@ -194,15 +194,18 @@ impl Indexer {
         let (committed, written) = committer.finish();
         report.connected += committed;
         fetcher.join().expect("fetch thread does not panic");
-        // Compaction resumes whatever happened: a failed sync is retried
-        // from where it stopped, maybe as a catch-up that is no bulk load.
-        let bulk_ended = if bulk {
-            self.store.end_bulk_load()
-        } else {
-            Ok(())
-        };
         written?;
-        bulk_ended?;
+        // A bulk load is merged once it reaches the source's tip; one that
+        // stopped short (a stop, a node error, a reorg) goes on at the next
+        // sync, or after a restart, and is merged then.
+        let at_tip = self
+            .store
+            .tip()
+            .is_some_and(|(height, _)| height >= source_height);
+        if bulk && indexed.is_ok() && at_tip {
+            tracing::info!("bulk load at the tip: merging it, partition by partition");
+            self.store.end_bulk_load(&self.stop)?;
+        }
         report.settle_touched();
         match indexed {
             Err(Error::Reorged) => Ok(()),
@@ -217,6 +220,10 @@ impl Indexer {
         from: u32,
         source_height: Height,
     ) -> Result<bool, Error> {
+        if self.store.in_bulk_load() {
+            tracing::info!("bulk load: going on with the one under way");
+            return Ok(true);
+        }
         let to_go = source_height.0 - from + 1;
         let bulk = to_go >= self.config.bulk_blocks_min.max(from);
         if bulk {

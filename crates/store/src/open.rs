@@ -3,7 +3,7 @@
 //! committed tip.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::RwLock;
 
 use bitcoin::block::Header;
@@ -12,8 +12,8 @@ use rocksdb::{ColumnFamilyDescriptor, Options, DB};
 
 use crate::flat::FlatFile;
 use crate::{
-    codec, layout, schema_tag, Chain, Error, Files, Result, SpFiles, Store, StoreConfig, ALL_CFS,
-    CF_HISTORY, CF_META, CF_TXID, CF_UNDO, META_NETWORK, META_SCHEMA, META_TIP,
+    all_cfs, codec, layout, schema_tag, Chain, Error, Family, Files, Result, SpFiles, Store,
+    StoreConfig, CF_META, META_BULK, META_NETWORK, META_SCHEMA, META_TIP,
 };
 use osprey_core::Height;
 
@@ -29,15 +29,13 @@ impl Store {
         refuse_foreign_column_families(dir, &db_path, config.silent_payments)?;
         let opts = db_options(&config)?;
         let cache = rocksdb::Cache::new_lru_cache(config.scaled(config.cache_bytes));
-        let cf = |name, prefix_len| column_family(name, prefix_len, &config, &cache);
-        let cfs = vec![
-            cf(CF_META, None),
-            cf(CF_HISTORY, Some(codec::SCRIPT_BUCKET_LEN)),
-            cf(CF_TXID, Some(codec::TXID_PREFIX_LEN)),
-            cf(CF_UNDO, None),
-        ];
+        let cfs = all_cfs().map(|(family, name)| column_family(family, name, &config, &cache));
         let db = DB::open_cf_descriptors(&opts, &db_path, cfs)?;
         let meta = db.cf_handle(CF_META).expect("meta cf opened above");
+        // A bulk load that did not reach its merge (stopped, killed, a
+        // node gone) goes on where it was: its level-0 files wait for the
+        // merge at the tip, with compaction off as before.
+        let bulk = db.get_cf(meta, META_BULK)?.is_some();
 
         check_format(&db, dir, network, config.silent_payments)?;
         let tip_height = match db.get_cf(meta, META_TIP)? {
@@ -53,7 +51,7 @@ impl Store {
         let (files, headers, tx_counts, sp_offsets) =
             open_files(dir, blocks, config.silent_payments)?;
         let hashes = headers.iter().map(Header::block_hash).collect();
-        Ok(Store {
+        let store = Store {
             db,
             options: opts,
             path: dir.to_path_buf(),
@@ -66,9 +64,14 @@ impl Store {
             }),
             files: RwLock::new(files),
             unlogged: AtomicBool::new(false),
-            bulk: AtomicBool::new(false),
+            bulk: AtomicBool::new(bulk),
             handed_over_at_tx: AtomicU64::new(0),
-        })
+            merging: AtomicUsize::new(0),
+        };
+        if bulk {
+            store.set_auto_compaction(false)?;
+        }
+        Ok(store)
     }
 }
 
@@ -79,7 +82,7 @@ fn refuse_foreign_column_families(dir: &Path, db_path: &Path, silent_payments: b
     if let Ok(found) = DB::list_cf(&Options::default(), db_path) {
         if let Some(foreign) = found
             .iter()
-            .find(|cf| !ALL_CFS.contains(&cf.as_str()) && cf.as_str() != "default")
+            .find(|cf| cf.as_str() != "default" && !all_cfs().any(|(_, name)| name == cf.as_str()))
         {
             return Err(Error::Schema {
                 path: dir.to_path_buf(),
@@ -113,6 +116,10 @@ fn db_options(config: &StoreConfig) -> Result<Options> {
     // The merge that ends a bulk load is one compaction of every level-0
     // file: split by key range, it uses both background threads.
     opts.set_max_subcompactions(2);
+    // A bulk load's merge reads a partition's level-0 files at once,
+    // thousands on mainnet: RocksDB's 2 MB of readahead for each would be
+    // GBs. Without it, the kernel's readahead of buffered reads remains.
+    opts.set_compaction_readahead_size(0);
     // The initial sync writes without the WAL (see `apply`): flushing
     // every column family together is what keeps a crash consistent,
     // since all of them then come back at the same earlier batch.
@@ -124,25 +131,28 @@ fn db_options(config: &StoreConfig) -> Result<Options> {
     Ok(opts)
 }
 
-/// The options of one column family; `prefix_len` sets up prefix scans
-/// and their bloom filters.
+/// The options of one column family `name` of `family`.
 fn column_family(
+    family: Family,
     name: &str,
-    prefix_len: Option<usize>,
     config: &StoreConfig,
     cache: &rocksdb::Cache,
 ) -> ColumnFamilyDescriptor {
     let mut o = Options::default();
     // Memtables are most of the initial sync's memory. On chaingen
     // `medium` over Core REST, 32 MB instead of 128 MB took peak RSS
-    // from ~450 to ~270 MB at the same speed and index size.
-    o.set_write_buffer_size(config.scaled(32 << 20));
+    // from ~450 to ~270 MB at the same speed and index size. A partition
+    // gets its share: the family's memtables together are 32 MB, and
+    // flushes (all column families at once, atomic flush) come as often.
+    let partitions = family.column_families().len();
+    o.set_write_buffer_size(config.scaled((32 << 20) / partitions));
     o.set_target_file_size_base(config.scaled(TARGET_FILE_BYTES) as u64);
     // RocksDB's default (256 MiB), named so that `lsm_scale` divides it.
     o.set_max_bytes_for_level_base(config.scaled(256 << 20) as u64);
-    // A bulk load ends with up to `bulk_l0_files_max` level-0 files;
-    // writes (a new block) must not stall while they are merged.
-    // Outside bulk loads level 0 stays at the compaction trigger.
+    // A bulk load ends with up to `bulk_l0_files_max` level-0 files in
+    // each partition; writes must never stall for them, since nothing
+    // compacts them before the merge. Outside bulk loads level 0 stays at
+    // the compaction trigger.
     let l0_max = i32::try_from(config.bulk_l0_files_max).unwrap_or(i32::MAX);
     o.set_level_zero_slowdown_writes_trigger(l0_max.saturating_add(20));
     o.set_level_zero_stop_writes_trigger(l0_max.saturating_add(40));
@@ -182,20 +192,25 @@ fn column_family(
     table.set_partition_filters(true);
     table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
     table.set_pin_top_level_index_and_filter(true);
+    let prefix_len = match family {
+        Family::History => Some(codec::SCRIPT_BUCKET_LEN),
+        Family::Txid => Some(codec::TXID_PREFIX_LEN),
+        Family::Meta | Family::Undo => None,
+    };
     if let Some(len) = prefix_len {
         // Lookups are prefix scans: prefix blooms let a scan skip
         // files that cannot hold the script or txid at all.
         o.set_prefix_extractor(rocksdb::SliceTransform::create_fixed_prefix(len));
         table.set_whole_key_filtering(false);
     }
-    if name == CF_HISTORY {
+    if family == Family::History {
         // A script's rows of one epoch are one value, appended to by
         // merge operands (`codec::history_operands`): see `codec`.
         o.set_merge_operator_associative("osprey-history-4", |key, existing, operands| {
             codec::merge_history(key, existing, operands.iter())
         });
     }
-    if name == CF_TXID {
+    if family == Family::Txid {
         // Its lookups are of transactions a wallet or the mempool
         // saw confirmed: they nearly always hit, and a filter
         // answers only misses. None in the last level, where

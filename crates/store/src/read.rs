@@ -9,7 +9,7 @@ use bitcoin::{BlockHash, Txid};
 use osprey_core::{Height, ScriptHash, TxNum};
 
 use crate::codec::{self, HistoryRow};
-use crate::{compact_size_len, Chain, Error, Result, Store, StoreConfig, CF_HISTORY, CF_TXID};
+use crate::{compact_size_len, Chain, Error, Result, Store, StoreConfig};
 
 impl Store {
     pub(crate) fn chain(&self) -> RwLockReadGuard<'_, Chain> {
@@ -168,8 +168,8 @@ impl Store {
     /// # Errors
     /// On database or file errors.
     pub fn find_tx_num(&self, txid: &Txid) -> Result<Option<TxNum>> {
-        let cf = self.db.cf_handle(CF_TXID).expect("txid cf");
         let prefix = codec::txid_prefix(txid);
+        let cf = self.txid_cf(prefix);
         let mut found = None;
         for item in self.db.prefix_iterator_cf(cf, prefix) {
             let (key, _) = item?;
@@ -194,8 +194,8 @@ impl Store {
         scripthash: &ScriptHash,
         limit: usize,
     ) -> Result<Option<Vec<HistoryRow>>> {
-        let cf = self.db.cf_handle(CF_HISTORY).expect("history cf");
         let prefix = codec::history_prefix(scripthash);
+        let cf = self.history_cf(prefix);
         // The bound lets RocksDB stop at the end of the script's block
         // (the index tells it the next block is past the bound) without
         // reading the next one, which may be one busy script's whole
@@ -352,8 +352,8 @@ impl Store {
     /// # Errors
     /// On database errors or corrupt rows.
     pub fn funding_at(&self, scripthash: &ScriptHash, tx_num: TxNum) -> Result<bool> {
-        let cf = self.db.cf_handle(CF_HISTORY).expect("history cf");
         let key = codec::history_key(codec::history_prefix(scripthash), tx_num);
+        let cf = self.history_cf(&key);
         let Some(value) = self.db.get_pinned_cf(cf, &key)? else {
             return Ok(false);
         };
