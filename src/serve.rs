@@ -395,7 +395,7 @@ fn report_lsm(store: &osprey_store::Store, when: &str, json: bool) -> anyhow::Re
     }
     tracing::info!(
         "lsm {when}: write stalls {:.1} s; flushed {} MB, compactions read {} MB and wrote {} MB; \
-         bulk load handed over at {}",
+         bulk load handed over at {}; merged {} level-0 files at the tip",
         shape.stall_micros as f64 / 1e6,
         shape.flush_write_bytes / 1_000_000,
         shape.compact_read_bytes / 1_000_000,
@@ -405,6 +405,7 @@ fn report_lsm(store: &osprey_store::Store, when: &str, json: bool) -> anyhow::Re
             .map_or("no point (bulk throughout)".to_string(), |tx| format!(
                 "{tx} transactions"
             )),
+        shape.bulk_merged_l0_files.unwrap_or(0),
     );
     if json {
         let column_families: serde_json::Map<String, serde_json::Value> = shape
@@ -423,6 +424,7 @@ fn report_lsm(store: &osprey_store::Store, when: &str, json: bool) -> anyhow::Re
             "compact_read_bytes": shape.compact_read_bytes,
             "compact_write_bytes": shape.compact_write_bytes,
             "bulk_handed_over_at_tx": shape.bulk_handed_over_at_tx,
+            "bulk_merged_l0_files": shape.bulk_merged_l0_files,
         }});
         // Beside the progress stream of `osprey index`.
         #[allow(clippy::print_stdout)]

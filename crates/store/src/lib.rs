@@ -370,6 +370,10 @@ pub struct LsmShape {
     /// Transactions in the index when a bulk load handed over to leveled
     /// compaction at its level-0 limit; `None` if none did since open.
     pub bulk_handed_over_at_tx: Option<u64>,
+    /// Level-0 files of the history and txid families when a bulk load's
+    /// merge began (one per partition and memtable flush that wrote to it);
+    /// `None` if none began since open.
+    pub bulk_merged_l0_files: Option<u64>,
 }
 
 /// One column family's live files and bytes per level, level 0 first, up
@@ -411,6 +415,8 @@ pub struct Store {
     /// The partition a bulk load's merge is merging, counted from 1; 0:
     /// no merge runs.
     merging: AtomicUsize,
+    /// Level-0 files when the last merge began (see [`LsmShape`]).
+    merged_l0_files: AtomicU64,
 }
 
 impl Store {

@@ -130,6 +130,11 @@ impl Store {
             return Ok(true);
         }
         self.flush()?;
+        let l0_files: u64 = all_cfs()
+            .filter(|(family, _)| family.bulk())
+            .map(|(_, name)| self.property(name, &rocksdb::properties::num_files_at_level(0)))
+            .sum();
+        self.merged_l0_files.store(l0_files, Ordering::SeqCst);
         for partition in 0..PARTITIONS {
             if stop.load(Ordering::SeqCst) {
                 self.merging.store(0, Ordering::SeqCst);
@@ -301,6 +306,8 @@ impl Store {
             compact_write_bytes: ticker(Ticker::CompactWriteBytes),
             bulk_handed_over_at_tx: Some(self.handed_over_at_tx.load(Ordering::SeqCst))
                 .filter(|&tx| tx > 0),
+            bulk_merged_l0_files: Some(self.merged_l0_files.load(Ordering::SeqCst))
+                .filter(|&files| files > 0),
         })
     }
 

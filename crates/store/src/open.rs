@@ -67,6 +67,7 @@ impl Store {
             bulk: AtomicBool::new(bulk),
             handed_over_at_tx: AtomicU64::new(0),
             merging: AtomicUsize::new(0),
+            merged_l0_files: AtomicU64::new(0),
         };
         if bulk {
             store.set_auto_compaction(false)?;

@@ -87,6 +87,10 @@ pub struct LsmShape {
     /// Transactions indexed when the bulk load handed over to leveled
     /// compaction; `None`: it did not.
     pub bulk_handed_over_at_tx: Option<u64>,
+    /// Level-0 files the bulk load's merge took at the tip; `None`: none
+    /// (or an indexer that predates it).
+    #[serde(default)]
+    pub bulk_merged_l0_files: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

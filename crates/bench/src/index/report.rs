@@ -360,6 +360,11 @@ impl IndexReport {
                 Fmt::Sig3,
             ),
             (
+                "Level-0 files merged at the tip",
+                |r| Some(r.lsm_when("synced")?.bulk_merged_l0_files? as f64),
+                Fmt::Whole,
+            ),
+            (
                 "Bulk load handed over at, transactions",
                 |r| Some(r.lsm_when("synced")?.bulk_handed_over_at_tx? as f64),
                 Fmt::Whole,
