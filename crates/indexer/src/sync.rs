@@ -277,16 +277,20 @@ impl Indexer {
                 self.store.silent_payments(),
             );
             let mut result = linked;
+            // The last block of this chunk taken, committed or pending.
+            let mut last = None;
             for (rows, block) in built.into_iter().zip(&blocks) {
                 match rows {
                     Ok(rows) => {
+                        last = Some(block.height);
                         self.take_rows(rows, block.size, committer, &mut stats, report);
                         // A batch is committed as soon as it is full, even
                         // inside a chunk: scaled down (`lsm_scale`) or with
                         // big blocks, a chunk holds several batches, and one
                         // write bigger than a memtable would decide the
                         // size of its flush.
-                        if committer.is_full(&self.config) && !committer.commit(false) {
+                        let near_tip = block.height.0 + 8 >= source_height.0;
+                        if committer.is_full(&self.config) && !committer.commit(near_tip) {
                             return result;
                         }
                     }
@@ -300,8 +304,7 @@ impl Indexer {
                     }
                 }
             }
-            let last = committer.last_height();
-            let at_tip = last.is_some_and(|h| h.0 + 8 >= source_height.0);
+            let at_tip = last.is_some_and(|h: Height| h.0 + 8 >= source_height.0);
             let stopping = self.stop.load(Ordering::Relaxed);
             if (result.is_err() || stopping || at_tip || committer.is_full(&self.config))
                 && !committer.commit(at_tip || stopping)
