@@ -77,6 +77,8 @@ pub struct Config {
     pub worker_threads: usize,
     /// RocksDB's block cache.
     pub db_cache_bytes: usize,
+    /// Divides the sizes that shape the LSM ([`StoreConfig::lsm_scale`]).
+    pub lsm_scale: u32,
     pub reindex_on_format_change: bool,
     /// The index keeps silent-payment records (part of its format).
     pub silent_payments: bool,

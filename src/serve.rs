@@ -36,6 +36,7 @@ fn open_store(config: &Config, stop: &AtomicBool) -> anyhow::Result<Arc<Store>> 
         reorg_depth_max: config.reorg_depth_max,
         cache_bytes: config.db_cache_bytes,
         silent_payments: config.silent_payments,
+        lsm_scale: config.lsm_scale,
         ..StoreConfig::default()
     };
     let retry_max = Duration::from_secs(config.disk_full_retry_max_secs);
@@ -329,10 +330,16 @@ pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<Parts> {
     }
     let (source, about_source) = connect_source(config, stop)?;
     log_startup(config, &store, &about_source);
+    let indexer_config = IndexerConfig::default();
+    let indexer_config = IndexerConfig {
+        // A batch is one write: it must shrink with the memtables it fills.
+        batch_rows_max: store.config().scaled(indexer_config.batch_rows_max),
+        ..indexer_config
+    };
     let indexer = if config.read_only {
-        Indexer::replica(Arc::clone(&store), source.clone(), IndexerConfig::default())
+        Indexer::replica(Arc::clone(&store), source.clone(), indexer_config)
     } else {
-        Indexer::new(Arc::clone(&store), source.clone(), IndexerConfig::default())
+        Indexer::new(Arc::clone(&store), source.clone(), indexer_config)
     }
     .with_stop(Arc::clone(stop));
     let query = Arc::new(Query::new(
@@ -492,6 +499,7 @@ pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::
     let merging = loop {
         update_until_ok(&mut tracker, &mut progress, &disk_full, &stop)?;
         progress.finish(dir_bytes(&config.db_path));
+        report_lsm(query.store(), "synced", progress_json)?;
         let merging = Instant::now();
         match query.store().compact() {
             Ok(()) => break merging,
@@ -506,6 +514,7 @@ pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::
         seconds = format!("{:.1}", merging.elapsed().as_secs_f64()),
         "index compacted"
     );
+    report_lsm(query.store(), "compacted", progress_json)?;
     let (height, hash) = query.tip();
     tracing::info!(height = height.0, %hash, "index is at the tip");
     log_footprint(&query.store().footprint());
@@ -523,6 +532,65 @@ pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::
     }
     // The endpoint holds the index: closed before it.
     drop(monitoring);
+    Ok(())
+}
+
+/// Logs the LSM's shape (`when`: the moment, "synced" or "compacted") and,
+/// for `--progress-json`, prints it as one `{"lsm": ...}` line, which
+/// `osprey bench index` records beside the batches.
+fn report_lsm(store: &osprey_store::Store, when: &str, json: bool) -> anyhow::Result<()> {
+    let shape = store.lsm_shape().context("reading the index's LSM shape")?;
+    for cf in shape
+        .column_families
+        .iter()
+        .filter(|cf| !cf.files.is_empty())
+    {
+        tracing::info!(
+            "lsm {when}: {:<8} files per level {:?}, MB per level {:?}",
+            cf.name,
+            cf.files,
+            cf.bytes.iter().map(|b| b / 1_000_000).collect::<Vec<_>>(),
+        );
+    }
+    tracing::info!(
+        "lsm {when}: write stalls {:.1} s; flushed {} MB, compactions read {} MB and wrote {} MB; \
+         bulk load handed over at {}; merged {} level-0 files at the tip",
+        shape.stall_micros as f64 / 1e6,
+        shape.flush_write_bytes / 1_000_000,
+        shape.compact_read_bytes / 1_000_000,
+        shape.compact_write_bytes / 1_000_000,
+        shape
+            .bulk_handed_over_at_tx
+            .map_or("no point (bulk throughout)".to_string(), |tx| format!(
+                "{tx} transactions"
+            )),
+        shape.bulk_merged_l0_files.unwrap_or(0),
+    );
+    if json {
+        let column_families: serde_json::Map<String, serde_json::Value> = shape
+            .column_families
+            .iter()
+            .map(|cf| {
+                let levels = serde_json::json!({"files": cf.files, "bytes": cf.bytes});
+                (cf.name.to_string(), levels)
+            })
+            .collect();
+        let line = serde_json::json!({"lsm": {
+            "when": when,
+            "column_families": column_families,
+            "stall_micros": shape.stall_micros,
+            "flush_write_bytes": shape.flush_write_bytes,
+            "compact_read_bytes": shape.compact_read_bytes,
+            "compact_write_bytes": shape.compact_write_bytes,
+            "bulk_handed_over_at_tx": shape.bulk_handed_over_at_tx,
+            "bulk_merged_l0_files": shape.bulk_merged_l0_files,
+        }});
+        // Beside the progress stream of `osprey index`.
+        #[allow(clippy::print_stdout)]
+        {
+            println!("{line}");
+        }
+    }
     Ok(())
 }
 

@@ -136,6 +136,12 @@ pub struct ConfigArgs {
     /// for wallets' lookups [default: 256]
     #[arg(long, env = "OSPREY_DB_CACHE_MB")]
     pub db_cache_mb: Option<usize>,
+    /// Benchmarks only: divide every size that shapes the index's LSM
+    /// (write buffers, file and level sizes, the block cache, the
+    /// indexer's batches) by this, so that a small chain builds the LSM a
+    /// chain this many times bigger would [default: 1]
+    #[arg(long, env = "OSPREY_LSM_SCALE")]
+    pub lsm_scale: Option<u32>,
     /// Rebuild the index by itself when it was written in another format
     /// (after an upgrade or a downgrade); false: refuse to start instead
     /// [default: true]

@@ -53,7 +53,7 @@ impl ConfigArgs {
             subscriptions_per_session_max, sp_labels_max, sp_subscriptions_per_session_max,
             sessions_max, reorg_depth_max, poll_interval_ms, disk_full_retry_max_secs,
             banner, client_memory_bytes_max, public_hosts, peers, sessions_per_ip_max,
-            trusted_subnets, proxy_protocol_from, ipv6_prefix_bits, worker_threads, db_cache_mb, reindex_on_format_change, silent_payments,
+            trusted_subnets, proxy_protocol_from, ipv6_prefix_bits, worker_threads, db_cache_mb, lsm_scale, reindex_on_format_change, silent_payments,
             electrum_tls_addr, tls_cert_file, tls_key_file, electrum_ws_addr,
             electrum_wss_addr, monitoring_addr, conf_dir,
             skip_default_conf_files,

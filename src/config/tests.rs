@@ -166,6 +166,7 @@ fn resolved_default(config: &Config, key: &str) -> Option<String> {
             .join(","),
         "ipv6_prefix_bits" => config.ipv6_prefix_bits.to_string(),
         "db_cache_mb" => (config.db_cache_bytes >> 20).to_string(),
+        "lsm_scale" => config.lsm_scale.to_string(),
         "reindex_on_format_change" => config.reindex_on_format_change.to_string(),
         "silent_payments" => config.silent_payments.to_string(),
         "block_source" => match &config.chain {

@@ -120,6 +120,10 @@ pub(super) fn validate(settings: ConfigArgs) -> anyhow::Result<Config> {
         )?
         .checked_mul(1 << 20)
         .context("db_cache_mb is too large")?,
+        lsm_scale: match settings.lsm_scale.unwrap_or(store.lsm_scale) {
+            0 => bail!("lsm_scale must be at least 1"),
+            scale => scale,
+        },
         reindex_on_format_change: settings.reindex_on_format_change.unwrap_or(true),
         silent_payments: settings.silent_payments.unwrap_or(store.silent_payments),
         electrum_tls_addr,

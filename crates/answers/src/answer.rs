@@ -16,6 +16,35 @@ pub struct Indexing {
     /// The node's best block, as the last sync step saw it (the index's
     /// tip before the node has answered).
     pub node_height: Height,
+    /// Set once the first sync's bulk load reached the tip and is being
+    /// merged, partition by partition: wallets wait for the merge.
+    pub merging: Option<Merging>,
+}
+
+/// The merge that ends a bulk load: which partition is being merged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Merging {
+    /// 1 for the first.
+    pub partition: usize,
+    pub partitions: usize,
+}
+
+impl std::fmt::Display for Indexing {
+    /// What a wallet is told: the heights, and the merge when there is one.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "height {} of {}", self.height, self.node_height)?;
+        match self.merging {
+            None => write!(
+                f,
+                "; wallets are served once the index reaches the node's tip"
+            ),
+            Some(m) => write!(
+                f,
+                ", merging the index (partition {} of {}); wallets are served once it is merged",
+                m.partition, m.partitions
+            ),
+        }
+    }
 }
 
 /// One transaction of a script's history.

@@ -14,7 +14,8 @@ mod error;
 mod sp;
 
 pub use answer::{
-    Balance, HistoryEntry, Indexing, OutpointAnswer, OutpointStatus, RecentTx, TxMerkle, Utxo,
+    Balance, HistoryEntry, Indexing, Merging, OutpointAnswer, OutpointStatus, RecentTx, TxMerkle,
+    Utxo,
 };
 pub use backend::{computed, Backend, Compute, InPlace};
 pub use change::Change;

@@ -160,6 +160,12 @@ pub struct IndexArgs {
     /// That node's JSON-RPC address [default: the network's].
     #[arg(long, value_name = "HOST:PORT", requires = "daemon_dir")]
     pub daemon_rpc_addr: Option<String>,
+
+    /// Divide every size that shapes the index's LSM by F (`osprey index
+    /// --lsm-scale`): a chain F times smaller than another then builds the
+    /// LSM that one would, so mainnet's depth can be modelled here.
+    #[arg(long, value_name = "F", default_value_t = 1)]
+    pub lsm_scale: u32,
 }
 
 /// Where `osprey index` reads the chain in `osprey bench index`.
@@ -188,12 +194,16 @@ pub(crate) struct IndexPlan {
     pub db_parent: PathBuf,
     pub keep_db: bool,
     pub silent_payments: bool,
+    pub lsm_scale: u32,
 }
 
 impl IndexPlan {
     pub fn from_args(args: &IndexArgs) -> anyhow::Result<IndexPlan> {
         if args.runs == 0 {
             bail!("--runs must be at least 1");
+        }
+        if args.lsm_scale == 0 {
+            bail!("--lsm-scale must be at least 1");
         }
         let chain = std::path::absolute(&args.chain)
             .with_context(|| format!("--chain {}", args.chain.display()))?;
@@ -231,6 +241,7 @@ impl IndexPlan {
             db_parent,
             keep_db: args.keep_db,
             silent_payments: args.silent_payments,
+            lsm_scale: args.lsm_scale,
         })
     }
 }

@@ -66,11 +66,8 @@ pub enum RpcError {
     Internal(String),
     /// The first sync is not done: the answer would be partial. The text
     /// starts as electrs' does, so that what waits for electrs knows it.
-    #[error(
-        "unavailable index: indexing: height {height} of {node_height}; \
-         wallets are served once the index reaches the node's tip"
-    )]
-    Indexing { height: u32, node_height: u32 },
+    #[error("unavailable index: indexing: {0}")]
+    Indexing(osprey_answers::Indexing),
 }
 
 impl RpcError {
@@ -81,7 +78,7 @@ impl RpcError {
             RpcError::InvalidRequest(_) => -32600,
             RpcError::MethodNotFound(_) | RpcError::MethodUnavailable { .. } => -32601,
             RpcError::InvalidParams(_) => -32602,
-            RpcError::Internal(_) | RpcError::Indexing { .. } => -32603,
+            RpcError::Internal(_) | RpcError::Indexing(_) => -32603,
             RpcError::LimitExceeded(_) => -101,
             RpcError::ServerBusy(_) => -102,
             RpcError::BadRequest(_)

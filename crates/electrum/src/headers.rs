@@ -27,10 +27,7 @@ pub fn subscribe(backend: &dyn Backend) -> Result<Value, RpcError> {
     let Some(header) = backend.header(height) else {
         // Before the first sync's first commit there is no tip yet.
         return Err(match backend.indexing() {
-            Some(at) => RpcError::Indexing {
-                height: at.height.0,
-                node_height: at.node_height.0,
-            },
+            Some(at) => RpcError::Indexing(at),
             None => RpcError::Internal(format!("tip header at height {height} is missing")),
         });
     };

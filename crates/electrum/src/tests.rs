@@ -2422,6 +2422,7 @@ fn during_the_first_sync_only_what_is_right_at_any_height_is_answered() {
         s.indexing = Some(osprey_answers::Indexing {
             height: Height(3000),
             node_height: Height(870_000),
+            merging: None,
         });
         s.estimate = Some(0.0002);
         s.cached.insert(SH.parse().unwrap());
@@ -2485,6 +2486,26 @@ fn during_the_first_sync_only_what_is_right_at_any_height_is_answered() {
     );
     h.backend.update(|s| s.headers = headers);
 
+    // At the tip, while the bulk load is merged, the error says so.
+    h.backend.update(|s| {
+        s.indexing = Some(osprey_answers::Indexing {
+            height: Height(870_000),
+            node_height: Height(870_000),
+            merging: Some(osprey_answers::Merging {
+                partition: 3,
+                partitions: 16,
+            }),
+        })
+    });
+    let (code, message) = h.err("blockchain.scripthash.get_history", json!([SH]));
+    assert_eq!(code, -32603);
+    assert_eq!(
+        message,
+        "unavailable index: indexing: height 870000 of 870000, merging the index \
+         (partition 3 of 16); wallets are served once it is merged"
+    );
+    h.ok("blockchain.headers.subscribe", json!([]));
+
     h.backend.update(|s| s.indexing = None);
     for (method, params) in [
         ("blockchain.scripthash.get_balance", json!([SH])),
@@ -2507,6 +2528,7 @@ fn during_the_first_sync_1_7_and_silent_payment_methods_are_refused() {
         s.indexing = Some(osprey_answers::Indexing {
             height: Height(10),
             node_height: Height(20),
+            merging: None,
         });
     });
     h.ok("server.ping", json!([]));

@@ -219,15 +219,18 @@ impl Indexer {
         let (committed, written) = committer.finish();
         report.connected += committed;
         fetcher.join().expect("fetch thread does not panic");
-        // Compaction resumes whatever happened: a failed sync is retried
-        // from where it stopped, maybe as a catch-up that is no bulk load.
-        let bulk_ended = if bulk {
-            self.store.end_bulk_load()
-        } else {
-            Ok(())
-        };
         written?;
-        bulk_ended?;
+        // A bulk load is merged once it reaches the source's tip; one that
+        // stopped short (a stop, a node error, a reorg) goes on at the next
+        // sync, or after a restart, and is merged then.
+        let at_tip = self
+            .store
+            .tip()
+            .is_some_and(|(height, _)| height >= source_height);
+        if bulk && indexed.is_ok() && at_tip {
+            tracing::info!("bulk load at the tip: merging it, partition by partition");
+            self.store.end_bulk_load(&self.stop)?;
+        }
         report.settle_touched();
         match indexed {
             Err(Error::Reorged) => Ok(()),
@@ -242,6 +245,10 @@ impl Indexer {
         from: u32,
         source_height: Height,
     ) -> Result<bool, Error> {
+        if self.store.in_bulk_load() {
+            tracing::info!("bulk load: going on with the one under way");
+            return Ok(true);
+        }
         let to_go = source_height.0 - from + 1;
         let bulk = to_go >= self.config.bulk_blocks_min.max(from);
         if bulk {
@@ -295,9 +302,23 @@ impl Indexer {
                 self.store.silent_payments(),
             );
             let mut result = linked;
+            // The last block of this chunk taken, committed or pending.
+            let mut last = None;
             for (rows, block) in built.into_iter().zip(&blocks) {
                 match rows {
-                    Ok(rows) => self.take_rows(rows, block.size, committer, &mut stats, report),
+                    Ok(rows) => {
+                        last = Some(block.height);
+                        self.take_rows(rows, block.size, committer, &mut stats, report);
+                        // A batch is committed as soon as it is full, even
+                        // inside a chunk: scaled down (`lsm_scale`) or with
+                        // big blocks, a chunk holds several batches, and one
+                        // write bigger than a memtable would decide the
+                        // size of its flush.
+                        let near_tip = block.height.0 + 8 >= source_height.0;
+                        if committer.is_full(&self.config) && !committer.commit(near_tip) {
+                            return result;
+                        }
+                    }
                     Err(what) => {
                         result = Err(Error::BadBlock(format!(
                             "block {} ({}) from the source is malformed: {what}",
@@ -308,8 +329,7 @@ impl Indexer {
                     }
                 }
             }
-            let last = committer.last_height();
-            let at_tip = last.is_some_and(|h| h.0 + 8 >= source_height.0);
+            let at_tip = last.is_some_and(|h: Height| h.0 + 8 >= source_height.0);
             let stopping = self.stop.load(Ordering::Relaxed);
             if (result.is_err() || stopping || at_tip || committer.is_full(&self.config))
                 && !committer.commit(at_tip || stopping)

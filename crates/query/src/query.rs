@@ -7,7 +7,9 @@ use crate::status_cache::StatusCache;
 use bitcoin::consensus::{deserialize, serialize};
 use bitcoin::hashes::Hash;
 use bitcoin::{BlockHash, OutPoint, Transaction, TxMerkleNode, Txid};
-use osprey_answers::{Balance, Change, Error, HistoryEntry, Indexing, RecentTx, TxMerkle, Utxo};
+use osprey_answers::{
+    Balance, Change, Error, HistoryEntry, Indexing, Merging, RecentTx, TxMerkle, Utxo,
+};
 use osprey_chain::{ChainSource, MempoolAcceptance, MempoolFees, TxLocation};
 use osprey_core::{Height, ScriptHash, StatusHash, TxNum};
 use osprey_store::codec::{HistoryRow, RowKind, SPENT_TXID_PREFIX_LEN};
@@ -131,9 +133,14 @@ impl Query {
         }
         let height = self.tip().0;
         let node_height = Height(self.node_height.load(Ordering::Relaxed).max(height.0));
+        let merging = self.store.merging().map(|(partition, partitions)| Merging {
+            partition,
+            partitions,
+        });
         Some(Indexing {
             height,
             node_height,
+            merging,
         })
     }
 

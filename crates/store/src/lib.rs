@@ -44,13 +44,13 @@ use flat::FlatFile;
 use osprey_core::{Height, TxNum};
 use rocksdb::{Options, WriteBatch, DB};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Mutex, RwLock};
 
 /// Bumped whenever any key, value or file layout changes; a database with
 /// another version is refused ([`Error::Schema`]) and must be rebuilt,
 /// which `osprey serve` does by itself unless told not to.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The prefix configuration is part of the format: a database built with
 /// short test prefixes must never be read by a normal build. So is the
@@ -65,6 +65,7 @@ fn schema_tag(silent_payments: bool) -> Vec<u8> {
         codec::TXID_PREFIX_LEN as u8,
         codec::SPENT_TXID_PREFIX_LEN as u8,
         codec::EPOCH_SHIFT as u8,
+        PARTITIONS as u8,
     ]);
     if silent_payments {
         tag.push(SILENT_PAYMENTS_TAG);
@@ -83,17 +84,104 @@ const SILENT_PAYMENTS_TAG: u8 = 0x01;
 pub(crate) const TX_END_LEN: usize = 3;
 
 const CF_META: &str = "meta";
-const CF_HISTORY: &str = "history";
-const CF_TXID: &str = "txid";
 const CF_UNDO: &str = "undo";
-/// Every column family of this format.
-const ALL_CFS: [&str; 4] = [CF_META, CF_HISTORY, CF_TXID, CF_UNDO];
-/// Column families whose rows arrive in random key order, the ones a bulk
-/// load leaves uncompacted.
-const BULK_CFS: [&str; 2] = [CF_HISTORY, CF_TXID];
+
+/// Partitions of the history and txid rows, each a column family of its
+/// own (format 5), by the top bits of the hash leading their keys
+/// ([`partition_of`]). Why: RocksDB cuts a memtable flush into one file
+/// per column family (its SST partitioner acts on compactions only), so
+/// a bulk load's level-0 files each hold one partition, and the merge that
+/// ends it goes partition by partition, holding 1/16 of the index on disk
+/// twice instead of all of it (`Store::end_bulk_load`).
+pub const PARTITIONS: usize = 16;
+
+/// The history column families, partition 0 first.
+const HISTORY_CFS: [&str; PARTITIONS] = [
+    "history.0",
+    "history.1",
+    "history.2",
+    "history.3",
+    "history.4",
+    "history.5",
+    "history.6",
+    "history.7",
+    "history.8",
+    "history.9",
+    "history.a",
+    "history.b",
+    "history.c",
+    "history.d",
+    "history.e",
+    "history.f",
+];
+/// The txid column families, partition 0 first.
+const TXID_CFS: [&str; PARTITIONS] = [
+    "txid.0", "txid.1", "txid.2", "txid.3", "txid.4", "txid.5", "txid.6", "txid.7", "txid.8",
+    "txid.9", "txid.a", "txid.b", "txid.c", "txid.d", "txid.e", "txid.f",
+];
+
+/// The partition of a history or txid key: the top 4 bits of its first
+/// byte, the first of a script hash or txid.
+fn partition_of(key: &[u8]) -> usize {
+    usize::from(key.first().copied().unwrap_or(0) >> 4)
+}
+
+/// What the rows of a column family are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    Meta,
+    History,
+    Txid,
+    Undo,
+}
+
+impl Family {
+    /// The families as `footprint` and `lsm_shape` name them.
+    const ALL: [Family; 4] = [Family::Meta, Family::History, Family::Txid, Family::Undo];
+
+    fn name(self) -> &'static str {
+        match self {
+            Family::Meta => CF_META,
+            Family::History => "history",
+            Family::Txid => "txid",
+            Family::Undo => CF_UNDO,
+        }
+    }
+
+    /// Its column families, in key order.
+    fn column_families(self) -> &'static [&'static str] {
+        match self {
+            Family::Meta => &[CF_META],
+            Family::History => &HISTORY_CFS,
+            Family::Txid => &TXID_CFS,
+            Family::Undo => &[CF_UNDO],
+        }
+    }
+
+    /// Rows arrive in random key order: a bulk load leaves them uncompacted.
+    fn bulk(self) -> bool {
+        matches!(self, Family::History | Family::Txid)
+    }
+}
+
+/// Every column family of this format, with its family.
+fn all_cfs() -> impl Iterator<Item = (Family, &'static str)> {
+    Family::ALL
+        .into_iter()
+        .flat_map(|family| family.column_families().iter().map(move |&cf| (family, cf)))
+}
+
+/// The column families a bulk load leaves uncompacted: partition by
+/// partition, history then txid.
+fn bulk_cfs_of(partition: usize) -> [&'static str; 2] {
+    [HISTORY_CFS[partition], TXID_CFS[partition]]
+}
 const META_SCHEMA: &[u8] = b"schema";
 const META_TIP: &[u8] = b"tip";
 const META_NETWORK: &[u8] = b"network";
+/// Present while a bulk load is under way (from its start to its merge's
+/// end), so that one interrupted goes on after a restart.
+const META_BULK: &[u8] = b"bulk";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -174,12 +262,32 @@ pub struct StoreConfig {
     /// RocksDB block cache, in bytes.
     pub cache_bytes: usize,
     /// Level-0 files a bulk load (see [`Store::begin_bulk_load`]) may pile
-    /// up in one column family before it hands over to normal compaction.
+    /// up in one partition of a column family (one per memtable flush)
+    /// before it hands over to normal compaction: a safety valve, far
+    /// above what mainnet needs.
     pub bulk_l0_files_max: u64,
     /// Whether the index keeps silent-payment records (`sptweaks.dat`,
     /// `spoffsets.dat`). Part of the format: an index built the other way
     /// is refused ([`Error::Schema`]).
     pub silent_payments: bool,
+    /// Every size that decides the LSM's shape is divided by this: write
+    /// buffers, target file sizes, level base sizes and the block cache
+    /// (1: the real sizes). A chain 1/F of another then builds the same
+    /// LSM as that one (files, levels, hand-over, compactions per byte),
+    /// so a chain this machine holds models mainnet's
+    /// (`osprey bench index --lsm-scale`). File counts stay: each file is
+    /// already 1/F the bytes. The indexer's batches must shrink with it
+    /// ([`StoreConfig::scaled`]), or a batch larger than a scaled memtable
+    /// would decide the flushes' size instead.
+    pub lsm_scale: u32,
+}
+
+impl StoreConfig {
+    /// A size (bytes, or rows that become bytes) at this store's scale
+    /// (see [`StoreConfig::lsm_scale`]); at least 1.
+    pub fn scaled(&self, size: usize) -> usize {
+        (size / self.lsm_scale.max(1) as usize).max(1)
+    }
 }
 
 impl Default for StoreConfig {
@@ -187,10 +295,11 @@ impl Default for StoreConfig {
         StoreConfig {
             reorg_depth_max: 1000,
             cache_bytes: 256 << 20,
-            // ~200 flushes of a 32 MB memtable: a few GB of rows, and file
-            // handles well inside the usual 1024 descriptors.
-            bulk_l0_files_max: 200,
+            // Mainnet's history column family takes ~FLUSHES flushes of a
+            // 32 MB memtable.
+            bulk_l0_files_max: 20_000,
             silent_payments: false,
+            lsm_scale: 1,
         }
     }
 }
@@ -311,6 +420,37 @@ impl Files {
     }
 }
 
+/// The LSM's shape (see [`Store::lsm_shape`]): what decides whether ingest
+/// stays flat as the index grows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LsmShape {
+    /// Each column family's live SST files, by level.
+    pub column_families: Vec<CfLevels>,
+    /// Time writes waited for RocksDB (slowed down or stopped) since open.
+    pub stall_micros: u64,
+    /// Bytes flushed from memtables, and read and written by compactions,
+    /// since open.
+    pub flush_write_bytes: u64,
+    pub compact_read_bytes: u64,
+    pub compact_write_bytes: u64,
+    /// Transactions in the index when a bulk load handed over to leveled
+    /// compaction at its level-0 limit; `None` if none did since open.
+    pub bulk_handed_over_at_tx: Option<u64>,
+    /// Level-0 files of the history and txid families when a bulk load's
+    /// merge began (one per partition and memtable flush that wrote to it);
+    /// `None` if none began since open.
+    pub bulk_merged_l0_files: Option<u64>,
+}
+
+/// One column family's live files and bytes per level, level 0 first, up
+/// to its last non-empty level.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CfLevels {
+    pub name: &'static str,
+    pub files: Vec<u64>,
+    pub bytes: Vec<u64>,
+}
+
 /// One part of the index on disk (see [`Store::footprint`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Part {
@@ -339,12 +479,21 @@ pub struct Store {
     /// Set while memtables hold batches written without the WAL (initial
     /// sync); they must be flushed before the next WAL-protected write.
     unlogged: AtomicBool,
-    /// Set during a bulk load: automatic compaction of [`BULK_CFS`] is off.
+    /// Set during a bulk load: automatic compaction of the history and
+    /// txid column families is off.
     bulk: AtomicBool,
     /// Set by a failed write: what the index in memory and on disk may
     /// disagree on since (flat files ahead of the tip, RocksDB in its
     /// background-error state) until [`Store::resume_writes`] reopens it.
     stalled: Mutex<Option<Stall>>,
+    /// Transactions indexed when a bulk load last handed over at its
+    /// level-0 limit; 0: none did.
+    handed_over_at_tx: AtomicU64,
+    /// The partition a bulk load's merge is merging, counted from 1; 0:
+    /// no merge runs.
+    merging: AtomicUsize,
+    /// Level-0 files when the last merge began (see [`LsmShape`]).
+    merged_l0_files: AtomicU64,
 }
 
 /// Why writes stopped, and what they need to resume.
@@ -354,6 +503,25 @@ struct Stall {
     /// Free bytes a retry needs; 0 when the failure was not a full disk
     /// (a reopen is tried at once).
     needed: u64,
+}
+
+/// The column family `name` of `db`: every one of the format is opened
+/// with the index.
+fn cf<'a>(db: &'a DB, name: &str) -> &'a rocksdb::ColumnFamily {
+    db.cf_handle(name)
+        .expect("every column family is opened with the index")
+}
+
+/// The history column family of the partition `key` (a history key, a
+/// script hash or a bucket of one) falls in.
+fn history_cf<'a>(db: &'a DB, key: &[u8]) -> &'a rocksdb::ColumnFamily {
+    cf(db, HISTORY_CFS[partition_of(key)])
+}
+
+/// The txid column family of the partition `key` (a txid key or txid)
+/// falls in.
+fn txid_cf<'a>(db: &'a DB, key: &[u8]) -> &'a rocksdb::ColumnFamily {
+    cf(db, TXID_CFS[partition_of(key)])
 }
 
 /// Bytes of Bitcoin's compact-size encoding of `n` (the transaction count

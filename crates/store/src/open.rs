@@ -3,7 +3,7 @@
 //! committed tip.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use bitcoin::block::Header;
@@ -14,8 +14,8 @@ use rocksdb::{ColumnFamilyDescriptor, Options, DB};
 
 use crate::flat::FlatFile;
 use crate::{
-    codec, layout, schema_tag, space, Chain, Error, Files, Result, SpFiles, Store, StoreConfig,
-    ALL_CFS, CF_HISTORY, CF_META, CF_TXID, CF_UNDO, META_NETWORK, META_SCHEMA, META_TIP,
+    all_cfs, codec, layout, schema_tag, space, Chain, Error, Family, Files, Result, SpFiles, Store,
+    StoreConfig, CF_META, META_BULK, META_NETWORK, META_SCHEMA, META_TIP,
 };
 use osprey_core::Height;
 
@@ -35,11 +35,15 @@ impl Store {
         std::fs::create_dir_all(dir).map_err(file_err(dir))?;
         let db_path = dir.join(layout::ROCKSDB_DIR);
         refuse_foreign_column_families(dir, &db_path, config.silent_payments)?;
-        let opts = db_options()?;
+        let opts = db_options(&config)?;
         let db = open_db(&db_path, &opts, &config)?;
         check_format(&db, dir, network, config.silent_payments, true)?;
+        // A bulk load that did not reach its merge (stopped, killed, a
+        // node gone) goes on where it was: its level-0 files wait for the
+        // merge at the tip, with compaction off as before.
+        let bulk = in_bulk_load(&db)?;
         let (files, chain) = load_chain(&db, dir, config.silent_payments)?;
-        Ok(Store {
+        let store = Store {
             db: RwLock::new(Some(db)),
             options: opts,
             path: dir.to_path_buf(),
@@ -47,10 +51,17 @@ impl Store {
             chain: RwLock::new(chain),
             files: RwLock::new(files),
             unlogged: AtomicBool::new(false),
-            bulk: AtomicBool::new(false),
+            bulk: AtomicBool::new(bulk),
             secondary: None,
             stalled: Mutex::new(None),
-        })
+            handed_over_at_tx: AtomicU64::new(0),
+            merging: AtomicUsize::new(0),
+            merged_l0_files: AtomicU64::new(0),
+        };
+        if bulk {
+            store.set_auto_compaction(false)?;
+        }
+        Ok(store)
     }
 
     /// After a failed write (a full disk, an I/O error), makes the index
@@ -92,11 +103,18 @@ impl Store {
             Ok((opened, files, chain))
         });
         let (opened, files, chain) = reopened.map_err(|e| self.no_space_or(e, stall.needed))?;
+        let bulk = in_bulk_load(&opened)?;
         *self.chain.write().expect("chain lock poisoned") = chain;
         *self.files.write().expect("files lock poisoned") = files;
         *db = Some(opened);
+        drop(db);
         self.unlogged.store(false, Ordering::SeqCst);
-        self.bulk.store(false, Ordering::SeqCst);
+        // A bulk load goes on, compaction off again (the column families
+        // open with it on).
+        self.bulk.store(bulk, Ordering::SeqCst);
+        if bulk {
+            self.set_auto_compaction(false)?;
+        }
         *self.stalled.lock().expect("stall lock poisoned") = None;
         tracing::info!(
             path = %self.path.display(),
@@ -135,16 +153,18 @@ fn load_chain(db: &DB, dir: &Path, silent_payments: bool) -> Result<(Files, Chai
 }
 
 /// The column families of this format, with their options (one block
-/// cache of `config.cache_bytes` for all).
+/// cache of `config.cache_bytes`, scaled, for all).
 pub(crate) fn column_families(config: &StoreConfig) -> Vec<ColumnFamilyDescriptor> {
-    let cache = rocksdb::Cache::new_lru_cache(config.cache_bytes);
-    let cf = |name, prefix_len| column_family(name, prefix_len, config, &cache);
-    vec![
-        cf(CF_META, None),
-        cf(CF_HISTORY, Some(codec::SCRIPT_BUCKET_LEN)),
-        cf(CF_TXID, Some(codec::TXID_PREFIX_LEN)),
-        cf(CF_UNDO, None),
-    ]
+    let cache = rocksdb::Cache::new_lru_cache(config.scaled(config.cache_bytes));
+    all_cfs()
+        .map(|(family, name)| column_family(family, name, config, &cache))
+        .collect()
+}
+
+/// Whether the index is in a bulk load (`meta`'s `bulk` record).
+fn in_bulk_load(db: &DB) -> Result<bool> {
+    let meta = db.cf_handle(CF_META).expect("meta cf opened");
+    Ok(db.get_cf(meta, META_BULK)?.is_some())
 }
 
 /// The committed tip: its height and block hash (`None` for an empty
@@ -173,7 +193,7 @@ pub(crate) fn refuse_foreign_column_families(
     if let Ok(found) = DB::list_cf(&Options::default(), db_path) {
         if let Some(foreign) = found
             .iter()
-            .find(|cf| !ALL_CFS.contains(&cf.as_str()) && cf.as_str() != "default")
+            .find(|cf| cf.as_str() != "default" && !all_cfs().any(|(_, name)| name == cf.as_str()))
         {
             return Err(Error::Schema {
                 path: dir.to_path_buf(),
@@ -185,8 +205,11 @@ pub(crate) fn refuse_foreign_column_families(
     Ok(())
 }
 
+/// Target size of an SST file past level 0.
+const TARGET_FILE_BYTES: usize = 128 << 20;
+
 /// The database's options (the column families have their own).
-pub(crate) fn db_options() -> Result<Options> {
+pub(crate) fn db_options(config: &StoreConfig) -> Result<Options> {
     // No fallocate (a DB option the Rust API only takes as a string):
     // RocksDB would reserve 1.1x a memtable for each WAL and a whole
     // target file for each SST being written, which showed as ~36 MB of
@@ -197,13 +220,21 @@ pub(crate) fn db_options() -> Result<Options> {
     opts.create_missing_column_families(true);
     opts.set_max_open_files(256);
     opts.set_keep_log_file_num(4);
+    // RocksDB's LOG names every flush and compaction of each of the 34
+    // column families: unbounded, it grew to 20 MB on a 1M-transaction
+    // chain (2% of the index), so it rolls at 4 MB.
+    opts.set_max_log_file_size(4 << 20);
     opts.increase_parallelism(2);
-    opts.set_target_file_size_base(128 << 20);
-    opts.set_max_bytes_for_level_base(1 << 30);
+    opts.set_target_file_size_base(config.scaled(TARGET_FILE_BYTES) as u64);
+    opts.set_max_bytes_for_level_base(config.scaled(1 << 30) as u64);
     opts.set_level_compaction_dynamic_level_bytes(true);
     // The merge that ends a bulk load is one compaction of every level-0
     // file: split by key range, it uses both background threads.
     opts.set_max_subcompactions(2);
+    // A bulk load's merge reads a partition's level-0 files at once,
+    // thousands on mainnet: RocksDB's 2 MB of readahead for each would be
+    // GBs. Without it, the kernel's readahead of buffered reads remains.
+    opts.set_compaction_readahead_size(0);
     // The initial sync writes without the WAL (see `apply`): flushing
     // every column family together is what keeps a crash consistent,
     // since all of them then come back at the same earlier batch.
@@ -215,23 +246,28 @@ pub(crate) fn db_options() -> Result<Options> {
     Ok(opts)
 }
 
-/// The options of one column family; `prefix_len` sets up prefix scans
-/// and their bloom filters.
+/// The options of one column family `name` of `family`.
 fn column_family(
+    family: Family,
     name: &str,
-    prefix_len: Option<usize>,
     config: &StoreConfig,
     cache: &rocksdb::Cache,
 ) -> ColumnFamilyDescriptor {
     let mut o = Options::default();
     // Memtables are most of the initial sync's memory. On chaingen
     // `medium` over Core REST, 32 MB instead of 128 MB took peak RSS
-    // from ~450 to ~270 MB at the same speed and index size.
-    o.set_write_buffer_size(32 << 20);
-    o.set_target_file_size_base(128 << 20);
-    // A bulk load ends with up to `bulk_l0_files_max` level-0 files;
-    // writes (a new block) must not stall while they are merged.
-    // Outside bulk loads level 0 stays at the compaction trigger.
+    // from ~450 to ~270 MB at the same speed and index size. A partition
+    // gets its share: the family's memtables together are 32 MB, and
+    // flushes (all column families at once, atomic flush) come as often.
+    let partitions = family.column_families().len();
+    o.set_write_buffer_size(config.scaled((32 << 20) / partitions));
+    o.set_target_file_size_base(config.scaled(TARGET_FILE_BYTES) as u64);
+    // RocksDB's default (256 MiB), named so that `lsm_scale` divides it.
+    o.set_max_bytes_for_level_base(config.scaled(256 << 20) as u64);
+    // A bulk load ends with up to `bulk_l0_files_max` level-0 files in
+    // each partition; writes must never stall for them, since nothing
+    // compacts them before the merge. Outside bulk loads level 0 stays at
+    // the compaction trigger.
     let l0_max = i32::try_from(config.bulk_l0_files_max).unwrap_or(i32::MAX);
     o.set_level_zero_slowdown_writes_trigger(l0_max.saturating_add(20));
     o.set_level_zero_stop_writes_trigger(l0_max.saturating_add(40));
@@ -271,20 +307,25 @@ fn column_family(
     table.set_partition_filters(true);
     table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
     table.set_pin_top_level_index_and_filter(true);
+    let prefix_len = match family {
+        Family::History => Some(codec::SCRIPT_BUCKET_LEN),
+        Family::Txid => Some(codec::TXID_PREFIX_LEN),
+        Family::Meta | Family::Undo => None,
+    };
     if let Some(len) = prefix_len {
         // Lookups are prefix scans: prefix blooms let a scan skip
         // files that cannot hold the script or txid at all.
         o.set_prefix_extractor(rocksdb::SliceTransform::create_fixed_prefix(len));
         table.set_whole_key_filtering(false);
     }
-    if name == CF_HISTORY {
+    if family == Family::History {
         // A script's rows of one epoch are one value, appended to by
         // merge operands (`codec::history_operands`): see `codec`.
         o.set_merge_operator_associative("osprey-history-4", |key, existing, operands| {
             codec::merge_history(key, existing, operands.iter())
         });
     }
-    if name == CF_TXID {
+    if family == Family::Txid {
         // Its lookups are of transactions a wallet or the mempool
         // saw confirmed: they nearly always hit, and a filter
         // answers only misses. None in the last level, where

@@ -9,7 +9,7 @@ use bitcoin::{BlockHash, Txid};
 use osprey_core::{Height, ScriptHash, TxNum};
 
 use crate::codec::{self, HistoryRow};
-use crate::{compact_size_len, Chain, Error, Result, Store, CF_HISTORY, CF_TXID};
+use crate::{compact_size_len, history_cf, txid_cf, Chain, Error, Result, Store, StoreConfig};
 
 impl Store {
     pub(crate) fn chain(&self) -> RwLockReadGuard<'_, Chain> {
@@ -168,9 +168,9 @@ impl Store {
     /// # Errors
     /// On database or file errors.
     pub fn find_tx_num(&self, txid: &Txid) -> Result<Option<TxNum>> {
-        let db = self.db()?;
-        let cf = db.cf_handle(CF_TXID).expect("txid cf");
         let prefix = codec::txid_prefix(txid);
+        let db = self.db()?;
+        let cf = txid_cf(&db, prefix);
         let mut found = None;
         for item in db.prefix_iterator_cf(cf, prefix) {
             let (key, _) = item?;
@@ -195,9 +195,9 @@ impl Store {
         scripthash: &ScriptHash,
         limit: usize,
     ) -> Result<Option<Vec<HistoryRow>>> {
-        let db = self.db()?;
-        let cf = db.cf_handle(CF_HISTORY).expect("history cf");
         let prefix = codec::history_prefix(scripthash);
+        let db = self.db()?;
+        let cf = history_cf(&db, prefix);
         // The bound lets RocksDB stop at the end of the script's block
         // (the index tells it the next block is past the bound) without
         // reading the next one, which may be one busy script's whole
@@ -260,6 +260,11 @@ pub struct SpBlock {
 }
 
 impl Store {
+    /// The settings the index was opened with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
     /// Whether the index keeps silent-payment records.
     pub fn silent_payments(&self) -> bool {
         self.config.silent_payments
@@ -350,8 +355,8 @@ impl Store {
     /// On database errors or corrupt rows.
     pub fn funding_at(&self, scripthash: &ScriptHash, tx_num: TxNum) -> Result<bool> {
         let db = self.db()?;
-        let cf = db.cf_handle(CF_HISTORY).expect("history cf");
         let key = codec::history_key(codec::history_prefix(scripthash), tx_num);
+        let cf = history_cf(&db, &key);
         let Some(value) = db.get_pinned_cf(cf, &key)? else {
             return Ok(false);
         };

@@ -17,7 +17,7 @@
 //! again rather than take them.
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Mutex, RwLock};
 
 use bitcoin::block::Header;
@@ -68,7 +68,7 @@ impl Store {
             return Err(Error::NoIndex(dir.to_path_buf()));
         }
         refuse_foreign_column_families(dir, &db_path, config.silent_payments)?;
-        let mut opts = db_options()?;
+        let mut opts = db_options(&config)?;
         opts.create_if_missing(false);
         opts.create_missing_column_families(false);
         // Every SST file held open: the writer's compactions delete files
@@ -110,6 +110,9 @@ impl Store {
             unlogged: AtomicBool::new(false),
             bulk: AtomicBool::new(false),
             stalled: Mutex::new(None),
+            handed_over_at_tx: AtomicU64::new(0),
+            merging: AtomicUsize::new(0),
+            merged_l0_files: AtomicU64::new(0),
         };
         let db = store.db()?;
         let tip = read_tip(&db)?;

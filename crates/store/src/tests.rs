@@ -5,7 +5,7 @@ use bitcoin::{CompactTarget, TxMerkleNode};
 use codec::HistoryRow;
 use osprey_core::ScriptHash;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::AtomicBool;
 
 fn header(height: u32, prev: BlockHash) -> Header {
     Header {
@@ -18,14 +18,17 @@ fn header(height: u32, prev: BlockHash) -> Header {
     }
 }
 
+/// Distinct for each `n` and `fork`, in partitions 0 to 15 by `n`.
 fn txid(n: u64, fork: u8) -> Txid {
     let mut b = [fork; 32];
     b[..8].copy_from_slice(&n.to_le_bytes());
+    b[0] = b[0].wrapping_mul(0x11);
     Txid::from_byte_array(b)
 }
 
+/// Scripts 0, 1 and 2 are in partitions 0, 5 and 10.
 fn script(n: u8) -> ScriptHash {
-    ScriptHash([n; 32])
+    ScriptHash([n.wrapping_mul(0x51); 32])
 }
 
 /// A chain of `len` blocks where block h has 2 transactions, paying scripts
@@ -190,7 +193,7 @@ fn wrong_network_or_schema_is_refused() {
         let db = DB::open_cf(
             &Options::default(),
             dir.path().join("rocksdb"),
-            [CF_META, CF_HISTORY, CF_TXID, CF_UNDO],
+            all_cfs().map(|(_, name)| name),
         )
         .unwrap();
         db.put_cf(
@@ -216,15 +219,16 @@ fn a_foreign_column_family_is_a_format_change() {
     {
         let mut opts = Options::default();
         opts.create_missing_column_families(true);
-        let mut cfs: Vec<&str> = ALL_CFS.to_vec();
-        cfs.push("history_v3");
+        let mut cfs: Vec<&str> = all_cfs().map(|(_, name)| name).collect();
+        // Format 4's single history column family.
+        cfs.push("history");
         drop(DB::open_cf(&opts, dir.path().join("rocksdb"), cfs).unwrap());
     }
     let err = Store::open(dir.path(), "regtest", StoreConfig::default())
         .err()
         .unwrap();
     assert!(
-        matches!(err, Error::Schema { ref found, .. } if found.contains("history_v3")),
+        matches!(err, Error::Schema { ref found, .. } if found.contains("\"history\"")),
         "{err}"
     );
 }
@@ -314,30 +318,55 @@ fn sort_key_orders_like_the_key_bytes() {
     assert!(crate::write::sort_key(&[1]) < crate::write::sort_key(&[1, 1]));
 }
 
+/// Level-0 files of the history and txid families that hold keys of
+/// another partition than their column family's.
+fn files_in_other_partitions(store: &Store) -> usize {
+    store
+        .db()
+        .unwrap()
+        .live_files()
+        .unwrap()
+        .iter()
+        .filter(|f| {
+            let Some(partition) = HISTORY_CFS
+                .iter()
+                .chain(&TXID_CFS)
+                .position(|&name| name == f.column_family_name)
+            else {
+                return false;
+            };
+            let partition = partition % PARTITIONS;
+            let ends = [&f.start_key, &f.end_key];
+            ends.iter()
+                .any(|key| key.as_deref().map(partition_of) != Some(partition))
+        })
+        .count()
+}
+
 #[test]
-fn bulk_load_defers_compaction_then_hands_over() {
+fn bulk_load_defers_compaction_then_merges_by_partition() {
     let chain = blocks(0, 12, None, 0, 0);
     let plain_dir = tempfile::tempdir().unwrap();
     let plain = Store::open(plain_dir.path(), "regtest", StoreConfig::default()).unwrap();
     plain.apply(&chain, false, Height(11)).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig {
-        bulk_l0_files_max: 8,
-        ..StoreConfig::default()
-    };
-    let store = Store::open(dir.path(), "regtest", config).unwrap();
+    let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
     store.begin_bulk_load().unwrap();
-    // One level-0 file per flush and column family, none merged: more than
-    // the compaction trigger (4) would allow.
+    // Files per flush and column family, none merged: more than the
+    // compaction trigger (4) would allow, each within one partition.
     for block in &chain[..8] {
         store
             .apply(std::slice::from_ref(block), false, Height(11))
             .unwrap();
         store.flush().unwrap();
     }
-    assert_eq!(store.l0_files().unwrap(), 8);
-    assert!(store.bulk.load(Ordering::SeqCst));
+    // Block h pays script h % 3, in partitions 0, 5 and 10: each flush
+    // wrote a file in one of them; `l0_files` counts the fullest.
+    assert_eq!(store.l0_files().unwrap(), 3);
+    let history = store.lsm_shape().unwrap().column_families[1].clone();
+    assert_eq!((history.name, history.files), ("history", vec![8]));
+    assert_eq!(files_in_other_partitions(&store), 0);
     let mut expected = plain.history(&script(1), 100).unwrap().unwrap();
     expected.retain(|row| row.tx_num.0 < store.tx_count());
     assert_eq!(
@@ -345,11 +374,56 @@ fn bulk_load_defers_compaction_then_hands_over() {
         expected,
         "rows in level 0 read the same"
     );
-    // The commit that finds more files than allowed ends the bulk load.
-    store.apply(&chain[8..9], false, Height(11)).unwrap();
-    store.flush().unwrap();
-    store.apply(&chain[9..], false, Height(11)).unwrap();
-    assert!(!store.bulk.load(Ordering::SeqCst));
+
+    // Interrupted: reopened, the index is still in its bulk load.
+    drop(store);
+    let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    assert!(store.in_bulk_load());
+    store.apply(&chain[8..], false, Height(11)).unwrap();
+    // A stop before the first partition leaves the load under way.
+    assert!(!store.end_bulk_load(&AtomicBool::new(true)).unwrap());
+    assert!(store.in_bulk_load());
+    assert!(store.l0_files().unwrap() > 0);
+    assert!(store.end_bulk_load(&AtomicBool::new(false)).unwrap());
+    assert!(!store.in_bulk_load());
+    assert_eq!(store.l0_files().unwrap(), 0);
+    assert_eq!(files_in_other_partitions(&store), 0);
+    assert_eq!(store.digest().unwrap(), plain.digest().unwrap());
+    drop(store);
+    let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    assert!(!store.in_bulk_load(), "the merge's end is durable");
+}
+
+#[test]
+fn bulk_load_hands_over_at_its_level_0_limit() {
+    let chain = blocks(0, 12, None, 0, 0);
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = Store::open(plain_dir.path(), "regtest", StoreConfig::default()).unwrap();
+    plain.apply(&chain, false, Height(11)).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        bulk_l0_files_max: 1,
+        ..StoreConfig::default()
+    };
+    let store = Store::open(dir.path(), "regtest", config).unwrap();
+    store.begin_bulk_load().unwrap();
+    // Blocks 0 to 3 pay scripts in partitions 0, 5, 10, then 0 again.
+    for block in &chain[..4] {
+        store
+            .apply(std::slice::from_ref(block), false, Height(11))
+            .unwrap();
+        assert!(store.in_bulk_load(), "at most one file in each partition");
+        store.flush().unwrap();
+    }
+    // The commit that finds two files in partition 0 hands over.
+    store.apply(&chain[4..], false, Height(11)).unwrap();
+    assert!(!store.in_bulk_load());
+    let transactions = 2 * chain.len() as u64;
+    assert_eq!(
+        store.lsm_shape().unwrap().bulk_handed_over_at_tx,
+        Some(transactions)
+    );
     store.compact().unwrap();
     assert_eq!(store.l0_files().unwrap(), 0);
     assert_eq!(store.digest().unwrap(), plain.digest().unwrap());
@@ -736,7 +810,7 @@ fn silent_payment_files_ahead_are_cut_and_short_ones_refused() {
 /// `serve` rebuild it; without it the tag is exactly the old one.
 #[test]
 fn the_silent_payments_setting_is_part_of_the_format() {
-    assert_eq!(schema_tag(false).len(), 9);
+    assert_eq!(schema_tag(false).len(), 10);
     assert_eq!(schema_tag(true), [schema_tag(false), vec![0x01]].concat());
     for built_with in [false, true] {
         let dir = tempfile::tempdir().unwrap();

@@ -11,8 +11,8 @@ use rocksdb::{WriteBatch, WriteOptions};
 
 use crate::codec;
 use crate::{
-    Error, IndexedBlock, PreparedBatch, Result, Store, CF_HISTORY, CF_META, CF_TXID, CF_UNDO,
-    META_TIP,
+    cf, history_cf, partition_of, txid_cf, Error, IndexedBlock, PreparedBatch, Result, Store,
+    CF_META, CF_UNDO, META_TIP,
 };
 
 impl Store {
@@ -39,9 +39,7 @@ impl Store {
     /// When a block's rows are not [`codec::HistoryRow::encode`] entries.
     pub fn prepare(&self, blocks: &[IndexedBlock], source_tip: Height) -> Result<PreparedBatch> {
         let db = self.db()?;
-        let history = db.cf_handle(CF_HISTORY).expect("history cf");
-        let txid_cf = db.cf_handle(CF_TXID).expect("txid cf");
-        let undo = db.cf_handle(CF_UNDO).expect("undo cf");
+        let undo = cf(&db, CF_UNDO);
         // Sized up front: a growing batch doubles and copies its buffer,
         // which showed as memmove in profiles of the initial sync. Each
         // history row appears as itself and, at most, as its script's prefix
@@ -114,12 +112,12 @@ impl Store {
                 .map(|(_, (key, value))| (key.as_slice(), value.as_slice())),
         )?;
         for (key, operand) in operands {
-            batch.merge_cf(history, key, operand);
+            batch.merge_cf(history_cf(&db, &key), key, operand);
         }
         // Txid keys are 9 bytes, so the integer alone orders them.
         txid_keys.par_sort_unstable_by_key(|key| sort_key(key));
         for key in txid_keys {
-            batch.put_cf(txid_cf, key, []);
+            batch.put_cf(txid_cf(&db, &key), key, []);
         }
         Ok(PreparedBatch {
             blocks: blocks
@@ -191,8 +189,8 @@ impl Store {
             self.flush_unlogged()?;
         }
         let db = self.db()?;
-        let undo = db.cf_handle(CF_UNDO).expect("undo cf");
-        let meta = db.cf_handle(CF_META).expect("meta cf");
+        let undo = cf(&db, CF_UNDO);
+        let meta = cf(&db, CF_META);
         let mut new_counts = Vec::with_capacity(blocks.len());
         let mut new_sp_offsets = Vec::new();
         {
@@ -251,9 +249,11 @@ impl Store {
         if let Some(l0_files) = l0_files.filter(|&n| n > self.config.bulk_l0_files_max) {
             tracing::info!(
                 l0_files,
+                transactions = tx_count,
                 "bulk load reached its level-0 limit; compacting as usual from here"
             );
-            self.end_bulk_load()?;
+            self.handed_over_at_tx.store(tx_count, Ordering::SeqCst);
+            self.hand_over_bulk_load()?;
         }
 
         let mut chain = self.chain.write().expect("chain lock poisoned");
@@ -297,10 +297,8 @@ impl Store {
         let total = self.tx_count();
         self.flush_unlogged()?;
         let db = self.db()?;
-        let history = db.cf_handle(CF_HISTORY).expect("history cf");
-        let txid_cf = db.cf_handle(CF_TXID).expect("txid cf");
-        let undo = db.cf_handle(CF_UNDO).expect("undo cf");
-        let meta = db.cf_handle(CF_META).expect("meta cf");
+        let undo = cf(&db, CF_UNDO);
+        let meta = cf(&db, CF_META);
         // Every row of the undone blocks has a tx_num of at least
         // `first_removed_tx` and belongs to a script in a bucket their undo
         // records name: for each script of those buckets, the value of the
@@ -318,38 +316,41 @@ impl Store {
         buckets.sort_unstable();
         buckets.dedup();
         let first_removed = TxNum(first_removed_tx);
-        // One iterator for every bucket, in total order: an undo bucket is
+        // One iterator per partition, in total order: an undo bucket is
         // shorter than the bloom prefix, so a scan crosses bloom prefixes.
-        let mut read = rocksdb::ReadOptions::default();
-        read.set_total_order_seek(true);
-        let mut rows = db.raw_iterator_cf_opt(history, read);
-        for bucket in buckets {
-            rows.seek(&bucket);
-            while let Some(script_id) = rows
-                .key()
-                .filter(|key| key.starts_with(&bucket) && key.len() >= codec::SCRIPT_ID_LEN)
-                .map(|key| key[..codec::SCRIPT_ID_LEN].to_vec())
-            {
-                rows.seek(codec::history_key(&script_id, first_removed));
-                while let Some((key, value)) =
-                    rows.item().filter(|(key, _)| key.starts_with(&script_id))
+        // Buckets are sorted, so partitions come in order.
+        for partition_buckets in buckets.chunk_by(|a, b| partition_of(a) == partition_of(b)) {
+            let history = history_cf(&db, &partition_buckets[0]);
+            let mut read = rocksdb::ReadOptions::default();
+            read.set_total_order_seek(true);
+            let mut rows = db.raw_iterator_cf_opt(history, read);
+            for bucket in partition_buckets {
+                rows.seek(bucket);
+                while let Some(script_id) = rows
+                    .key()
+                    .filter(|key| key.starts_with(bucket) && key.len() >= codec::SCRIPT_ID_LEN)
+                    .map(|key| key[..codec::SCRIPT_ID_LEN].to_vec())
                 {
-                    match codec::truncate_history_value(key, value, first_removed)? {
-                        Some(kept) if kept.len() < value.len() => batch.put_cf(history, key, kept),
-                        Some(_) => {}
-                        None => batch.delete_cf(history, key),
+                    rows.seek(codec::history_key(&script_id, first_removed));
+                    while let Some((key, value)) =
+                        rows.item().filter(|(key, _)| key.starts_with(&script_id))
+                    {
+                        match codec::truncate_history_value(key, value, first_removed)? {
+                            Some(kept) if kept.len() < value.len() => {
+                                batch.put_cf(history, key, kept)
+                            }
+                            Some(_) => {}
+                            None => batch.delete_cf(history, key),
+                        }
+                        rows.next();
                     }
-                    rows.next();
                 }
             }
+            rows.status()?;
         }
-        rows.status()?;
-        drop(rows);
         for (i, txid) in self.txids(first_removed_tx..total)?.iter().enumerate() {
-            batch.delete_cf(
-                txid_cf,
-                codec::txid_key(txid, TxNum(first_removed_tx + i as u64)),
-            );
+            let key = codec::txid_key(txid, TxNum(first_removed_tx + i as u64));
+            batch.delete_cf(txid_cf(&db, &key), key);
         }
         let mut tip_record = height.0.to_be_bytes().to_vec();
         tip_record.extend_from_slice(

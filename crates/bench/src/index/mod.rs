@@ -41,11 +41,16 @@ use crate::{print_report, write_file};
 use anyhow::{bail, Context};
 use osprey_chaingen::manifest::Manifest;
 use procfs::SpFiles;
-use progress::Batch;
+use progress::{Batch, Line, LsmShape};
 use report::{ChainRef, IndexReport, IndexRunRecord, Indexer};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// Between samples of the database's size for its peak: a walk of a few
+/// hundred files, rare enough to cost nothing, often enough for a merge
+/// that lasts minutes.
+const DB_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// File name of the Markdown report inside the output directory.
 pub const INDEX_REPORT_FILE: &str = "index.md";
@@ -178,6 +183,7 @@ fn index_args(
     source: &IndexSource,
     db_dir: &Path,
     silent_payments: bool,
+    lsm_scale: u32,
 ) -> Vec<OsString> {
     let mut args: Vec<OsString> = ["index", "--network", network].map(OsString::from).into();
     match source {
@@ -201,6 +207,9 @@ fn index_args(
     args.push(db_dir.into());
     if silent_payments {
         args.push("--silent-payments".into());
+    }
+    if lsm_scale != 1 {
+        args.extend(["--lsm-scale".into(), lsm_scale.to_string().into()]);
     }
     args.extend(["--progress-json", "--log-filter", "warn"].map(OsString::from));
     args
@@ -227,6 +236,7 @@ fn run_once(context: &Shared<'_>, run: usize) -> anyhow::Result<IndexRunRecord> 
         &plan.source,
         db.path(),
         plan.silent_payments,
+        plan.lsm_scale,
     );
     let mut command = Command::new(context.osprey);
     // Inside the empty database directory no osprey.toml of the caller's
@@ -240,7 +250,9 @@ fn run_once(context: &Shared<'_>, run: usize) -> anyhow::Result<IndexRunRecord> 
             command.env_remove(key);
         }
     }
+    let db_peak = procfs::DiskPeak::watch(db.path(), DB_SAMPLE_INTERVAL);
     let watched = child::watch(command)?;
+    let db_peak_bytes = db_peak.stop();
 
     let db_usage = match procfs::disk_usage(db.path()) {
         Ok(usage) => Some(usage),
@@ -293,6 +305,7 @@ fn run_once(context: &Shared<'_>, run: usize) -> anyhow::Result<IndexRunRecord> 
             wall_seconds: watched.wall.as_secs_f64(),
             outcome,
             db: db_usage,
+            db_peak_bytes,
             db_dir,
             sp_files,
             peak_rss_bytes: watched.sampler.peak_rss,
@@ -310,6 +323,8 @@ fn run_once(context: &Shared<'_>, run: usize) -> anyhow::Result<IndexRunRecord> 
 #[derive(Debug, PartialEq)]
 struct Outcome {
     batches: Vec<Batch>,
+    /// The LSM's shape the indexer reported (when synced, when compacted).
+    lsm: Vec<LsmShape>,
     /// True when the batches passed [`progress::check_sequence`], so their
     /// tenths account for every block once.
     sequence_ok: bool,
@@ -321,10 +336,12 @@ struct Outcome {
 /// chain indexed. The first failed check is the run's error.
 fn evaluate(stdout: &[String], exit: Result<(), String>, chain: &ChainRef) -> Outcome {
     let mut batches = Vec::new();
+    let mut lsm = Vec::new();
     let mut parse_error = None;
     for (i, line) in stdout.iter().enumerate() {
         match progress::parse_line(i + 1, line) {
-            Ok(Some(batch)) => batches.push(batch),
+            Ok(Some(Line::Batch(batch))) => batches.push(batch),
+            Ok(Some(Line::Lsm(shape))) => lsm.push(shape),
             Ok(None) => {}
             Err(e) => {
                 parse_error.get_or_insert(e.to_string());
@@ -340,6 +357,7 @@ fn evaluate(stdout: &[String], exit: Result<(), String>, chain: &ChainRef) -> Ou
         .or_else(|| check_totals(&batches, chain).err());
     Outcome {
         batches,
+        lsm,
         sequence_ok,
         error,
     }
@@ -408,6 +426,7 @@ struct Measured {
     wall_seconds: f64,
     outcome: Outcome,
     db: Option<procfs::DiskUsage>,
+    db_peak_bytes: Option<u64>,
     db_dir: Option<PathBuf>,
     sp_files: Option<SpFiles>,
     peak_rss_bytes: Option<u64>,
@@ -476,8 +495,17 @@ fn build_record(context: &Shared<'_>, m: Measured) -> IndexRunRecord {
         silent_payments: context.plan.silent_payments,
         sp_records,
         sp_files: m.sp_files,
+        db_peak_over_final: match (m.db_peak_bytes, m.db) {
+            (Some(peak), Some(db)) if db.allocated_bytes > 0 => {
+                Some(peak.max(db.allocated_bytes) as f64 / db.allocated_bytes as f64)
+            }
+            _ => None,
+        },
+        db_peak_bytes: m.db_peak_bytes,
         db: m.db,
         db_dir: m.db_dir,
+        lsm_scale: context.plan.lsm_scale,
+        lsm: m.outcome.lsm,
         peak_rss_bytes: m.peak_rss_bytes,
         cpu_user_seconds: m.cpu_user_seconds,
         cpu_system_seconds: m.cpu_system_seconds,
@@ -601,12 +629,13 @@ pub(crate) mod tests {
 
     #[test]
     fn index_command_line() {
-        let line = |silent_payments| {
+        let line = |silent_payments, lsm_scale| {
             index_args(
                 "regtest",
                 &IndexSource::BlkFiles("/c/blocks".into()),
                 Path::new("/d/db"),
                 silent_payments,
+                lsm_scale,
             )
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
@@ -614,14 +643,19 @@ pub(crate) mod tests {
             .join(" ")
         };
         assert_eq!(
-            line(false),
+            line(false, 1),
             "index --network regtest --blocks-dir /c/blocks --db-dir /d/db \
              --progress-json --log-filter warn"
         );
         assert_eq!(
-            line(true),
+            line(true, 1),
             "index --network regtest --blocks-dir /c/blocks --db-dir /d/db \
              --silent-payments --progress-json --log-filter warn"
+        );
+        assert_eq!(
+            line(false, 24),
+            "index --network regtest --blocks-dir /c/blocks --db-dir /d/db \
+             --lsm-scale 24 --progress-json --log-filter warn"
         );
     }
 
@@ -655,6 +689,7 @@ pub(crate) mod tests {
             db_parent: "/o".into(),
             keep_db: false,
             silent_payments: false,
+            lsm_scale: 1,
         };
         let machine = Machine {
             hostname: "h".into(),
@@ -691,6 +726,7 @@ pub(crate) mod tests {
                     apparent_bytes: 1_900_000,
                     files: 12,
                 }),
+                db_peak_bytes: Some(3_000_000),
                 db_dir: None,
                 sp_files: None,
                 peak_rss_bytes: Some(150_000_000),

@@ -181,6 +181,42 @@ pub fn disk_usage(dir: &Path) -> std::io::Result<DiskUsage> {
     Ok(usage)
 }
 
+/// The largest a directory got while something wrote into it: sampled on a
+/// thread of its own every interval until [`DiskPeak::stop`]. A sample
+/// that fails (a compaction deleted a file while it was walked) is
+/// skipped; the next one counts.
+pub struct DiskPeak {
+    stop: std::sync::mpsc::Sender<()>,
+    sampler: std::thread::JoinHandle<Option<u64>>,
+}
+
+impl DiskPeak {
+    pub fn watch(dir: &Path, interval: std::time::Duration) -> DiskPeak {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let dir = dir.to_path_buf();
+        let sampler = std::thread::spawn(move || {
+            let mut peak = None;
+            loop {
+                if let Ok(usage) = disk_usage(&dir) {
+                    peak = peak.max(Some(usage.allocated_bytes));
+                }
+                match stopped.recv_timeout(interval) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => return peak,
+                }
+            }
+        });
+        DiskPeak { stop, sampler }
+    }
+
+    /// Stops sampling; the largest size seen, `None` if no sample succeeded.
+    pub fn stop(self) -> Option<u64> {
+        // The sampler may have ended already; its peak is still joined.
+        let _ = self.stop.send(());
+        self.sampler.join().unwrap_or(None)
+    }
+}
+
 /// The silent-payment files of an index (docs/silent-payments.md, 3.2).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpFiles {

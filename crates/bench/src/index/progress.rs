@@ -5,8 +5,8 @@
 //! A batch is only seen when it commits, and batches are coarse (up to 2000
 //! blocks or 2M rows, so a `large` chain has a few dozen of them): a tenth's
 //! figures are the sum of each batch's share of it, the share being the
-//! batch's blocks inside the tenth over all its blocks. Txs, bytes and
-//! seconds are thus spread evenly over a batch's blocks: a tenth shares its
+//! batch's transactions inside the tenth over all its transactions. Blocks,
+//! bytes and seconds are thus spread evenly over a batch: a tenth shares its
 //! rate with the batches that straddle its bounds, which is why the report
 //! says how many batches each tenth draws on.
 
@@ -72,19 +72,77 @@ pub enum ProgressError {
     Empty,
 }
 
+/// The LSM's shape as `osprey index --progress-json` prints it once synced
+/// and once compacted (`{"lsm": {...}}`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LsmShape {
+    /// "synced" or "compacted".
+    pub when: String,
+    /// Live SST files and bytes per level (level 0 first) by column family.
+    pub column_families: std::collections::BTreeMap<String, CfLevels>,
+    pub stall_micros: u64,
+    pub flush_write_bytes: u64,
+    pub compact_read_bytes: u64,
+    pub compact_write_bytes: u64,
+    /// Transactions indexed when the bulk load handed over to leveled
+    /// compaction; `None`: it did not.
+    pub bulk_handed_over_at_tx: Option<u64>,
+    /// Level-0 files the bulk load's merge took at the tip; `None`: none
+    /// (or an indexer that predates it).
+    #[serde(default)]
+    pub bulk_merged_l0_files: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CfLevels {
+    pub files: Vec<u64>,
+    pub bytes: Vec<u64>,
+}
+
+impl LsmShape {
+    /// Levels holding files in the column family `name` (0 if it has none).
+    pub fn levels(&self, name: &str) -> usize {
+        self.column_families
+            .get(name)
+            .map_or(0, |cf| cf.files.iter().filter(|&&n| n > 0).count())
+    }
+}
+
+/// One line of the indexer's stdout.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Line {
+    Batch(Batch),
+    Lsm(LsmShape),
+}
+
+#[derive(Deserialize)]
+struct LsmLine {
+    lsm: LsmShape,
+}
+
 /// Parses one stdout line: `Ok(None)` for a line that is not a JSON object
 /// (nothing else should be on stdout, but a stray line is not a measurement
-/// error), an error for an object that is not a batch record.
+/// error), an error for an object that is neither a batch record nor an
+/// LSM shape.
 ///
 /// # Errors
-/// When the line looks like JSON but does not parse as a [`Batch`].
-pub fn parse_line(line_number: usize, text: &str) -> Result<Option<Batch>, ProgressError> {
+/// When the line looks like JSON but does not parse as either.
+pub fn parse_line(line_number: usize, text: &str) -> Result<Option<Line>, ProgressError> {
     let trimmed = text.trim();
     if !trimmed.starts_with('{') {
         return Ok(None);
     }
+    if trimmed.starts_with(r#"{"lsm""#) {
+        return serde_json::from_str::<LsmLine>(trimmed)
+            .map(|line| Some(Line::Lsm(line.lsm)))
+            .map_err(|e| ProgressError::Malformed {
+                line: line_number,
+                detail: e.to_string(),
+                text: crate::error::excerpt(trimmed, 200),
+            });
+    }
     serde_json::from_str(trimmed)
-        .map(Some)
+        .map(|batch| Some(Line::Batch(batch)))
         .map_err(|e| ProgressError::Malformed {
             line: line_number,
             detail: e.to_string(),
@@ -134,12 +192,14 @@ pub fn check_sequence(batches: &[Batch]) -> Result<(), ProgressError> {
 /// Number of parts the chain is cut into for the flat-ingest check.
 pub const TENTHS: usize = 10;
 
-/// One tenth of the indexed heights and what the indexer did in it.
+/// One tenth of the indexed transactions and what the indexer did in it.
 /// Blocks, txs, bytes and seconds are fractional: see the module docs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Tenth {
     /// 1..=10.
     pub tenth: usize,
+    /// Heights of the tenth's first and last transaction (estimated within
+    /// a batch, whose transactions are spread evenly over its blocks).
     pub first_height: u32,
     pub last_height: u32,
     pub blocks: f64,
@@ -147,16 +207,22 @@ pub struct Tenth {
     pub block_bytes: f64,
     /// Wall seconds of the batches' intervals attributed to this tenth.
     pub seconds: f64,
-    /// Batches with at least one block in this tenth.
+    /// Batches with at least one transaction in this tenth.
     pub batches: usize,
     /// `None` when the tenth holds no block (chains under ten blocks) or took no time.
     pub txs_per_second: Option<f64>,
     pub block_mb_per_second: Option<f64>,
 }
 
-/// Cuts the heights the batches cover into ten equal parts (differing by at
-/// most a block when the count does not divide) and attributes each
-/// batch to them in proportion to its blocks in each part.
+/// Cuts the transactions the batches cover into ten equal parts (differing
+/// by at most one when the count does not divide) and attributes each
+/// batch to them in proportion to its transactions in each part.
+///
+/// By transactions, not heights: how fast the index grows with what it
+/// already holds is the question, and the index grows with transactions.
+/// A mainnet-profile chain's early blocks hold few, and a chain with
+/// placeholder signatures ends with 2,100 blocks of a coinbase each; cut by
+/// heights, those would be whole tenths that index nothing.
 ///
 /// A batch's time is the interval since the previous commit
 /// (`elapsed_secs` minus the previous line's, from 0 for the first), not its
@@ -165,19 +231,17 @@ pub struct Tenth {
 ///
 /// The batches must have passed [`check_sequence`].
 pub fn tenths(batches: &[Batch]) -> Vec<Tenth> {
-    let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
+    if batches.is_empty() {
         return Vec::new();
-    };
-    let start = u64::from(first.first_height());
-    let count = u64::from(last.height) + 1 - start;
-    // Tenth k covers [bound(k), bound(k + 1)).
-    let bound = |k: usize| start + count * k as u64 / TENTHS as u64;
+    }
+    let count: u64 = batches.iter().map(|b| b.txs).sum();
+    // Tenth k covers transactions [bound(k), bound(k + 1)).
+    let bound = |k: usize| count * k as u64 / TENTHS as u64;
     let mut parts: Vec<Tenth> = (0..TENTHS)
         .map(|k| Tenth {
             tenth: k + 1,
-            first_height: bound(k) as u32,
-            // Saturates for an empty tenth (fewer than ten blocks).
-            last_height: bound(k + 1).saturating_sub(1).max(bound(k)) as u32,
+            first_height: u32::MAX,
+            last_height: 0,
             blocks: 0.0,
             txs: 0.0,
             block_bytes: 0.0,
@@ -188,23 +252,40 @@ pub fn tenths(batches: &[Batch]) -> Vec<Tenth> {
         })
         .collect();
     let mut previous_elapsed = 0.0;
+    let mut lo = 0;
     for batch in batches {
-        let lo = u64::from(batch.first_height());
-        let hi = u64::from(batch.height) + 1;
+        let hi = lo + batch.txs;
         let interval = (batch.elapsed_secs - previous_elapsed).max(0.0);
         previous_elapsed = batch.elapsed_secs;
+        // The height of the batch's transaction `tx` (counted over all).
+        let height_of = |tx: u64| {
+            let into = (tx - lo) * u64::from(batch.blocks) / batch.txs.max(1);
+            batch.first_height() + into as u32
+        };
         for (k, part) in parts.iter_mut().enumerate() {
-            let overlap = hi.min(bound(k + 1)).saturating_sub(lo.max(bound(k)));
-            if overlap == 0 {
+            let (from, to) = (lo.max(bound(k)), hi.min(bound(k + 1)));
+            if to <= from {
                 continue;
             }
-            let share = overlap as f64 / f64::from(batch.blocks);
-            part.blocks += overlap as f64;
-            part.txs += batch.txs as f64 * share;
+            let share = (to - from) as f64 / batch.txs as f64;
+            part.first_height = part.first_height.min(height_of(from));
+            part.last_height = part.last_height.max(height_of(to - 1));
+            part.blocks += f64::from(batch.blocks) * share;
+            part.txs += (to - from) as f64;
             part.block_bytes += batch.block_bytes as f64 * share;
             part.seconds += interval * share;
             part.batches += 1;
         }
+        lo = hi;
+    }
+    // A tenth with no transaction (fewer than ten in all) sits where the
+    // one before it ended.
+    let mut end = batches[0].first_height();
+    for part in &mut parts {
+        if part.batches == 0 {
+            (part.first_height, part.last_height) = (end, end);
+        }
+        end = part.last_height;
     }
     for part in &mut parts {
         if part.blocks > 0.0 && part.seconds > 0.0 {
@@ -255,14 +336,35 @@ mod tests {
     #[test]
     fn parses_the_indexer_line() {
         let line = r#"{"height":479,"source_height":480,"blocks":472,"txs":950,"rows":4100,"block_bytes":123456,"batch_secs":0.25,"elapsed_secs":0.5}"#;
-        let b = parse_line(1, line).unwrap().unwrap();
+        let Some(Line::Batch(b)) = parse_line(1, line).unwrap() else {
+            panic!("not a batch");
+        };
         assert_eq!((b.height, b.source_height, b.blocks), (479, 480, 472));
         assert_eq!((b.txs, b.rows, b.block_bytes), (950, 4100, 123_456));
         assert_eq!((b.batch_secs, b.elapsed_secs), (0.25, 0.5));
         assert_eq!(b.first_height(), 8);
         assert_eq!(b.sp_records, 0, "a line without silent payments");
         let line = r#"{"height":9,"source_height":9,"blocks":10,"txs":30,"rows":90,"block_bytes":9000,"sp_records":7,"batch_secs":0.1,"elapsed_secs":0.1}"#;
-        assert_eq!(parse_line(1, line).unwrap().unwrap().sp_records, 7);
+        let Some(Line::Batch(b)) = parse_line(1, line).unwrap() else {
+            panic!("not a batch");
+        };
+        assert_eq!(b.sp_records, 7);
+    }
+
+    #[test]
+    fn parses_the_lsm_line() {
+        let line = r#"{"lsm":{"when":"synced","column_families":{"history":{"files":[3,0,0,0,0,0,7],"bytes":[30,0,0,0,0,0,700]},"meta":{"files":[],"bytes":[]}},"stall_micros":5,"flush_write_bytes":1,"compact_read_bytes":2,"compact_write_bytes":3,"bulk_handed_over_at_tx":null}}"#;
+        let Some(Line::Lsm(shape)) = parse_line(1, line).unwrap() else {
+            panic!("not an LSM shape");
+        };
+        assert_eq!(shape.when, "synced");
+        assert_eq!((shape.levels("history"), shape.levels("meta")), (2, 0));
+        assert_eq!(shape.bulk_handed_over_at_tx, None);
+        let err = parse_line(4, r#"{"lsm":{"when":"synced"}}"#).unwrap_err();
+        assert!(
+            matches!(err, ProgressError::Malformed { line: 4, .. }),
+            "{err}"
+        );
     }
 
     #[test]
@@ -340,7 +442,7 @@ mod tests {
     }
 
     #[test]
-    fn straddling_batches_are_split_by_blocks() {
+    fn straddling_batches_are_split_by_transactions() {
         // Heights 0..=99 in a batch of 15 blocks (3 s) and one of 85 (17 s).
         let batches = [batch(14, 15, 30, 3.0), batch(99, 85, 170, 20.0)];
         let t = tenths(&batches);
@@ -359,6 +461,23 @@ mod tests {
     }
 
     #[test]
+    fn tenths_follow_transactions_not_heights() {
+        // 50 blocks of 10 transactions (5 s), then a tail of 50 blocks of
+        // one (0.5 s): the tail is in the last tenth, not half the tenths.
+        let batches = [batch(49, 50, 500, 5.0), batch(99, 50, 50, 5.5)];
+        let t = tenths(&batches);
+        assert_eq!((t[0].first_height, t[0].last_height), (0, 5));
+        assert_eq!(t[8].last_height, 49);
+        // The last tenth: 5 transactions of the first batch, the whole tail.
+        assert_eq!((t[9].first_height, t[9].last_height), (49, 99));
+        assert!((t[9].txs - 55.0).abs() < 1e-9);
+        assert!((t[9].blocks - (0.5 + 50.0)).abs() < 1e-9);
+        assert!((t[9].seconds - (0.05 + 0.5)).abs() < 1e-9);
+        assert_eq!(t[9].batches, 2);
+        assert!(t[..9].iter().all(|p| p.txs == 55.0 && p.batches == 1));
+    }
+
+    #[test]
     fn uneven_counts_and_offsets() {
         // Heights 5..=27: 23 blocks; bounds 5, 7, 9, 11, 14, 16, 18, 21, 23, 25, 28.
         let t = tenths(&[batch(27, 23, 23, 2.3)]);
@@ -372,7 +491,7 @@ mod tests {
     }
 
     #[test]
-    fn fewer_blocks_than_tenths_leave_empty_tenths() {
+    fn fewer_transactions_than_tenths_leave_empty_tenths() {
         let t = tenths(&[batch(2, 3, 3, 1.0)]);
         assert_eq!(t.iter().filter(|p| p.blocks > 0.0).count(), 3);
         assert!(t.iter().any(|p| p.txs_per_second.is_none()));

@@ -4,7 +4,7 @@
 //! median. Renders and writes; measures nothing.
 
 use super::procfs::{DiskUsage, Io, SpFiles};
-use super::progress::{Batch, Tenth, TENTHS};
+use super::progress::{Batch, LsmShape, Tenth, TENTHS};
 use crate::machine::Machine;
 use crate::report::{escape_cell, fmt_significant};
 use crate::stats::median;
@@ -20,6 +20,10 @@ pub const FLAT_RATIO_MIN: f64 = 0.9;
 
 /// Under this many batches the report warns that tenths share batches.
 const FINE_BATCHES_MIN: usize = 2 * TENTHS;
+
+fn one() -> u32 {
+    1
+}
 
 /// The indexer measured.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +95,18 @@ pub struct IndexRunRecord {
     pub sp_files: Option<SpFiles>,
     /// The database directory after the exit; `None` if it could not be read.
     pub db: Option<DiskUsage>,
+    /// The largest the database got while the indexer ran (sampled), and
+    /// that over its size after the exit.
+    #[serde(default)]
+    pub db_peak_bytes: Option<u64>,
+    #[serde(default)]
+    pub db_peak_over_final: Option<f64>,
+    /// `--lsm-scale` of the run (1: the real sizes).
+    #[serde(default = "one")]
+    pub lsm_scale: u32,
+    /// The LSM's shape the indexer reported, once synced and once compacted.
+    #[serde(default)]
+    pub lsm: Vec<LsmShape>,
     /// Where the database was kept (`--keep-db`); it is deleted otherwise.
     pub db_dir: Option<PathBuf>,
     /// Highest VmHWM sampled, in bytes.
@@ -124,6 +140,11 @@ impl IndexRunRecord {
     /// eligible transactions.
     pub fn cpu_us_per_tx(&self) -> Option<f64> {
         Some(self.cpu_seconds()? * 1e6 / self.txs as f64).filter(|v| v.is_finite())
+    }
+
+    /// The LSM's shape the indexer reported at `when` ("synced", "compacted").
+    pub fn lsm_when(&self, when: &str) -> Option<&LsmShape> {
+        self.lsm.iter().find(|shape| shape.when == when)
     }
 
     /// Bytes of the silent-payment files per eligible transaction.
@@ -207,15 +228,21 @@ impl IndexReport {
             c.tx_count,
             fmt_significant(block_bytes as f64 / MB, 3)
         );
+        let scale = self.runs.first().map_or(1, |r| r.lsm_scale);
         let _ = writeln!(
             md,
-            "- Settings: {} runs, each from an empty database, {}{}",
+            "- Settings: {} runs, each from an empty database, {}{}{}",
             self.runs_planned,
             self.source,
             if self.runs.iter().any(|r| r.silent_payments) {
                 ", silent payments on (`--silent-payments`)"
             } else {
                 ""
+            },
+            if scale == 1 {
+                String::new()
+            } else {
+                format!(", LSM scaled down {scale}x (`--lsm-scale {scale}`: the LSM of a chain {scale}x this one)")
             }
         );
         let _ = writeln!(md, "- Tool: osprey-bench {}\n", env!("CARGO_PKG_VERSION"));
@@ -305,6 +332,44 @@ impl IndexReport {
                 Fmt::Ratio,
             ),
             (
+                "Database's peak while building / final",
+                |r| r.db_peak_over_final,
+                Fmt::Ratio,
+            ),
+            (
+                "History levels when synced",
+                |r| Some(r.lsm_when("synced")?.levels("history") as f64),
+                Fmt::Whole,
+            ),
+            (
+                "History level-0 files when synced",
+                |r| {
+                    Some(
+                        *r.lsm_when("synced")?
+                            .column_families
+                            .get("history")?
+                            .files
+                            .first()? as f64,
+                    )
+                },
+                Fmt::Whole,
+            ),
+            (
+                "Write stalls, s",
+                |r| Some(r.lsm.last()?.stall_micros as f64 / 1e6),
+                Fmt::Sig3,
+            ),
+            (
+                "Level-0 files merged at the tip",
+                |r| Some(r.lsm_when("synced")?.bulk_merged_l0_files? as f64),
+                Fmt::Whole,
+            ),
+            (
+                "Bulk load handed over at, transactions",
+                |r| Some(r.lsm_when("synced")?.bulk_handed_over_at_tx? as f64),
+                Fmt::Whole,
+            ),
+            (
                 "Batches committed",
                 |r| Some(r.batches.len() as f64),
                 Fmt::Whole,
@@ -360,9 +425,10 @@ impl IndexReport {
         let ok = self.ok_runs().count();
         let _ = writeln!(
             md,
-            "## Ingest over the chain\n\nEach tenth of the chain by height{}. A batch is seen \
-             only when it commits: its transactions, bytes and time are spread over its blocks, \
-             so a tenth's rate averages the batches overlapping it (\"Batches\").\n",
+            "## Ingest over the chain\n\nEach tenth of the chain's transactions (by transactions, not \
+             heights: the index grows with transactions){}. A batch is seen only when it \
+             commits: its transactions, bytes and time are spread evenly over it, so a tenth's \
+             rate averages the batches overlapping it (\"Batches\").\n",
             if ok > 1 {
                 format!(", median of {ok} runs")
             } else {
@@ -581,13 +647,14 @@ mod tests {
             md.contains("| CPU use, cores | 1.50 | 1.88 | 1.25 | **1.50** |"),
             "{md}"
         );
-        // The tenths: first (0..=9) at 50 tx/s, last (90..=99) at 80 tx/s.
+        // The tenths, 30 transactions each: the first (heights 0..=14) at
+        // 50 tx/s, the last (96..=99) at 80 tx/s.
         assert!(
-            md.contains("| 1 | 0–9 | 10 | 20 | 0.00800 | 0.400 | 50 |"),
+            md.contains("| 1 | 0–14 | 15 | 30 | 0.0120 | 0.600 | 50 |"),
             "{md}"
         );
         assert!(
-            md.contains("| 10 | 90–99 | 10 | 80 | 0.0320 | 1.00 | 80 |"),
+            md.contains("| 10 | 96–99 | 4 | 30 | 0.0120 | 0.375 | 80 |"),
             "{md}"
         );
         assert!(

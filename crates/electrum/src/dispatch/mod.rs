@@ -243,10 +243,7 @@ impl Dispatcher {
         }
         let request = Request::parse(method, params, protocol)?;
         match self.backend.indexing() {
-            Some(at) if !request.answered_while_indexing() => Err(RpcError::Indexing {
-                height: at.height.0,
-                node_height: at.node_height.0,
-            }),
+            Some(at) if !request.answered_while_indexing() => Err(RpcError::Indexing(at)),
             _ => Ok(request),
         }
     }
