@@ -119,12 +119,11 @@ fn index_blocks(dir: &Path, chain: &Path, db: &Path, extra: &[&str]) -> CommandO
 /// Writes `tag` as the index's format, as an older or newer build would
 /// have.
 fn set_format_tag(index: &Path, tag: &[u8]) {
-    let db = rocksdb::DB::open_cf(
-        &rocksdb::Options::default(),
-        index.join("rocksdb"),
-        ["meta", "history", "txid", "undo"],
-    )
-    .expect("opening the index's RocksDB");
+    let path = index.join("rocksdb");
+    let families = rocksdb::DB::list_cf(&rocksdb::Options::default(), &path)
+        .expect("listing the index's column families");
+    let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), &path, families)
+        .expect("opening the index's RocksDB");
     db.put_cf(db.cf_handle("meta").expect("meta"), b"schema", tag)
         .expect("writing the format");
 }
