@@ -123,7 +123,7 @@ impl Store {
     /// a bulk load.
     ///
     /// Why by partition: the files of one partition hold only its keys
-    /// (`codec::PARTITION_BITS`), so merging it reads and writes 1/16 of
+    /// ([`PARTITIONS`], a column family each), so merging it reads and writes 1/16 of
     /// the index and deletes its input before the next begins. One merge
     /// of everything held the whole input and the whole output at once:
     /// the database peaked at 1.69x its final size (50M chain).
