@@ -263,8 +263,7 @@ pub struct StoreConfig {
     pub cache_bytes: usize,
     /// Level-0 files a bulk load (see [`Store::begin_bulk_load`]) may pile
     /// up in one partition of a column family (one per memtable flush)
-    /// before it hands over to normal compaction: a safety valve, far
-    /// above what mainnet needs.
+    /// before it hands over to normal compaction.
     pub bulk_l0_files_max: u64,
     /// Whether the index keeps silent-payment records (`sptweaks.dat`,
     /// `spoffsets.dat`). Part of the format: an index built the other way
@@ -295,10 +294,15 @@ impl Default for StoreConfig {
         StoreConfig {
             reorg_depth_max: 1000,
             cache_bytes: 256 << 20,
-            // Mainnet's history family takes ~4,400 flushes of its 32 MB of
-            // memtables (37 on the 10M mainnet-profile chain, scaled by
-            // transactions), each a file in every partition it wrote to.
-            bulk_l0_files_max: 20_000,
+            // 200 flushes, as format 4: ~55M of mainnet's transactions.
+            // Past that, level 0 holds 32 files a flush, and RocksDB's work
+            // per flush grows with them: run to the tip on the 50M chain at
+            // lsm_scale 24 (mainnet's depth), 233,014 files stalled writes
+            // for 76% of the sync, its last tenth ran at 0.29 of the first
+            // and RSS passed 1 GiB (crates/bench/runs/2026-11-28-lsm-scale).
+            // Below the limit the bulk load runs to the tip and its merge
+            // goes by partition.
+            bulk_l0_files_max: 200,
             silent_payments: false,
             lsm_scale: 1,
         }
