@@ -6,6 +6,7 @@
 mod admin;
 mod config;
 mod demo;
+mod index_report;
 mod memory;
 mod monitoring;
 mod ping;

@@ -3,6 +3,7 @@
 
 use crate::admin;
 use crate::config::{ChainConfig, Config};
+use crate::index_report;
 use crate::memory;
 use crate::monitoring::Monitoring;
 use crate::progress::Progress;
@@ -499,7 +500,7 @@ pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::
     let merging = loop {
         update_until_ok(&mut tracker, &mut progress, &disk_full, &stop)?;
         progress.finish(dir_bytes(&config.db_path));
-        report_lsm(query.store(), "synced", progress_json)?;
+        index_report::lsm(query.store(), "synced", progress_json)?;
         let merging = Instant::now();
         match query.store().compact() {
             Ok(()) => break merging,
@@ -514,10 +515,10 @@ pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::
         seconds = format!("{:.1}", merging.elapsed().as_secs_f64()),
         "index compacted"
     );
-    report_lsm(query.store(), "compacted", progress_json)?;
+    index_report::lsm(query.store(), "compacted", progress_json)?;
     let (height, hash) = query.tip();
     tracing::info!(height = height.0, %hash, "index is at the tip");
-    log_footprint(&query.store().footprint());
+    index_report::footprint(&query.store().footprint());
     if digest {
         let digest = query.store().digest().context("reading the index")?;
         let line = serde_json::json!({
@@ -533,90 +534,6 @@ pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::
     // The endpoint holds the index: closed before it.
     drop(monitoring);
     Ok(())
-}
-
-/// Logs the LSM's shape (`when`: the moment, "synced" or "compacted") and,
-/// for `--progress-json`, prints it as one `{"lsm": ...}` line, which
-/// `osprey bench index` records beside the batches.
-fn report_lsm(store: &osprey_store::Store, when: &str, json: bool) -> anyhow::Result<()> {
-    let shape = store.lsm_shape().context("reading the index's LSM shape")?;
-    for cf in shape
-        .column_families
-        .iter()
-        .filter(|cf| !cf.files.is_empty())
-    {
-        tracing::info!(
-            "lsm {when}: {:<8} files per level {:?}, MB per level {:?}",
-            cf.name,
-            cf.files,
-            cf.bytes.iter().map(|b| b / 1_000_000).collect::<Vec<_>>(),
-        );
-    }
-    tracing::info!(
-        "lsm {when}: write stalls {:.1} s; flushed {} MB, compactions read {} MB and wrote {} MB; \
-         bulk load handed over at {}; merged {} level-0 files at the tip",
-        shape.stall_micros as f64 / 1e6,
-        shape.flush_write_bytes / 1_000_000,
-        shape.compact_read_bytes / 1_000_000,
-        shape.compact_write_bytes / 1_000_000,
-        shape
-            .bulk_handed_over_at_tx
-            .map_or("no point (bulk throughout)".to_string(), |tx| format!(
-                "{tx} transactions"
-            )),
-        shape.bulk_merged_l0_files.unwrap_or(0),
-    );
-    if json {
-        let column_families: serde_json::Map<String, serde_json::Value> = shape
-            .column_families
-            .iter()
-            .map(|cf| {
-                let levels = serde_json::json!({"files": cf.files, "bytes": cf.bytes});
-                (cf.name.to_string(), levels)
-            })
-            .collect();
-        let line = serde_json::json!({"lsm": {
-            "when": when,
-            "column_families": column_families,
-            "stall_micros": shape.stall_micros,
-            "flush_write_bytes": shape.flush_write_bytes,
-            "compact_read_bytes": shape.compact_read_bytes,
-            "compact_write_bytes": shape.compact_write_bytes,
-            "bulk_handed_over_at_tx": shape.bulk_handed_over_at_tx,
-            "bulk_merged_l0_files": shape.bulk_merged_l0_files,
-        }});
-        // Beside the progress stream of `osprey index`.
-        #[allow(clippy::print_stdout)]
-        {
-            println!("{line}");
-        }
-    }
-    Ok(())
-}
-
-/// One line per part of the index: its bytes, its records, and both per
-/// transaction, which is how an index's size scales to a bigger chain.
-fn log_footprint(parts: &[osprey_store::Part]) {
-    let txs = parts
-        .iter()
-        .find(|p| p.name == "txids.dat")
-        .map_or(0, |p| p.records)
-        .max(1) as f64;
-    let total: u64 = parts.iter().map(|p| p.bytes).sum();
-    for part in parts {
-        tracing::info!(
-            "index part {:<12} {:>14} bytes {:>7.2} B/tx {:>13} records {:>5.2} per tx",
-            part.name,
-            part.bytes,
-            part.bytes as f64 / txs,
-            part.records,
-            part.records as f64 / txs,
-        );
-    }
-    tracing::info!(
-        "index total {total} bytes, {:.2} B/tx over {txs} transactions",
-        total as f64 / txs
-    );
 }
 
 /// `osprey serve`: initial sync, then serve while following the tip.

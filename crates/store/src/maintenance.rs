@@ -155,6 +155,14 @@ impl Store {
                 "bulk load: partition merged"
             );
         }
+        self.close_bulk_load()?;
+        self.merging.store(0, Ordering::SeqCst);
+        Ok(true)
+    }
+
+    /// The end every bulk load shares, merged or handed over: its record
+    /// goes (synced) and compaction resumes.
+    fn close_bulk_load(&self) -> Result<()> {
         self.write_step(0, || {
             let db = self.db()?;
             let mut opts = rocksdb::WriteOptions::default();
@@ -164,8 +172,7 @@ impl Store {
             self.set_auto_compaction(true)
         })?;
         self.bulk.store(false, Ordering::SeqCst);
-        self.merging.store(0, Ordering::SeqCst);
-        Ok(true)
+        Ok(())
     }
 
     /// The partition a bulk load's merge is merging now (1 for the first)
@@ -183,13 +190,7 @@ impl Store {
     pub(crate) fn hand_over_bulk_load(&self) -> Result<()> {
         if self.bulk.load(Ordering::SeqCst) {
             self.flush()?;
-            self.write_step(0, || {
-                let db = self.db()?;
-                db.delete_cf(cf(&db, CF_META), META_BULK)?;
-                drop(db);
-                self.set_auto_compaction(true)
-            })?;
-            self.bulk.store(false, Ordering::SeqCst);
+            self.close_bulk_load()?;
         }
         Ok(())
     }

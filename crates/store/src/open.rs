@@ -41,7 +41,7 @@ impl Store {
         // A bulk load that did not reach its merge (stopped, killed, a
         // node gone) goes on where it was: its level-0 files wait for the
         // merge at the tip, with compaction off as before.
-        let bulk = in_bulk_load(&db)?;
+        let bulk = bulk_load_recorded(&db)?;
         let (files, chain) = load_chain(&db, dir, config.silent_payments)?;
         let store = Store {
             db: RwLock::new(Some(db)),
@@ -103,7 +103,7 @@ impl Store {
             Ok((opened, files, chain))
         });
         let (opened, files, chain) = reopened.map_err(|e| self.no_space_or(e, stall.needed))?;
-        let bulk = in_bulk_load(&opened)?;
+        let bulk = bulk_load_recorded(&opened)?;
         *self.chain.write().expect("chain lock poisoned") = chain;
         *self.files.write().expect("files lock poisoned") = files;
         *db = Some(opened);
@@ -162,7 +162,7 @@ pub(crate) fn column_families(config: &StoreConfig) -> Vec<ColumnFamilyDescripto
 }
 
 /// Whether the index is in a bulk load (`meta`'s `bulk` record).
-fn in_bulk_load(db: &DB) -> Result<bool> {
+fn bulk_load_recorded(db: &DB) -> Result<bool> {
     let meta = db.cf_handle(CF_META).expect("meta cf opened");
     Ok(db.get_cf(meta, META_BULK)?.is_some())
 }
