@@ -12,12 +12,15 @@
 //! `osprey serve` (config files, `--network`, `--db-dir`), sends one
 //! request and prints the answer, as text or with `--json` as it came.
 
+use crate::bans::BanFile;
 use crate::config::Config;
 use anyhow::{bail, Context};
 use osprey_core::{Network, ScriptHash};
 use osprey_metrics::Metrics;
 use osprey_query::Query;
-use osprey_server::{PeerStatus, PeerView, SessionFilter, SessionInfo, Sessions, Subnet};
+use osprey_server::{
+    PeerStatus, PeerView, PublicHost, SessionFilter, SessionInfo, Sessions, Subnet,
+};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::IpAddr;
@@ -44,12 +47,16 @@ const SOCKET_MODE: u32 = 0o660;
 /// What `osprey admin` lists in its help.
 pub const COMMANDS: &str = "Commands:
   getinfo                     version, heights, initial sync, sessions, subscriptions, memory, uptime
-  sessions                    every session: id, address, client, protocol, subscriptions, bytes
+  sessions                    every session: id, address, client, protocol, subscriptions, cost, bytes
   kick ID|ADDRESS             close a session, or every session from an address
-  ban ADDRESS|PREFIX          refuse an address or network (10.0.0.0/8, 2001:db8:1:2::/64), closing its sessions
+  ban ADDRESS|PREFIX          refuse an address or network (10.0.0.0/8, 2001:db8:1:2::/64), closing its
+                              sessions; kept across restarts
   unban ADDRESS|PREFIX        lift a ban
   listbanned                  the banned addresses and networks
   peers                       the peer servers: configured or learned, verified or not
+  addpeer HOST[:PORT]         add a peer server (PORT its TCP port, else the network's; or HOST:tPORT:sPORT)
+                              and check it now; until the server stops (--peers lasts)
+  rmpeer HOST                 forget a peer server
   loglevel FILTER             set the log filter (as --log-filter: info, debug, osprey_server=trace)
   query ADDRESS|SCRIPTHASH    history count, balance, first and last height of a script
   stop                        shut the server down, as SIGTERM does";
@@ -64,6 +71,10 @@ pub enum Request {
     Unban(Subnet),
     ListBanned,
     Peers,
+    /// A host without ports is at the network's Electrum port, which the
+    /// server fills in.
+    AddPeer(PublicHost),
+    RmPeer(String),
     LogLevel(String),
     /// An address or a script hash, resolved by the server (an address
     /// needs the server's network).
@@ -117,6 +128,22 @@ impl Request {
                 Ok(Request::LogLevel(filter))
             }
             "query" => Ok(Request::Query(one("ADDRESS|SCRIPTHASH")?)),
+            "addpeer" => peer_host(&one("HOST[:PORT]")?)
+                .map(Request::AddPeer)
+                .map_err(|e| format!("addpeer: {e}")),
+            "rmpeer" => {
+                let target = one("HOST")?;
+                // As `peers` lists it: a name or an address, no port.
+                let host = match target.parse::<IpAddr>() {
+                    Ok(ip) => Some(ip.to_string()),
+                    Err(_) => peer_host(&target)
+                        .ok()
+                        .filter(|h| h.tcp_port.is_none() && h.ssl_port.is_none())
+                        .map(|h| h.host),
+                };
+                host.map(Request::RmPeer)
+                    .ok_or_else(|| format!("rmpeer: {target:?} is not a host name or address"))
+            }
             _ => Err(format!("unknown command {command:?}\n{COMMANDS}")),
         }
     }
@@ -137,6 +164,28 @@ impl Request {
     }
 }
 
+/// A peer as `addpeer` names it: Electrum's `HOST:tPORT[:sPORT]`,
+/// `HOST:PORT` (a TCP port: checks speak TCP), or a bare `HOST`, returned
+/// without ports (the network's default port, for the server to fill in).
+/// An IPv6 address with a port goes in brackets, `[2001:db8::1]:50001`.
+fn peer_host(target: &str) -> Result<PublicHost, String> {
+    if let Ok(host) = PublicHost::from_str(target) {
+        return Ok(host);
+    }
+    let bad = || format!("{target:?} is not HOST, HOST:PORT or HOST:tPORT:sPORT");
+    match target.rsplit_once(':') {
+        Some((host, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+            PublicHost::from_str(&format!("{host}:t{port}")).map_err(|_| bad())
+        }
+        _ => {
+            // Checked as a host with a placeholder port, then without one.
+            let mut host = PublicHost::from_str(&format!("{target}:t1")).map_err(|_| bad())?;
+            host.tcp_port = None;
+            Ok(host)
+        }
+    }
+}
+
 /// What the admin socket answers from.
 pub struct AdminContext {
     pub query: Arc<Query>,
@@ -149,6 +198,8 @@ pub struct AdminContext {
     pub started: Instant,
     /// Applies a new log filter (`loglevel`).
     pub set_log_filter: fn(&str) -> Result<(), String>,
+    /// Where bans are kept across restarts.
+    pub bans: BanFile,
 }
 
 /// The listening socket; the file is removed when this is dropped.
@@ -292,14 +343,21 @@ async fn answer(request: Request, ctx: &Arc<AdminContext>) -> Value {
                 Ok(json!({ "kicked": kicked }))
             }
         }
-        Request::Ban(subnet) => ctx.sessions.ban(subnet).map(|(new, kicked)| {
-            tracing::info!(%subnet, ?kicked, "admin: banned");
-            json!({ "banned": subnet.to_string(), "new": new, "kicked": kicked })
-        }),
+        Request::Ban(subnet) => match ctx.sessions.ban(subnet) {
+            Ok((new, kicked)) => {
+                tracing::info!(%subnet, ?kicked, "admin: banned");
+                save_bans(ctx)
+                    .await
+                    .map(|()| json!({ "banned": subnet.to_string(), "new": new, "kicked": kicked }))
+            }
+            Err(e) => Err(e),
+        },
         Request::Unban(subnet) => {
             if ctx.sessions.unban(subnet) {
                 tracing::info!(%subnet, "admin: ban lifted");
-                Ok(json!({ "unbanned": subnet.to_string() }))
+                save_bans(ctx)
+                    .await
+                    .map(|()| json!({ "unbanned": subnet.to_string() }))
             } else {
                 Err(format!("{subnet} is not banned"))
             }
@@ -307,6 +365,28 @@ async fn answer(request: Request, ctx: &Arc<AdminContext>) -> Value {
         Request::Peers => Ok(Value::Array(
             ctx.peers.list().iter().map(peer_json).collect(),
         )),
+        Request::AddPeer(mut host) => {
+            if host.tcp_port.is_none() && host.ssl_port.is_none() {
+                host.tcp_port = Some(ctx.network.default_electrum_port());
+            }
+            let new = ctx.peers.add(host.clone());
+            tracing::info!(peer = %host.host, new, "admin: peer added, checking it");
+            Ok(json!({
+                "added": host.host,
+                "tcp_port": host.tcp_port,
+                "ssl_port": host.ssl_port,
+                "new": new,
+            }))
+        }
+        Request::RmPeer(host) => {
+            let removed = ctx.peers.remove(&host);
+            if removed.is_empty() {
+                Err(format!("no peer is named {host}"))
+            } else {
+                tracing::info!(peer = %host, "admin: peer removed");
+                Ok(json!({ "removed": host }))
+            }
+        }
         Request::ListBanned => Ok(Value::Array(
             ctx.sessions
                 .banned()
@@ -338,6 +418,22 @@ async fn answer(request: Request, ctx: &Arc<AdminContext>) -> Value {
     }
 }
 
+/// Writes the ban list to disk, off the async threads (it fsyncs). A ban
+/// or unban is in force either way; a failed write is the command's error,
+/// so that the operator knows it will not last a restart.
+async fn save_bans(ctx: &Arc<AdminContext>) -> Result<(), String> {
+    let ctx = Arc::clone(ctx);
+    tokio::task::spawn_blocking(move || {
+        ctx.bans.save(&ctx.sessions.banned()).map_err(|e| {
+            let path = ctx.bans.path().display();
+            tracing::warn!(%path, "saving the ban list: {e}");
+            format!("in force until the server stops, but not saved to {path}: {e}")
+        })
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("saving the ban list failed: {e}")))
+}
+
 fn describe_filter(filter: SessionFilter) -> String {
     match filter {
         SessionFilter::Id(id) => format!("id {id}"),
@@ -358,16 +454,25 @@ fn getinfo(ctx: &AdminContext) -> Value {
             "progress": f64::from(indexing.height.0) / f64::from(node),
         })
     });
+    let sessions = ctx.sessions.list().len();
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "network": ctx.network.name(),
         "index_height": index_height,
         "node_height": node_height,
         "initial_sync": initial_sync,
-        "sessions": ctx.sessions.list().len(),
+        "sessions": sessions,
         "subscriptions": metrics.sessions.subscriptions.get(),
         "resident_memory_bytes": metrics.process.resident_memory_bytes.get(),
         "uptime_seconds": ctx.started.elapsed().as_secs(),
+        // Under FulcrumAdmin's `getinfo` names, with their meaning, for
+        // what reads them (RaspiBlitz's sync display reads `height`, the
+        // index's, over the node's; and `version`, above).
+        "height": index_height,
+        "chain": ctx.network.bitcoin().to_core_arg(),
+        "genesis_hash": ctx.network.genesis_hash().to_string(),
+        "clients_connected": sessions,
+        "pid": std::process::id(),
     })
 }
 
@@ -381,6 +486,7 @@ fn session_json(session: &SessionInfo) -> Value {
         "subscriptions": session.subscriptions,
         "received_bytes": session.received_bytes,
         "sent_bytes": session.sent_bytes,
+        "cost": session.cost,
         "connected_seconds": session.connected.as_secs(),
         "idle_seconds": session.idle.as_secs(),
     })
@@ -500,18 +606,19 @@ fn render(command: &str, result: &Value) -> String {
     match (command, result) {
         ("sessions", Value::Array(sessions)) => {
             let mut lines = vec![format!(
-                "{:>6}  {:<40} {:<5} {:<24} {:<8} {:>5} {:>12} {:>12}",
-                "ID", "ADDRESS", "PORT", "CLIENT", "PROTOCOL", "SUBS", "RECV", "SENT"
+                "{:>6}  {:<40} {:<5} {:<24} {:<8} {:>5} {:>10} {:>12} {:>12}",
+                "ID", "ADDRESS", "PORT", "CLIENT", "PROTOCOL", "SUBS", "COST", "RECV", "SENT"
             )];
             for s in sessions {
                 lines.push(format!(
-                    "{:>6}  {:<40} {:<5} {:<24} {:<8} {:>5} {:>12} {:>12}",
+                    "{:>6}  {:<40} {:<5} {:<24} {:<8} {:>5} {:>10} {:>12} {:>12}",
                     text(&s["id"]),
                     text(&s["address"]),
                     text(&s["listener"]),
                     text(&s["client"]),
                     text(&s["protocol"]),
                     text(&s["subscriptions"]),
+                    text(&s["cost"]),
                     text(&s["received_bytes"]),
                     text(&s["sent_bytes"]),
                 ));
@@ -548,6 +655,13 @@ fn render(command: &str, result: &Value) -> String {
             text(&result["kicked"])
         ),
         ("unban", _) => format!("unbanned {}", text(&result["unbanned"])),
+        ("addpeer", _) => format!(
+            "added peer {} (tcp {}, ssl {}), checking it: see peers",
+            text(&result["added"]),
+            text(&result["tcp_port"]),
+            text(&result["ssl_port"])
+        ),
+        ("rmpeer", _) => format!("removed peer {}", text(&result["removed"])),
         ("listbanned", Value::Array(banned)) => {
             banned.iter().map(text).collect::<Vec<_>>().join("\n")
         }
@@ -619,6 +733,36 @@ mod tests {
             parse(r#"{"command":"listbanned"}"#),
             Ok(Request::ListBanned)
         );
+        let host = |host: &str, tcp_port, ssl_port| PublicHost {
+            host: host.into(),
+            tcp_port,
+            ssl_port,
+        };
+        for (arg, wanted) in [
+            (
+                "Electrum.Example.com",
+                host("electrum.example.com", None, None),
+            ),
+            ("127.0.0.1:50001", host("127.0.0.1", Some(50001), None)),
+            (
+                "[2001:db8::1]:50001",
+                host("2001:db8::1", Some(50001), None),
+            ),
+            ("[2001:db8::1]", host("2001:db8::1", None, None)),
+            ("a.example:t1:s2", host("a.example", Some(1), Some(2))),
+            ("a.example:s50002", host("a.example", None, Some(50002))),
+        ] {
+            let line = json!({ "command": "addpeer", "args": [arg] }).to_string();
+            assert_eq!(parse(&line), Ok(Request::AddPeer(wanted)), "{arg}");
+        }
+        for (arg, wanted) in [
+            ("a.example", "a.example"),
+            ("2001:db8::1", "2001:db8::1"),
+            ("[2001:db8::1]", "2001:db8::1"),
+        ] {
+            let line = json!({ "command": "rmpeer", "args": [arg] }).to_string();
+            assert_eq!(parse(&line), Ok(Request::RmPeer(wanted.into())), "{arg}");
+        }
     }
 
     #[test]
@@ -648,6 +792,23 @@ mod tests {
             (
                 r#"{"command":"unban","args":["nowhere"]}"#,
                 "not an IP address",
+            ),
+            (r#"{"command":"addpeer"}"#, "addpeer HOST[:PORT]"),
+            (
+                r#"{"command":"addpeer","args":["a.example:0"]}"#,
+                "is not HOST, HOST:PORT or HOST:tPORT:sPORT",
+            ),
+            (
+                r#"{"command":"addpeer","args":["a.example:"]}"#,
+                "is not HOST, HOST:PORT",
+            ),
+            (
+                r#"{"command":"addpeer","args":["no spaces"]}"#,
+                "is not HOST, HOST:PORT",
+            ),
+            (
+                r#"{"command":"rmpeer","args":["a.example:t50001"]}"#,
+                "is not a host name or address",
             ),
         ] {
             let error = parse(line).expect_err(line);

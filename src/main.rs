@@ -4,6 +4,7 @@
 //! subcommand. The work happens in the crates under `crates/`.
 
 mod admin;
+mod bans;
 mod config;
 mod demo;
 mod index_report;

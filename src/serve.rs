@@ -614,6 +614,19 @@ pub fn run_server(
         query.changes(),
     ))?;
     let addr = bound.local_addr().unwrap_or(config.electrum_rpc_addr);
+    // Before the first session: bans made with `osprey admin ban` before a
+    // restart (a replica takes its writer's, as of its own start).
+    let bans = crate::bans::BanFile::new(&config.db_path);
+    let sessions = bound.sessions();
+    let banned = bans.load();
+    for subnet in &banned {
+        if let Err(e) = sessions.ban(*subnet) {
+            tracing::warn!(%subnet, "ban list: {e}");
+        }
+    }
+    if !banned.is_empty() {
+        tracing::info!(banned = banned.len(), path = %bans.path().display(), "bans restored");
+    }
     // A replica writes nothing in the index's directory, where the
     // writer's admin socket is: it has none.
     let admin = if config.read_only {
@@ -625,12 +638,13 @@ pub fn run_server(
             admin::AdminContext {
                 query: Arc::clone(&query),
                 metrics: Arc::clone(&metrics),
-                sessions: bound.sessions(),
+                sessions,
                 peers: bound.peers(),
                 stop: Arc::clone(&stop),
                 network: config.network,
                 started,
                 set_log_filter: crate::set_log_filter,
+                bans,
             },
         )?
     };

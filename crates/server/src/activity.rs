@@ -3,14 +3,17 @@
 //! for a newcomer by closing the session that has been idle the longest,
 //! instead of locking every new wallet out until idle sessions time out;
 //! and what the admin interface lists and kicks by ([`Sessions`]): each
-//! session's address, client, protocol, subscriptions and bytes, and the
-//! networks an operator banned (refused at admission; kept in memory only).
+//! session's address, client, protocol, subscriptions, bytes and cost (the
+//! one `fair` orders the queue by, kept here so that it can be shown), and
+//! the networks an operator banned (refused at admission; the binary keeps
+//! them on disk across restarts).
 //!
 //! A session that has sent nothing at all since it connected goes first,
 //! after a short grace ([`SILENT_GRACE`]): every wallet starts with
 //! `server.version` at once, so a silent connection is a dead or hostile
 //! one, and a flood of them must not keep wallets out for a minute.
 
+use crate::fair::SessionCost;
 use crate::per_ip::Subnet;
 use crate::transport::ListenerKind;
 use osprey_electrum::{ProtocolVersion, SessionState};
@@ -58,6 +61,9 @@ pub(crate) struct SessionActivity {
     pub sent_bytes: Arc<AtomicU64>,
     /// What the session's state says of its client, after its last line.
     described: Arc<Mutex<Described>>,
+    /// What it has cost the server lately: charged by the session's task,
+    /// read by it to queue its lines and by [`Sessions::list`].
+    cost: Arc<Mutex<SessionCost>>,
 }
 
 /// What a session's protocol state says of its client.
@@ -83,6 +89,9 @@ pub struct SessionInfo {
     pub subscriptions: usize,
     pub received_bytes: u64,
     pub sent_bytes: u64,
+    /// What it has cost the server lately, decayed to now, in microseconds
+    /// of handler time (bytes sent counted in: see `fair`).
+    pub cost: u64,
     pub connected: Duration,
     pub idle: Duration,
 }
@@ -113,6 +122,22 @@ impl SessionActivity {
         }
         kept.protocol = state.negotiated();
         kept.subscriptions = state.subscription_count() + state.silent_subscription_count();
+    }
+
+    /// Adds a request that held a handler slot for `held` and sent `bytes`
+    /// to the session's cost.
+    pub fn charge(&self, held: Duration, bytes: usize) {
+        self.cost_lock().charge(held, bytes);
+    }
+
+    /// The session's cost as of now.
+    pub fn cost(&self) -> u64 {
+        self.cost_lock().now()
+    }
+
+    fn cost_lock(&self) -> std::sync::MutexGuard<'_, SessionCost> {
+        // Held only for arithmetic, which does not panic.
+        self.cost.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether the session was told to close by an operator.
@@ -185,6 +210,7 @@ impl Activity {
             received_bytes: Arc::new(AtomicU64::new(0)),
             sent_bytes: Arc::new(AtomicU64::new(0)),
             described: Arc::new(Mutex::new(Described::default())),
+            cost: Arc::new(Mutex::new(SessionCost::new())),
         };
         session.stamp();
         self.lock().insert(id, session.clone());
@@ -250,6 +276,7 @@ impl Activity {
                     subscriptions: described.subscriptions,
                     received_bytes: s.received_bytes.load(Ordering::Relaxed),
                     sent_bytes: s.sent_bytes.load(Ordering::Relaxed),
+                    cost: s.cost(),
                     connected: since(s.connected_ms),
                     idle: since(s.last_ms.load(Ordering::Relaxed)),
                 }
@@ -339,8 +366,8 @@ mod tests {
         SocketAddr::from(([127, 0, 0, last], 50_000))
     }
 
-    /// Sessions are listed with what their state says, and a kick by
-    /// address closes every session from it and no other.
+    /// Sessions are listed with what their state says and what they cost,
+    /// and a kick by address closes every session from it and no other.
     #[tokio::test(start_paused = true)]
     async fn sessions_are_listed_and_kicked_by_id_or_address() {
         let activity = Activity::new();
@@ -355,12 +382,17 @@ mod tests {
         first.describe(&state);
         first.received_bytes.fetch_add(40, Ordering::Relaxed);
         tokio::time::advance(Duration::from_secs(3)).await;
+        // 8 ms of a handler slot and 10,000 bytes sent, on a paused clock:
+        // no decay yet.
+        first.charge(Duration::from_millis(8), 10_000);
         let list = activity.list();
         assert_eq!(list.iter().map(|s| s.id).collect::<Vec<_>>(), [1, 2, 3]);
         assert_eq!(list[0].client.as_deref(), Some("Sparrow"));
         assert_eq!(list[0].protocol.as_deref(), Some("1.6"));
         assert_eq!(list[0].received_bytes, 40);
         assert_eq!(list[0].idle, Duration::from_secs(3));
+        assert_eq!(list[0].cost, 9_000);
+        assert_eq!(list[1].cost, 0);
         assert_eq!(list[1].client, None);
         assert_eq!(list[1].listener, ListenerKind::Ws);
         assert_eq!(activity.kick(SessionFilter::Id(9)), Vec::<u64>::new());

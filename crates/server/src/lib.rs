@@ -136,6 +136,18 @@ impl PeerView {
     pub fn list(&self) -> Vec<PeerStatus> {
         self.0.statuses()
     }
+
+    /// Adds `host` as a peer the operator named, checked at once in the
+    /// background (and hourly with the others); returns whether it was not
+    /// known yet. Kept until the process ends: `--peers` is what lasts.
+    pub fn add(&self, host: PublicHost) -> bool {
+        self.0.add_configured(host)
+    }
+
+    /// Forgets every known server named `host`; returns them.
+    pub fn remove(&self, host: &str) -> Vec<PublicHost> {
+        self.0.remove(host)
+    }
 }
 
 impl Server {

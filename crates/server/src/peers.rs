@@ -9,8 +9,8 @@
 //! the checked host, with the port we connected to, in its `hosts` (as
 //! ElectrumX's `_send_server_features`).
 //!
-//! Peers come from the operator (`PeerConfig::peers`, checked at start and
-//! every hour; when we have public hosts, each check also sends them our
+//! Peers come from the operator (`PeerConfig::peers`, or `osprey admin
+//! addpeer` while running; checked at start, or when added, and every hour; when we have public hosts, each check also sends them our
 //! features with `server.add_peer`, as ElectrumX registers itself with the
 //! peers it verifies) and from `server.add_peer` (only on a server with
 //! public hosts). An add_peer is checked in the background, and only for a
@@ -161,6 +161,52 @@ impl PeerList {
             .collect()
     }
 
+    /// Adds `host` as the operator's peer and checks it at once (in the
+    /// background); a host already known is the operator's from now on,
+    /// with `host`'s ports. Returns whether it was not known yet.
+    pub fn add_configured(&self, host: PublicHost) -> bool {
+        let new = {
+            let mut state = self.0.lock();
+            match state.entries.iter_mut().find(|e| e.host.host == host.host) {
+                Some(entry) => {
+                    if entry.host != host {
+                        entry.host = host.clone();
+                        entry.verified = None;
+                    }
+                    entry.configured = true;
+                    entry.failures = 0;
+                    false
+                }
+                None => {
+                    state.entries.push(Entry {
+                        host: host.clone(),
+                        configured: true,
+                        verified: None,
+                        failures: 0,
+                    });
+                    true
+                }
+            }
+        };
+        let book = Arc::clone(&self.0);
+        self.0
+            .runtime
+            .spawn(async move { book.check_entry(host, true).await });
+        new
+    }
+
+    /// Forgets every known server named `host` (configured or learned);
+    /// returns them. A learned one may announce itself again.
+    pub fn remove(&self, host: &str) -> Vec<PublicHost> {
+        let host = host.to_ascii_lowercase();
+        let mut state = self.0.lock();
+        let (removed, kept) = std::mem::take(&mut state.entries)
+            .into_iter()
+            .partition(|e| e.host.host == host);
+        state.entries = kept;
+        removed.into_iter().map(|e: Entry| e.host).collect()
+    }
+
     /// Checks every known peer now and then every `ROUND_INTERVAL`, until
     /// `stop`.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
@@ -294,37 +340,43 @@ impl PeerBook {
             .map(|e| (e.host.clone(), e.configured))
             .collect();
         for (host, configured) in hosts {
-            let checked = tokio::time::timeout(CHECK_TIMEOUT, async {
-                let ip = resolve(&host)
-                    .await?
-                    .into_iter()
-                    .next()
-                    .ok_or("resolves to no address")?;
-                self.check(&host, ip, configured).await
-            })
-            .await
-            .unwrap_or_else(|_| Err("timed out".into()));
-            let mut state = self.lock();
-            let Some(at) = state.entries.iter().position(|e| e.host == host) else {
-                continue;
-            };
-            let entry = &mut state.entries[at];
-            match checked {
-                Ok(info) => {
-                    if entry.verified.is_none() {
-                        tracing::info!(peer = %host.host, ip = %info.ip, "peer checked: listed");
-                    }
-                    entry.verified = Some(info);
-                    entry.failures = 0;
+            self.check_entry(host, configured).await;
+        }
+    }
+
+    /// Checks the known peer `host` and records the outcome in its entry,
+    /// if it is still known (an operator may have removed it meanwhile).
+    async fn check_entry(&self, host: PublicHost, configured: bool) {
+        let checked = tokio::time::timeout(CHECK_TIMEOUT, async {
+            let ip = resolve(&host)
+                .await?
+                .into_iter()
+                .next()
+                .ok_or("resolves to no address")?;
+            self.check(&host, ip, configured).await
+        })
+        .await
+        .unwrap_or_else(|_| Err("timed out".into()));
+        let mut state = self.lock();
+        let Some(at) = state.entries.iter().position(|e| e.host == host) else {
+            return;
+        };
+        let entry = &mut state.entries[at];
+        match checked {
+            Ok(info) => {
+                if entry.verified.is_none() {
+                    tracing::info!(peer = %host.host, ip = %info.ip, "peer checked: listed");
                 }
-                Err(e) => {
-                    tracing::info!(peer = %host.host, "peer check failed: {e}");
-                    entry.verified = None;
-                    entry.failures += 1;
-                    if !entry.configured && entry.failures >= FAILURES_MAX {
-                        tracing::info!(peer = %host.host, "forgetting an unreachable peer");
-                        state.entries.remove(at);
-                    }
+                entry.verified = Some(info);
+                entry.failures = 0;
+            }
+            Err(e) => {
+                tracing::info!(peer = %host.host, "peer check failed: {e}");
+                entry.verified = None;
+                entry.failures += 1;
+                if !entry.configured && entry.failures >= FAILURES_MAX {
+                    tracing::info!(peer = %host.host, "forgetting an unreachable peer");
+                    state.entries.remove(at);
                 }
             }
         }
@@ -561,6 +613,49 @@ mod tests {
             protocol_max: "1.4".into(),
             pruning: None,
         }
+    }
+
+    /// The operator's peers: added as configured (a learned one becomes
+    /// configured, with the ports given), removed by name whatever their
+    /// source. The peer at port 1 on loopback refuses the check made at
+    /// once, which leaves it listed, unverified.
+    #[tokio::test]
+    async fn the_operator_adds_and_removes_peers() {
+        let list = announcing_list(64);
+        let refusing: PublicHost = "127.0.0.1:t1".parse().unwrap();
+        assert!(list.add_configured(refusing.clone()));
+        assert!(!list.add_configured(refusing.clone()), "known already");
+        list.0.lock().learn(
+            "learned.example:t50001".parse().unwrap(),
+            PeerInfo {
+                ip: "192.0.2.9".parse().unwrap(),
+                host: "learned.example".into(),
+                protocol_max: "1.4".into(),
+                pruning: None,
+                tcp_port: Some(50001),
+                ssl_port: None,
+            },
+        );
+        let moved: PublicHost = "learned.example:t1".parse().unwrap();
+        assert!(!list.add_configured(moved.clone()));
+        let statuses = list.statuses();
+        assert_eq!(statuses.len(), 2);
+        assert!(statuses.iter().all(|s| s.configured), "{statuses:?}");
+        assert_eq!(statuses[1].host, moved);
+        assert_eq!(statuses[1].verified, None, "new ports, not checked yet");
+        assert_eq!(list.remove("LEARNED.example"), [moved]);
+        assert_eq!(list.remove("learned.example"), []);
+        assert_eq!(list.statuses().len(), 1);
+        // The check of the refusing peer fails and is recorded.
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while list.statuses()[0].failures == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the added peer is checked at once");
+        assert_eq!(list.statuses()[0].verified, None);
+        assert_eq!(list.remove("127.0.0.1"), [refusing]);
     }
 
     #[tokio::test]

@@ -16,7 +16,7 @@
 
 use crate::activity::{Activity, SessionActivity};
 use crate::config::Limits;
-use crate::fair::{Scheduler, SessionCost, HARD_COST_MICROS};
+use crate::fair::{Scheduler, HARD_COST_MICROS};
 use crate::framer::Frame;
 use crate::notifier::{Control, SessionHandle};
 use crate::queued::{Queued, SessionId};
@@ -221,7 +221,6 @@ async fn serve(
     // server-wide budget.
     let mut request_charge = Charge::new(&ctx.client_memory);
     let mut running: Option<tokio::task::JoinHandle<Handled>> = None;
-    let mut cost = SessionCost::new();
     // What the running line's answer was expected to send, charged already.
     let mut expected = 0;
     let mut eof = false;
@@ -259,13 +258,13 @@ async fn serve(
                         Some(incoming) => {
                             let estimate = dispatcher.reply_estimate(&session_state, &incoming);
                             expected = estimate.expected;
-                            cost.charge(Duration::ZERO, expected);
+                            activity.charge(Duration::ZERO, expected);
                             match dispatcher.answer_inline(&mut session_state, incoming, &estimate)
                             {
                                 Ok(outcome) => {
                                     activity.describe(&session_state);
                                     state = Some(session_state);
-                                    cost.charge(
+                                    activity.charge(
                                         Duration::ZERO,
                                         reply_len(&outcome).saturating_sub(expected),
                                     );
@@ -274,8 +273,7 @@ async fn serve(
                                     {
                                         return end;
                                     }
-                                    if let Err(end) = close_if_greedy(&mut cost, &mut writer).await
-                                    {
+                                    if let Err(end) = close_if_greedy(activity, &mut writer).await {
                                         return end;
                                     }
                                     continue;
@@ -289,7 +287,7 @@ async fn serve(
                         }
                     };
                     let scheduler = Arc::clone(&ctx.scheduler);
-                    let priority = cost.now();
+                    let priority = activity.cost();
                     running = Some(tokio::spawn(async move {
                         let slot = scheduler.acquire(priority).await;
                         let batch_threads = slot.batch_threads();
@@ -342,13 +340,13 @@ async fn serve(
                     tracing::error!("request handler panicked");
                     return End::HandlerPanicked;
                 };
-                cost.charge(held, reply_len(&outcome).saturating_sub(expected));
+                activity.charge(held, reply_len(&outcome).saturating_sub(expected));
                 activity.describe(&session_state);
                 state = Some(session_state);
                 if let Err(end) = deliver(ctx, id, &mut writer, outcome, seen, &mut hub).await {
                     return end;
                 }
-                if let Err(end) = close_if_greedy(&mut cost, &mut writer).await {
+                if let Err(end) = close_if_greedy(activity, &mut writer).await {
                     return end;
                 }
             }
@@ -502,8 +500,8 @@ async fn deliver(
 
 /// Past `fair::HARD_COST_MICROS`, tells the client why and ends the
 /// session.
-async fn close_if_greedy(cost: &mut SessionCost, writer: &mut Writer<'_>) -> Result<(), End> {
-    if cost.now() <= HARD_COST_MICROS {
+async fn close_if_greedy(activity: &SessionActivity, writer: &mut Writer<'_>) -> Result<(), End> {
+    if activity.cost() <= HARD_COST_MICROS {
         return Ok(());
     }
     let error = RpcError::ServerBusy(
