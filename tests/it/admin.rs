@@ -1,8 +1,9 @@
 //! `osprey admin`, run as a process against a running `osprey serve` on
 //! btcd: each command's answer is checked against what the test did (its
-//! own sessions, the node's view of a paid address), the socket's mode and
-//! its lifecycle (stale one replaced, a non-socket refused, removed on
-//! `stop`), and bad requests on the raw socket get clear errors.
+//! own sessions, the node's view of a paid address, a second server added
+//! as a peer, bans across restarts), the socket's mode and its lifecycle
+//! (stale one replaced, a non-socket refused, removed on `stop`), and bad
+//! requests on the raw socket get clear errors.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -15,7 +16,9 @@ use osprey_testenv::{Node, ScriptKind, TestWallet};
 use serde_json::{json, Value};
 
 use crate::common::command::{run_osprey, CommandOutput};
+use crate::common::osprey::free_port;
 use crate::common::{scripthash, start_btcd, wait_until, NodeView, Osprey, OspreyConfig, Session};
+use crate::proxy::connect_from;
 
 /// How long one `osprey admin` may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
@@ -83,9 +86,10 @@ fn greet(osprey: &Osprey, client: &str) -> Session {
 /// 2. Osprey serves the tip; its socket is there, mode 0660; as root, a
 ///    user outside its group is refused and one inside answered.
 /// 3. getinfo: the version, the node's tip as both heights, no initial
-///    sync, the test's session and subscription, memory.
+///    sync, the test's session and subscription, memory; and FulcrumAdmin's
+///    keys (`height`, `chain`, `genesis_hash`, `clients_connected`, `pid`).
 /// 4. sessions: the test's session with its client name, protocol,
-///    subscription and bytes; the text form names it too.
+///    subscription, cost and bytes; the text form names it too.
 ///    peers: the configured peer, unverified (it refuses connections).
 /// 5. query by address and by script hash: the node's history count,
 ///    balances, first and last height.
@@ -157,10 +161,24 @@ fn admin_commands_answer_what_the_test_did() {
         "{info}"
     );
     assert!(info["uptime_seconds"].as_u64().is_some(), "{info}");
+    // What RaspiBlitz reads from `FulcrumAdmin getinfo`, and the rest of
+    // Fulcrum's keys Osprey has a meaning for.
+    assert_eq!(info["height"], json!(tip), "{info}");
+    assert_eq!(info["chain"], json!("regtest"));
+    assert_eq!(
+        info["genesis_hash"],
+        json!(bitcoin::constants::genesis_block(bitcoin::Network::Regtest)
+            .block_hash()
+            .to_string())
+    );
+    assert_eq!(info["clients_connected"], json!(1));
+    assert_eq!(info["pid"], json!(osprey.pid().expect("running")));
     let text = admin(&db, false, &["getinfo"], true).stdout;
     assert!(text.contains(&format!("index_height: {tip}")), "{text}");
     // 4.
     let id = session_id(&db, "admin-it");
+    // 401 headers, 64 kB of hex: a cost of 6,400 µs by its bytes alone.
+    mine.call("blockchain.block.headers", json!([0, 401]));
     let listed_mine = listed(&db, id).expect("the test's session is listed");
     assert_eq!(listed_mine["protocol"], json!("1.4"));
     assert_eq!(listed_mine["subscriptions"], json!(1));
@@ -176,7 +194,15 @@ fn admin_commands_answer_what_the_test_did() {
         listed_mine["sent_bytes"].as_u64() > Some(50),
         "{listed_mine}"
     );
+    // What its answers cost: at least their bytes (ten a microsecond),
+    // halved every 10 s since, and far below a greedy session's 2,000,000.
+    let cost = listed_mine["cost"].as_u64().expect("a cost");
+    assert!((100..2_000_000).contains(&cost), "{listed_mine}");
     let text = admin(&db, false, &["sessions"], true).stdout;
+    assert!(
+        text.lines().next().is_some_and(|l| l.contains(" COST ")),
+        "{text}"
+    );
     assert!(
         text.lines()
             .any(|l| l.contains("admin-it") && l.trim_start().starts_with(&id.to_string())),
@@ -515,4 +541,170 @@ fn admin_socket_refuses_what_it_cannot_serve() {
         line.contains("no admin interface: the path is longer than a Unix socket's")
     });
     assert!(!socket_of(&deep).exists());
+}
+
+/// A session from `from` (a loopback address) to `osprey`, which must be
+/// served: its `server.version` is answered.
+fn served_from(osprey: &Osprey, from: &str) -> Session {
+    let mut session = Session::from_stream(connect_from(from, osprey.addr())).expect("a session");
+    session.call("server.version", json!(["admin-it-bans", "1.4"]));
+    session
+}
+
+/// Whether a connection from `from` is refused for a ban, saying so.
+fn refused_as_banned(osprey: &Osprey, from: &str) -> bool {
+    let mut session = Session::from_stream(connect_from(from, osprey.addr())).expect("a session");
+    let (closed, said) = session.closed_within(SETTLE);
+    closed
+        && said.iter().any(|m| {
+            m["error"]["message"]
+                .as_str()
+                .is_some_and(|e| e.contains("banned"))
+        })
+}
+
+/// The lines of the ban file that are not comments.
+fn ban_file_lines(db: &Path) -> Vec<String> {
+    std::fs::read_to_string(db.join("regtest").join("banned.txt"))
+        .expect("the ban file")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Bans last a restart, even a kill -9 right after the ban: 127.0.0.2 is
+/// refused after it, 127.0.0.1 served. A ban file with lines that are not
+/// bans is a startup warning naming them: the server starts with the
+/// others, and the next unban rewrites the file without the bad ones.
+#[test]
+fn bans_last_across_restarts() {
+    let node = start_btcd();
+    node.generate(10).expect("mining");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let mut osprey = Osprey::start(&node, &db, OspreyConfig::default());
+    let mut banned = served_from(&osprey, "127.0.0.2");
+    assert_eq!(
+        admin_json(&db, &["ban", "127.0.0.2"])["banned"],
+        json!("127.0.0.2/32")
+    );
+    assert!(banned.closed_within(SETTLE).0, "the ban closes its session");
+    admin_json(&db, &["ban", "2001:db8:1:2::/64"]);
+    assert_eq!(
+        ban_file_lines(&db),
+        ["127.0.0.2/32", "2001:db8:1:2::/64"],
+        "written at the ban"
+    );
+    // Killed: nothing is written at exit.
+    osprey.kill9();
+    let mut osprey = Osprey::start(&node, &db, OspreyConfig::default());
+    osprey.wait_log_line("the bans restored", SETTLE, |line| {
+        line.contains("bans restored") && line.contains("banned=2")
+    });
+    assert_eq!(
+        admin_json(&db, &["listbanned"]),
+        json!(["127.0.0.2/32", "2001:db8:1:2::/64"])
+    );
+    assert!(
+        refused_as_banned(&osprey, "127.0.0.2"),
+        "still banned after a restart"
+    );
+    served_from(&osprey, "127.0.0.1");
+    // A file with lines that are not bans, written while stopped.
+    let status = osprey.terminate();
+    assert!(status.success(), "{status}");
+    std::fs::write(
+        db.join("regtest").join("banned.txt"),
+        b"not an address\n127.0.0.3\n\xff\xfe\n10.0.0.1/8\n",
+    )
+    .expect("writing the ban file");
+    let osprey = Osprey::start(&node, &db, OspreyConfig::default());
+    let log = osprey.log();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("the ban list has lines that are not addresses or prefixes"))
+        .unwrap_or_else(|| panic!("no warning of the bad lines: {}", osprey.log_tail(30)));
+    for named in [
+        "skipped=3",
+        "line 1 (\"not an address\")",
+        "line 3: not UTF-8",
+        "line 4",
+    ] {
+        assert!(warning.contains(named), "{named} in {warning}");
+    }
+    assert_eq!(admin_json(&db, &["listbanned"]), json!(["127.0.0.3/32"]));
+    assert!(refused_as_banned(&osprey, "127.0.0.3"));
+    served_from(&osprey, "127.0.0.2");
+    admin_json(&db, &["unban", "127.0.0.3"]);
+    assert_eq!(
+        ban_file_lines(&db),
+        Vec::<String>::new(),
+        "rewritten without the bad lines"
+    );
+    served_from(&osprey, "127.0.0.3");
+}
+
+/// `addpeer` adds a second Osprey (which names its own port in
+/// `--public-hosts`) to the peer list and checks it at once, not at the
+/// next hourly round: `peers` shows it verified and wallets get it from
+/// `server.peers.subscribe`. A bare host gets the network's Electrum
+/// port. `rmpeer` forgets it, in both lists; removing it again is an
+/// error.
+#[test]
+fn addpeer_checks_a_peer_at_once_and_rmpeer_forgets_it() {
+    let node = start_btcd();
+    node.generate(10).expect("mining");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let public = format!("127.0.0.1:t{port}");
+    let _peer = Osprey::start(
+        &node,
+        &dir.path().join("peer"),
+        OspreyConfig {
+            args: vec!["--public-hosts".into(), public],
+            electrum_rpc_addr: Some(format!("127.0.0.1:{port}")),
+            ..OspreyConfig::default()
+        },
+    );
+    let db = dir.path().join("db");
+    let osprey = Osprey::start(&node, &db, OspreyConfig::default());
+    assert_eq!(admin_json(&db, &["peers"]), json!([]));
+    let added = admin_json(&db, &["addpeer", &format!("127.0.0.1:{port}")]);
+    assert_eq!(
+        added,
+        json!({ "added": "127.0.0.1", "tcp_port": port, "ssl_port": null, "new": true })
+    );
+    let peers = wait_until("the added peer verified", SETTLE, || {
+        let peers = admin_json(&db, &["peers"]);
+        (peers[0]["verified"] == json!(true)).then_some(peers)
+    });
+    assert_eq!(peers.as_array().map(Vec::len), Some(1), "{peers}");
+    assert_eq!(peers[0]["configured"], json!(true));
+    assert_eq!(peers[0]["tcp_port"], json!(port));
+    let mut wallet = osprey.session();
+    let listed = wallet.call("server.peers.subscribe", json!([]));
+    assert_eq!(listed[0][0], json!("127.0.0.1"), "{listed}");
+    let text = admin(&db, false, &["addpeer", "127.0.0.2"], true).stdout;
+    assert!(
+        text.contains("added peer 127.0.0.2 (tcp 60401, ssl -)"),
+        "{text}"
+    );
+    assert_eq!(
+        admin_json(&db, &["rmpeer", "127.0.0.2"]),
+        json!({ "removed": "127.0.0.2" })
+    );
+    assert_eq!(
+        admin_json(&db, &["rmpeer", "127.0.0.1"]),
+        json!({ "removed": "127.0.0.1" })
+    );
+    assert_eq!(admin_json(&db, &["peers"]), json!([]));
+    assert_eq!(wallet.call("server.peers.subscribe", json!([])), json!([]));
+    let again = admin(&db, false, &["rmpeer", "127.0.0.1"], false);
+    assert!(!again.status.success());
+    assert!(
+        again.stderr.contains("no peer is named 127.0.0.1"),
+        "{}",
+        again.stderr
+    );
 }

@@ -41,6 +41,9 @@ pub struct OspreyConfig {
     /// Extra environment variables (not `OSPREY_*`: those are removed),
     /// e.g. an `LD_PRELOAD` that injects faults.
     pub env: Vec<(String, String)>,
+    /// `--electrum-rpc-addr` when not [`ANY_PORT`]: a server that must
+    /// name its own port in a setting (`--public-hosts`).
+    pub electrum_rpc_addr: Option<String>,
 }
 
 impl OspreyConfig {
@@ -141,7 +144,10 @@ impl Osprey {
             "--db-dir".into(),
             db_dir.display().to_string(),
             "--electrum-rpc-addr".into(),
-            ANY_PORT.into(),
+            config
+                .electrum_rpc_addr
+                .clone()
+                .unwrap_or_else(|| ANY_PORT.into()),
             "--poll-interval-ms".into(),
             "100".into(),
             "--log-filter".into(),
