@@ -5,15 +5,20 @@
 //! Each ban or unban rewrites the whole file atomically (a temporary file,
 //! fsynced, renamed over it, the directory fsynced), so that a crash leaves
 //! the old list or the new one, never half of one. `osprey serve` reads it
-//! at startup, a read-only replica too (it never writes it). A file that
+//! at startup. A read-only replica reads it too, and then follows it
+//! (every [`FOLLOW_INTERVAL`]), so that a ban made through the writer's
+//! admin interface closes the banned client's sessions on the replicas as
+//! well; a replica never writes it. A file that
 //! cannot be read is a warning, not a refusal to start: a ban list is not
 //! worth an outage. Lines that do not parse are named in the warning and
 //! skipped; the next ban or unban rewrites the file without them.
 
-use osprey_server::{Subnet, BANNED_MAX};
+use osprey_server::{Sessions, Subnet, BANNED_MAX};
 use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The file's name in the network's index directory.
 pub const FILE_NAME: &str = "banned.txt";
@@ -22,6 +27,9 @@ pub const FILE_NAME: &str = "banned.txt";
 const FILE_BYTES_MAX: u64 = 1 << 20;
 /// Skipped lines named in the startup warning; the count says the rest.
 const BAD_LINES_SHOWN: usize = 5;
+/// How often a replica looks whether its writer's ban file changed: a
+/// `stat`, and a read only when it did.
+pub const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
 
 const HEADER: &str =
     "# Networks banned with `osprey admin ban`, one a line: read when osprey serve starts,\n\
@@ -44,6 +52,15 @@ impl BanFile {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The file's version now, to tell whether it changed since.
+    pub fn stamp(&self) -> Stamp {
+        Stamp(
+            std::fs::metadata(&self.path)
+                .ok()
+                .map(|m| (m.ino(), m.mtime(), m.mtime_nsec(), m.len())),
+        )
     }
 
     /// The networks the file lists, in its order. No file is no bans; a
@@ -111,6 +128,45 @@ impl BanFile {
         match self.path.parent() {
             Some(dir) => std::fs::File::open(dir)?.sync_all(),
             None => Ok(()),
+        }
+    }
+}
+
+/// What tells one version of the file from the next: each save renames a
+/// new file into place (a new inode), and an edit by hand changes its
+/// time or length. `None` while there is no file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp(Option<(u64, i64, i64, u64)>);
+
+/// For a read-only replica: applies `file`, which its writer rewrites on
+/// each ban and unban, to `sessions` whenever it changes (bans added close
+/// their sessions; bans gone are lifted), until the task is aborted.
+/// `sessions` holds what the file held at `seen`.
+pub async fn follow(file: BanFile, sessions: Sessions, mut seen: Stamp) {
+    let file = Arc::new(file);
+    loop {
+        tokio::time::sleep(FOLLOW_INTERVAL).await;
+        let now = file.stamp();
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        let reading = Arc::clone(&file);
+        let Ok(wanted) = tokio::task::spawn_blocking(move || reading.load()).await else {
+            continue;
+        };
+        let held = sessions.banned();
+        for subnet in wanted.iter().filter(|s| !held.contains(s)) {
+            match sessions.ban(*subnet) {
+                Ok((_, kicked)) => {
+                    tracing::info!(%subnet, ?kicked, "banned, as the writer's ban list says");
+                }
+                Err(e) => tracing::warn!(%subnet, "ban list: {e}"),
+            }
+        }
+        for subnet in held.iter().filter(|s| !wanted.contains(s)) {
+            sessions.unban(*subnet);
+            tracing::info!(%subnet, "ban lifted, as the writer's ban list says");
         }
     }
 }

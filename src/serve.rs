@@ -618,6 +618,8 @@ pub fn run_server(
     // restart (a replica takes its writer's, as of its own start).
     let bans = crate::bans::BanFile::new(&config.db_path);
     let sessions = bound.sessions();
+    // Before the read: a change made meanwhile is followed, not missed.
+    let loaded = bans.stamp();
     let banned = bans.load();
     for subnet in &banned {
         if let Err(e) = sessions.ban(*subnet) {
@@ -627,12 +629,18 @@ pub fn run_server(
     if !banned.is_empty() {
         tracing::info!(banned = banned.len(), path = %bans.path().display(), "bans restored");
     }
+    // A replica has no admin interface: it takes its writer's bans.
+    let (bans, following_bans) = if config.read_only {
+        let following = crate::bans::follow(bans, sessions.clone(), loaded);
+        (None, Some(runtime.spawn(following)))
+    } else {
+        (Some(bans), None)
+    };
     // A replica writes nothing in the index's directory, where the
     // writer's admin socket is: it has none.
-    let admin = if config.read_only {
-        None
-    } else {
-        admin::start(
+    let admin = match bans {
+        None => None,
+        Some(bans) => admin::start(
             &runtime,
             &config.db_path,
             admin::AdminContext {
@@ -646,7 +654,7 @@ pub fn run_server(
                 set_log_filter: crate::set_log_filter,
                 bans,
             },
-        )?
+        )?,
     };
     if let Some(admin) = &admin {
         tracing::info!(path = %admin.path().display(), "admin socket open");
@@ -680,6 +688,9 @@ pub fn run_server(
     stop.store(true, Ordering::Relaxed);
     let served = runtime.block_on(server).context("server task");
     drop(admin);
+    if let Some(following) = following_bans {
+        following.abort();
+    }
     drop(monitoring);
     drop(tracker);
     drop(query);

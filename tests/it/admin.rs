@@ -708,3 +708,45 @@ fn addpeer_checks_a_peer_at_once_and_rmpeer_forgets_it() {
         again.stderr
     );
 }
+
+/// A read-only replica has no admin interface: it takes the bans made
+/// through its writer's from the ban file, those of before its start at
+/// once and later ones as the writer saves them. A replica's session from
+/// 127.0.0.2 is closed by the writer's ban and new ones are refused; after
+/// the unban the replica serves 127.0.0.2 again.
+#[test]
+fn a_replica_follows_its_writers_bans() {
+    let node = start_btcd();
+    node.generate(10).expect("mining");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let _writer = Osprey::start(&node, &db, OspreyConfig::default());
+    admin_json(&db, &["ban", "127.0.0.9"]);
+    let tmp = dir.path().join("replica-tmp");
+    std::fs::create_dir_all(&tmp).expect("creating the replica's TMPDIR");
+    let mut replica = Osprey::start(
+        &node,
+        &db,
+        OspreyConfig::read_only(&dir.path().join("replica.log"), &tmp),
+    );
+    assert!(
+        refused_as_banned(&replica, "127.0.0.9"),
+        "a ban of before the replica's start"
+    );
+    let mut session = served_from(&replica, "127.0.0.2");
+    admin_json(&db, &["ban", "127.0.0.2"]);
+    assert!(
+        session.closed_within(SETTLE).0,
+        "the writer's ban closes the replica's session"
+    );
+    assert!(refused_as_banned(&replica, "127.0.0.2"));
+    admin_json(&db, &["unban", "127.0.0.2"]);
+    replica.wait_log_line("the replica lifting the ban", SETTLE, |line| {
+        line.contains("ban lifted, as the writer's ban list says") && line.contains("127.0.0.2/32")
+    });
+    served_from(&replica, "127.0.0.2");
+    assert!(
+        refused_as_banned(&replica, "127.0.0.9"),
+        "the other ban holds"
+    );
+}
