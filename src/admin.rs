@@ -465,9 +465,10 @@ fn getinfo(ctx: &AdminContext) -> Value {
         "subscriptions": metrics.sessions.subscriptions.get(),
         "resident_memory_bytes": metrics.process.resident_memory_bytes.get(),
         "uptime_seconds": ctx.started.elapsed().as_secs(),
-        // Under FulcrumAdmin's `getinfo` names, with their meaning, for
-        // what reads them (RaspiBlitz's sync display reads `height`, the
-        // index's, over the node's; and `version`, above).
+        // FulcrumAdmin's `getinfo` keys with the same meaning, for the
+        // scripts that read them: RaspiBlitz's sync display divides
+        // `height` by the node's height, once `version` (above) is there.
+        // Fulcrum's `subscriptions` is ours, above, too.
         "height": index_height,
         "chain": ctx.network.bitcoin().to_core_arg(),
         "genesis_hash": ctx.network.genesis_hash().to_string(),
