@@ -8,9 +8,10 @@
 //! Lines of one session run one at a time, in order; the next line is not
 //! read while one runs, which bounds a session's memory and CPU. Across
 //! sessions, a line waits for a handler slot, behind lines of sessions
-//! that cost the server less lately, and its slot says whether a batch may
-//! be spread over more threads (`fair`). What all sessions hold
-//! together (incomplete lines, replies and notifications
+//! that cost the server less lately (a line too long to parse here, among
+//! the greedy ones), and its slot says whether a batch may be spread over
+//! more threads (`fair`). What all sessions hold together (incomplete
+//! lines, lines waiting for a slot or running, replies and notifications
 //! their client has not taken yet, subscriptions) is charged to one byte
 //! budget, `Limits::client_memory_bytes_max`.
 
@@ -84,7 +85,8 @@ enum End {
 }
 
 /// Lines up to this size are parsed on the session's own task, to see
-/// whether they can be answered there (see [`Dispatcher::answer_inline`]).
+/// whether they can be answered there (see [`Dispatcher::answer_inline`]);
+/// longer ones are heavy, and wait for one of the greedy slots (`fair`).
 const INLINE_LINE_BYTES_MAX: usize = 64 * 1024;
 /// Queued notifications written before the next flush.
 const NOTIFICATIONS_PER_FLUSH: usize = 256;
@@ -228,6 +230,13 @@ async fn serve(
     loop {
         if running.is_none() {
             let frame = writer.transport.next_frame();
+            // A line taken stays charged until it is answered: queued
+            // behind other sessions' lines for a slot, hundreds of them
+            // held hundreds of megabytes that no budget counted.
+            let line_charge = match &frame {
+                Some(Frame::Line(line)) => request_charge.split_off(line.len()),
+                _ => Charge::new(&ctx.client_memory),
+            };
             request_charge.resize(charge_for(writer.transport.buffered()));
             match frame {
                 Some(Frame::Line(line)) => {
@@ -290,8 +299,9 @@ async fn serve(
                     };
                     let scheduler = Arc::clone(&ctx.scheduler);
                     let priority = cost.now();
+                    let heavy = line.len() > INLINE_LINE_BYTES_MAX;
                     running = Some(tokio::spawn(async move {
-                        let slot = scheduler.acquire(priority).await;
+                        let slot = scheduler.acquire(priority, heavy).await;
                         let batch_threads = slot.batch_threads();
                         let started = std::time::Instant::now();
                         let handled = tokio::task::spawn_blocking(move || {
@@ -307,7 +317,7 @@ async fn serve(
                             (session_state, outcome)
                         })
                         .await;
-                        drop(slot);
+                        drop((slot, line_charge));
                         let (session_state, outcome) = handled.ok()?;
                         Some((session_state, outcome, seen, started.elapsed()))
                     }));
@@ -379,6 +389,15 @@ async fn serve(
                         // Best effort: the session ends either way.
                         let _ = write_and_flush(&mut writer, &line).await;
                         return End::OverBudget;
+                    }
+                    if writer.transport.buffered() > INLINE_LINE_BYTES_MAX {
+                        // A heavy line is coming in: let the other sessions
+                        // on this worker run after each read, rather than
+                        // after the whole line (tokio's budget allows a
+                        // task 128 reads, 2 MiB, per turn). Six hundred
+                        // sessions sending 581 KiB each kept a wallet's
+                        // small request waiting for its turn for 0.3 s.
+                        tokio::task::yield_now().await;
                     }
                 }
                 Err(e) => return End::Io(e),

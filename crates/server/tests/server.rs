@@ -864,6 +864,88 @@ async fn unread_responses_share_one_memory_budget() {
     server.stop().await;
 }
 
+/// A gate that opens when dropped: a failing test then does not leave the
+/// server's threads waiting at it (the runtime waits for them to end).
+struct OpenedOnDrop(Arc<osprey_electrum::fake::Gate>);
+
+impl Drop for OpenedOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+/// Heavy lines (too long to parse on the session's task) wait for the
+/// greedy slots, one on two cores, whatever their sessions have cost:
+/// eight new sessions each sending one 70 kB request, all held inside the
+/// backend, took all eight slots, and a wallet's small request beside them
+/// waited (issue 36: six hundred 581 KiB batches kept a wallet waiting
+/// seconds). Now one runs, seven wait, the wallet is served at once, and
+/// the seven are answered in turn.
+#[tokio::test]
+async fn heavy_lines_share_the_greedy_slots() {
+    let server = TestServer::start(
+        Limits {
+            worker_threads: 2,
+            ..Limits::default()
+        },
+        16,
+    )
+    .await;
+    let held: ScriptHash = SH.parse().unwrap();
+    let other = ScriptHash([7; 32]);
+    server.backend.update(history(held, &[(1, 50)]));
+    server.backend.update(history(other, &[(3, 60)]));
+    let gate = OpenedOnDrop(Arc::new(osprey_electrum::fake::Gate::default()));
+    server
+        .backend
+        .update(|s| s.history_gate = Some((held, Arc::clone(&gate.0))));
+    // A request any session may send, padded past the 64 KiB parsed on
+    // the session's task.
+    let heavy = format!(
+        "{}\n",
+        json!({"jsonrpc": "2.0", "id": 1, "method": "blockchain.scripthash.get_history",
+               "params": [SH], "pad": "x".repeat(70_000)})
+    );
+    let mut hostile = Vec::new();
+    for _ in 0..8 {
+        let mut client = server.client().await;
+        client.send_raw(heavy.as_bytes()).await;
+        hostile.push(client);
+    }
+    // Every heavy line is taken (counted as received) before the wallet asks.
+    let received = &server.metrics.sessions.received_bytes;
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while received.get() < 8 * heavy.len() as u64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the heavy lines never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let waiting = Arc::clone(&gate.0);
+    let reached = tokio::task::spawn_blocking(move || waiting.wait_reached(READ_TIMEOUT));
+    assert!(reached.await.unwrap(), "no heavy line was run");
+    let mut wallet = server.client().await;
+    let r = wallet
+        .call(
+            "blockchain.scripthash.get_history",
+            json!([other.to_string()]),
+        )
+        .await;
+    assert_eq!(r["result"][0]["height"], 60, "{r}");
+    assert_eq!(
+        server.backend.update(|s| s.history_calls),
+        2,
+        "one heavy line in the backend, then the wallet's"
+    );
+    drop(gate);
+    for client in &mut hostile {
+        let r = client.read().await.expect("an answer");
+        assert_eq!(r["result"][0]["height"], 50, "{r}");
+    }
+    server.stop().await;
+}
+
 /// Replies never wait on notification work: while the notifier is stuck
 /// computing a status after a change, the same session's requests
 /// (subscriptions included) are answered; the notification follows once
