@@ -93,6 +93,11 @@ const NOTIFICATIONS_PER_FLUSH: usize = 256;
 /// How long the polite end of a connection (TLS close_notify, WebSocket
 /// close frame) may take.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long telling a shed or kicked session why may take: a newcomer
+/// waits 2 s for a shed session's place (`SHED_WAIT`), which the goodbye,
+/// then the close ([`CLOSE_TIMEOUT`]), must leave in time, even when the
+/// client does not read.
+const SAY_WHY_TIMEOUT: Duration = Duration::from_millis(500);
 /// Incomplete requests are charged to the memory budget in steps of this
 /// much, so that a line arriving in 16 KiB reads costs few budget updates.
 const REQUEST_CHARGE_STEP: usize = 64 * 1024;
@@ -344,7 +349,17 @@ async fn serve(
             _ = shutdown.changed() => return End::Shutdown,
             _ = kick.notified() => return End::TooSlow,
             _ = activity.shed.notified() => {
-                return if activity.kicked() { End::Kicked } else { End::Shed };
+                let (end, error) = if activity.kicked() {
+                    (End::Kicked, RpcError::BadRequest("closed by the server's operator".into()))
+                } else {
+                    (End::Shed, RpcError::ServerBusy(
+                        "the server is full: this session, idle the longest, is closed to \
+                         make room for a new one"
+                            .into(),
+                    ))
+                };
+                say_why(&mut writer, error).await;
+                return end;
             }
             joined = async { running.as_mut().expect("guarded by is_some").await }, if running.is_some() => {
                 running = None;
@@ -532,6 +547,14 @@ async fn close_if_greedy(cost: &mut SessionCost, writer: &mut Writer<'_>) -> Res
     // Best effort: the session ends either way.
     let _ = write_and_flush(writer, &line).await;
     Err(End::Greedy)
+}
+
+/// Tells a client why its session is closed, in one error line, unless
+/// that takes longer than [`SAY_WHY_TIMEOUT`].
+async fn say_why(writer: &mut Writer<'_>, error: RpcError) {
+    let line = jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
+    // Best effort: the session ends either way.
+    let _ = timeout(SAY_WHY_TIMEOUT, write_and_flush(writer, &line)).await;
 }
 
 /// The length of a line's response, for its session's cost.

@@ -300,6 +300,33 @@ async fn extra_sessions_are_refused_politely() {
     server.stop().await;
 }
 
+/// A connection from a proxy over the cap on those awaiting their PROXY
+/// header (`sessions_max`) is told why before it is closed, as any
+/// refused connection is (it used to be dropped without a word).
+#[tokio::test]
+async fn a_proxied_connection_over_the_cap_is_told_why() {
+    let server = TestServer::start(
+        Limits {
+            sessions_max: 1,
+            proxy_protocol_from: vec!["127.0.0.1/32".parse().unwrap()],
+            ..Limits::default()
+        },
+        16,
+    )
+    .await;
+    // Holds the one place while its header does not come.
+    let silent = server.client().await;
+    let mut refused = server.client().await;
+    let r = refused.read().await.expect("an error line");
+    assert_eq!(r["error"]["code"], -102, "{r}");
+    let why = r["error"]["message"].as_str().unwrap();
+    assert!(why.contains("awaiting their PROXY header"), "{why}");
+    assert!(refused.read().await.is_none(), "then closed");
+    assert_eq!(server.metrics.sessions.refused.get(), 1);
+    drop(silent);
+    server.stop().await;
+}
+
 /// A full server closes the session idle the longest for a newcomer,
 /// rather than lock new wallets out until idle sessions time out.
 #[tokio::test(start_paused = true)]
@@ -320,10 +347,7 @@ async fn a_full_server_makes_room_by_closing_the_idlest_session() {
     assert!(other.is_served().await);
     let mut newcomer = server.client().await;
     assert!(newcomer.is_served().await, "the newcomer is served");
-    assert!(
-        idlest.read().await.is_none(),
-        "the idlest session was closed"
-    );
+    assert_told_to_make_room(&mut idlest).await;
     assert!(other.is_served().await, "the other session goes on");
     // Nobody idle past a second now: the next one is refused.
     let mut refused = server.client().await;
@@ -349,12 +373,19 @@ async fn a_full_server_closes_silent_connections_first() {
     tokio::time::advance(Duration::from_millis(1200)).await;
     let mut newcomer = server.client().await;
     assert!(newcomer.is_served().await, "the newcomer is served");
-    assert!(
-        silent.read().await.is_none(),
-        "the silent connection was closed"
-    );
+    assert_told_to_make_room(&mut silent).await;
     assert!(wallet.is_served().await, "the wallet goes on");
     server.stop().await;
+}
+
+/// A shed session is told why (issue 36: in the idle flood, a connection
+/// closed for a newcomer got no error line), then closed.
+async fn assert_told_to_make_room(client: &mut Client) {
+    let r = client.read().await.expect("an error line");
+    assert_eq!(r["error"]["code"], -102, "{r}");
+    let why = r["error"]["message"].as_str().unwrap();
+    assert!(why.contains("make room for a new one"), "{why}");
+    assert!(client.read().await.is_none(), "then closed");
 }
 
 /// A server full at two sessions, which sheds sessions idle for a second.
