@@ -525,6 +525,33 @@ mod tests {
         assert_eq!((queue.running, queue.running_greedy), (0, 0));
     }
 
+    /// A heavy line is in the greedy class even from a session that has
+    /// cost nothing yet: it waits for the one greedy slot of two cores
+    /// while an ordinary line takes a free slot at once. (Paused clock:
+    /// the sleep lets the waiter queue.)
+    #[tokio::test(start_paused = true)]
+    async fn heavy_lines_are_greedy_at_no_cost() {
+        let scheduler = Scheduler::with_slots(4, 2, None);
+        let first = scheduler.acquire(0, true).await;
+        assert!(first.greedy);
+        let second = {
+            let scheduler = Arc::clone(&scheduler);
+            tokio::spawn(async move { scheduler.acquire(0, true).await })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!second.is_finished(), "the one greedy slot is taken");
+        assert_eq!(scheduler.greedy_waiting(), 1);
+        let ordinary = tokio::time::timeout(Duration::from_secs(1), scheduler.acquire(0, false))
+            .await
+            .expect("an ordinary line is not held up by heavy ones");
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(1), second)
+            .await
+            .expect("the freed greedy slot is handed on")
+            .unwrap();
+        drop((second, ordinary));
+    }
+
     /// A line may spread its batch over the batch threads only while the
     /// lines holding slots, its own included, leave it a core.
     #[tokio::test]
