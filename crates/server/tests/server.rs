@@ -977,6 +977,76 @@ async fn heavy_lines_share_the_greedy_slots() {
     server.stop().await;
 }
 
+/// A line waiting for a handler slot stays charged to the client memory
+/// budget until it is answered (it used to be counted only while it was
+/// incomplete, so hundreds of heavy lines queued for a slot held hundreds
+/// of megabytes nobody counted): with one heavy line held in the backend
+/// and twelve more queued behind it, the budget has no room for the next
+/// session's line, which is told so, and the thirteen are answered once
+/// the first is let go.
+#[tokio::test]
+async fn lines_waiting_for_a_slot_stay_charged() {
+    let server = TestServer::start(
+        Limits {
+            line_bytes_max: 200_000,
+            reply_bytes_max: 1 << 20,
+            // The least allowed: twice one session's line and reply.
+            client_memory_bytes_max: 2 * (200_000 + (1 << 20)),
+            worker_threads: 2,
+            ..Limits::default()
+        },
+        16,
+    )
+    .await;
+    let held: ScriptHash = SH.parse().unwrap();
+    server.backend.update(history(held, &[(1, 50)]));
+    let gate = OpenedOnDrop(Arc::new(osprey_electrum::fake::Gate::default()));
+    server
+        .backend
+        .update(|s| s.history_gate = Some((held, Arc::clone(&gate.0))));
+    // 190,000 bytes: heavy, and charged 196,608 bytes while it arrives.
+    let heavy = |id: u64| {
+        let mut line = format!(
+            r#"{{"id":{id},"method":"blockchain.scripthash.get_history","params":["{SH}"],"pad":""#
+        )
+        .into_bytes();
+        line.resize(190_000 - 3, b'x');
+        line.extend_from_slice(b"\"}\n");
+        line
+    };
+    let received = &server.metrics.sessions.received_bytes;
+    let mut queued = Vec::new();
+    for id in 0..13u64 {
+        let mut client = server.client().await;
+        client.send_raw(&heavy(id)).await;
+        // Taken from the transport, charged, and waiting (or held).
+        let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+        while received.get() < (id + 1) * 190_000 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "line {id} never taken"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        queued.push(client);
+    }
+    // 13 x 190,000 bytes charged: 27,152 left, under one 64 KiB step.
+    let mut over = server.client().await;
+    over.send_raw(&heavy(99)).await;
+    let refused = over.read().await.expect("an error line");
+    assert_eq!(refused["error"]["code"], -102, "{refused}");
+    let why = refused["error"]["message"].as_str().unwrap();
+    assert!(why.contains("memory"), "{why}");
+    assert!(over.read().await.is_none(), "then closed");
+    drop(gate);
+    for (id, client) in queued.iter_mut().enumerate() {
+        let r = client.read().await.expect("an answer");
+        assert_eq!(r["id"], id, "{r}");
+        assert_eq!(r["result"][0]["height"], 50, "{r}");
+    }
+    server.stop().await;
+}
+
 /// Replies never wait on notification work: while the notifier is stuck
 /// computing a status after a change, the same session's requests
 /// (subscriptions included) are answered; the notification follows once
