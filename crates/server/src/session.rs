@@ -411,7 +411,7 @@ async fn serve(
                         // after the whole line (tokio's budget allows a
                         // task 128 reads, 2 MiB, per turn). Six hundred
                         // sessions sending 581 KiB each kept a wallet's
-                        // small request waiting for its turn for 0.3 s.
+                        // small request waiting for its turn up to 0.3 s.
                         tokio::task::yield_now().await;
                     }
                 }
