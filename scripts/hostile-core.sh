@@ -143,13 +143,18 @@ say "osprey serve on 127.0.0.1:$tcp_port (TLS $tls_port, WebSocket $ws_port) ind
   --electrum-tls-addr "127.0.0.1:$tls_port" --electrum-ws-addr "127.0.0.1:$ws_port" >"$work/serve.log" 2>&1 &
 osprey_pid=$!
 core_tip=$("${cli[@]}" getblockcount)
-# The height osprey serves (-1 until it serves wallets, after its initial sync).
+# The height osprey serves (-1 until it serves wallets, after its initial
+# sync). The tip alone is answered while the index is still being merged:
+# a transaction by position is not, and hostile.py's discovery needs those.
 served_height() {
   python3 - "$tcp_port" <<'PY' 2>/dev/null || echo -1
 import json, socket, sys
 with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5) as s:
-    s.sendall(b'{"id":1,"method":"blockchain.headers.subscribe","params":[]}\n')
-    print(json.loads(s.makefile().readline())["result"]["height"])
+    s.sendall(b'{"id":1,"method":"blockchain.headers.subscribe","params":[]}\n'
+              b'{"id":2,"method":"blockchain.transaction.id_from_pos","params":[1,0]}\n')
+    lines = s.makefile()
+    height = json.loads(lines.readline())["result"]["height"]
+    print(height if "result" in json.loads(lines.readline()) else -1)
 PY
 }
 deadline=$((SECONDS + 600))

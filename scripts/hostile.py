@@ -78,6 +78,10 @@ issue 25's, in its order):
   big-replies    --big-sessions (600) sessions each subscribe to headers and
                  send one batch of --big-batch (200) blockchain.block.headers
                  [0, 2016] with a tiny receive buffer and never read.
+  big-histories  --history-sessions (600) sessions do the same with one batch
+                 of --history-batch (3,949: a 581 KiB line, issue 36) compact
+                 blockchain.scripthash.get_history of the amplification
+                 script hash (the longest history found).
   partial-lines  --partial-sessions (300) sessions each send --partial-bytes
                  (999,000, just under the default 1,000,000-byte line cap)
                  of a request line without its newline, and hold it.
@@ -122,13 +126,14 @@ PHASES = [
     "half-close",
     "pipeline",
     "big-replies",
+    "big-histories",
     "partial-lines",
     "subscriptions",
     "idle-flood",
 ]
 # Phases whose hostile sessions hold subscriptions or unread replies: a block
 # mined during them (--mine-cmd) sends notifications that nobody reads.
-MINING_PHASES = {"amplification", "vanish", "pipeline", "big-replies", "subscriptions"}
+MINING_PHASES = {"amplification", "vanish", "pipeline", "big-replies", "big-histories", "subscriptions"}
 # Replies we parse can be large (a 200-request batch of headers is ~15 MB).
 READ_LIMIT = 64 << 20
 # How long a single connect + server.version may take before it counts as failed.
@@ -148,6 +153,8 @@ DRAIN_SILENCE_SECS = 2.0
 BOUNDS = {
     "big_sessions": 1000,
     "big_batch": 10_000,
+    "history_sessions": 1000,
+    "history_batch": 10_000,
     "partial_sessions": 2000,
     "partial_bytes": 16 << 20,
     "sub_sessions": 100,
@@ -442,26 +449,47 @@ def describe_codes(codes):
 
 async def phase_big_replies(ctx, deadline):
     args = ctx.args
+    calls = [("blockchain.block.headers", [0, args.big_count])] * args.big_batch
+    return await unread_batches(ctx, deadline, "hostile-big-replies", args.big_sessions, calls, json.dumps)
+
+
+async def phase_big_histories(ctx, deadline):
+    args = ctx.args
+    calls = [("blockchain.scripthash.get_history", [ctx.big_scripthash])] * args.history_batch
+    return await unread_batches(ctx, deadline, "hostile-big-histories", args.history_sessions, calls, compact_json)
+
+
+def compact_json(payload):
+    """JSON without spaces, as a client packing a line would (3,949
+    get_history requests are then 581 KiB)."""
+    return json.dumps(payload, separators=(",", ":"))
+
+
+async def unread_batches(ctx, deadline, client_name, sessions, calls, encode):
+    """`sessions` sessions each subscribe to headers and send one batch of
+    `calls` ([(method, params)]) with a tiny receive buffer, and read nothing
+    until the phase ends; then what they were sent is drained."""
+    args = ctx.args
     pool = RawPool()
-    records = [{} for _ in range(args.big_sessions)]
+    records = [{} for _ in range(sessions)]
     batch = (
-        json.dumps(
+        encode(
             [
-                {"jsonrpc": "2.0", "id": i + 1, "method": "blockchain.block.headers", "params": [0, args.big_count]}
-                for i in range(args.big_batch)
+                {"jsonrpc": "2.0", "id": i + 1, "method": method, "params": params}
+                for i, (method, params) in enumerate(calls)
             ]
         )
         + "\n"
     ).encode()
     # Subscribed to headers, so a block mined meanwhile queues a notification
     # behind the replies the session does not read.
-    subscribe = request_line(args.big_batch + 1, "blockchain.headers.subscribe", [])
+    subscribe = request_line(len(calls) + 1, "blockchain.headers.subscribe", [])
 
     async def attack(record):
         try:
             sock = await pool.connect(ctx.addr, rcvbuf=args.hostile_rcvbuf)
             record["sock"] = sock
-            await asyncio.get_running_loop().sock_sendall(sock, version_line("hostile-big-replies") + subscribe + batch)
+            await asyncio.get_running_loop().sock_sendall(sock, version_line(client_name) + subscribe + batch)
             record["sent"] = True
         except (OSError, asyncio.TimeoutError) as exc:
             record["send_error"] = type(exc).__name__
@@ -1068,6 +1096,7 @@ PHASE_FUNCTIONS = {
     "half-close": phase_half_close,
     "pipeline": phase_pipeline,
     "big-replies": phase_big_replies,
+    "big-histories": phase_big_histories,
     "partial-lines": phase_partial_lines,
     "subscriptions": phase_subscriptions,
     "idle-flood": phase_idle_flood,
@@ -1786,7 +1815,11 @@ def parse_args(argv):
     parser.add_argument("--big-sessions", type=int, default=600)
     parser.add_argument("--big-batch", type=int, default=200)
     parser.add_argument("--big-count", type=int, default=2016)
-    parser.add_argument("--hostile-rcvbuf", type=int, default=4096, help="SO_RCVBUF of big-replies sessions")
+    parser.add_argument("--history-sessions", type=int, default=600)
+    parser.add_argument("--history-batch", type=int, default=3949)
+    parser.add_argument(
+        "--hostile-rcvbuf", type=int, default=4096, help="SO_RCVBUF of big-replies and big-histories sessions"
+    )
     parser.add_argument("--partial-sessions", type=int, default=300)
     parser.add_argument("--partial-bytes", type=int, default=999_000)
     parser.add_argument("--sub-sessions", type=int, default=8)
@@ -1827,7 +1860,9 @@ def main(argv):
     args = parse_args(argv)
     # Our own sockets, plus the demo's (it inherits the limit): 2,500 at
     # least, as for a server that is to hold 1,000 sessions.
-    open_files = raise_open_files(max(2500, args.idle_conns + args.big_sessions + args.half_close_conns + 1000))
+    open_files = raise_open_files(
+        max(2500, args.idle_conns + max(args.big_sessions, args.history_sessions) + args.half_close_conns + 1000)
+    )
     if open_files < args.idle_conns + 100:
         log(f"warning: open-files limit {open_files} is below what --idle-conns {args.idle_conns} needs")
     workdir = tempfile.mkdtemp(prefix="osprey-hostile-") if args.start_demo else None

@@ -192,6 +192,13 @@ class HostileRequests(unittest.TestCase):
         self.assertEqual(call(40)["params"], ["h1"])
         self.assertEqual((call(150)["method"], call(150)["params"], call(150)["id"]), ("blockchain.block.header", [49], 150))
 
+    def test_the_issue_36_batch_is_581_kib_compact(self):
+        calls = [{"jsonrpc": "2.0", "id": i + 1, "method": "blockchain.scripthash.get_history", "params": ["ab" * 32]}
+                 for i in range(3949)]
+        line = hostile.compact_json(calls)
+        self.assertEqual(round(len(line) / 1024, 1), 581.2)
+        self.assertNotIn(" ", line)
+
     def test_reply_id_from_either_end_and_none_for_notifications(self):
         history = b'{"jsonrpc":"2.0","result":[' + b'{"tx_hash":"' + b"ab" * 32 + b'","height":7},' * 50 + b'{}],"id":4321}\n'
         self.assertEqual(hostile.reply_id(history), 4321)

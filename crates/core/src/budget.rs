@@ -89,6 +89,19 @@ impl Charge {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// Moves `bytes` of this charge (all of it, if it holds less) into a
+    /// charge of its own, without asking the budget: what one holder hands
+    /// on to another (a session's received bytes, once a whole request,
+    /// to the task that answers it) stays charged throughout.
+    pub fn split_off(&mut self, bytes: usize) -> Charge {
+        let moved = bytes.min(self.bytes);
+        self.bytes -= moved;
+        Charge {
+            budget: Arc::clone(&self.budget),
+            bytes: moved,
+        }
+    }
 }
 
 impl Drop for Charge {
@@ -124,6 +137,25 @@ mod tests {
         drop(b);
         assert_eq!(budget.used(), 10);
         drop(a);
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_split_charge_moves_bytes_without_asking_the_budget() {
+        let budget = ByteBudget::new(100);
+        let mut whole = Charge::new(&budget);
+        assert!(whole.resize(100));
+        let part = whole.split_off(70);
+        assert_eq!((whole.bytes(), part.bytes(), budget.used()), (30, 70, 100));
+        let rest = whole.split_off(50);
+        assert_eq!(
+            (whole.bytes(), rest.bytes()),
+            (0, 30),
+            "at most what it holds"
+        );
+        drop(part);
+        assert_eq!(budget.used(), 30);
+        drop(rest);
         assert_eq!(budget.used(), 0);
     }
 

@@ -17,7 +17,10 @@
 //! lines share [`Scheduler::greedy_slots`] slots, half the cores, so that
 //! however many of them there are, the other half of the machine is left
 //! to everyone else (fifty sessions re-asking a 26k-entry history held
-//! every slot, and a wallet beside them waited seconds). A session whose
+//! every slot, and a wallet beside them waited seconds). So do heavy
+//! lines, too long to parse on their session's task, whatever their
+//! session has cost: a first line costs nothing yet, and hundreds of new
+//! sessions each sending one huge batch otherwise take every slot. A session whose
 //! cost passes [`HARD_COST_MICROS`] is disconnected: that takes 200 MB
 //! of replies at once, or well over a core's worth of work or ~14 MB/s of
 //! replies kept up (20 MB/s for 17 s), as the cost decays.
@@ -240,10 +243,19 @@ impl Scheduler {
 
     /// Waits for a slot, queued as if it came `cost` microseconds later
     /// than it did; a greedy session's line (`cost` over
-    /// [`GREEDY_COST_MICROS`]) also waits for one of the greedy slots.
+    /// [`GREEDY_COST_MICROS`]) and a `heavy` one (too long to parse on
+    /// its session's task) also wait for one of the greedy slots.
     /// Cancel-safe: a slot handed to a waiter that went away is passed on.
-    pub async fn acquire(self: &Arc<Self>, cost: u64) -> Slot {
-        self.acquire_in_class(cost, cost > GREEDY_COST_MICROS).await
+    ///
+    /// Why a heavy line is greedy whatever its session cost: a session's
+    /// first line comes at no cost, and six hundred new sessions each
+    /// sending one 581 KiB batch took every slot and both cores for their
+    /// parsing, while a wallet's small request waited behind them (p99
+    /// 0.55-2.8 s; issue 36). No wallet sends such lines but to broadcast
+    /// a very large transaction, which can wait its turn among them.
+    pub async fn acquire(self: &Arc<Self>, cost: u64, heavy: bool) -> Slot {
+        self.acquire_in_class(cost, heavy || cost > GREEDY_COST_MICROS)
+            .await
     }
 
     /// Waits for a slot for a chunk of a silent-payments scan, always in
@@ -432,7 +444,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_freed_slot_goes_to_the_cheapest_waiter() {
         let scheduler = Scheduler::with_slots(1, 1, None);
-        let held = scheduler.acquire(0).await;
+        let held = scheduler.acquire(0, false).await;
         let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel();
         let mut tasks = Vec::new();
         let waiters = [
@@ -445,7 +457,7 @@ mod tests {
             let scheduler = Arc::clone(&scheduler);
             let order_tx = order_tx.clone();
             tasks.push(tokio::spawn(async move {
-                let _slot = scheduler.acquire(cost).await;
+                let _slot = scheduler.acquire(cost, false).await;
                 order_tx.send(name).unwrap();
             }));
             // Queued in this order.
@@ -468,18 +480,18 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_cancelled_wait_passes_the_slot_on() {
         let scheduler = Scheduler::with_slots(1, 1, None);
-        let held = scheduler.acquire(0).await;
+        let held = scheduler.acquire(0, false).await;
         let cancelled = {
             let scheduler = Arc::clone(&scheduler);
             tokio::spawn(async move {
-                let _slot = scheduler.acquire(1).await;
+                let _slot = scheduler.acquire(1, false).await;
             })
         };
         tokio::time::sleep(Duration::from_millis(10)).await;
         cancelled.abort();
         let _ = cancelled.await;
         drop(held);
-        tokio::time::timeout(Duration::from_secs(1), scheduler.acquire(2))
+        tokio::time::timeout(Duration::from_secs(1), scheduler.acquire(2, false))
             .await
             .expect("the slot is free again");
     }
@@ -492,14 +504,14 @@ mod tests {
     async fn greedy_lines_share_half_the_cores() {
         let greedy = GREEDY_COST_MICROS + 1;
         let scheduler = Scheduler::with_slots(4, 2, None);
-        let first = scheduler.acquire(greedy).await;
+        let first = scheduler.acquire(greedy, false).await;
         let second = {
             let scheduler = Arc::clone(&scheduler);
-            tokio::spawn(async move { scheduler.acquire(greedy).await })
+            tokio::spawn(async move { scheduler.acquire(greedy, false).await })
         };
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(!second.is_finished(), "the one greedy slot is taken");
-        let ordinary = tokio::time::timeout(Duration::from_secs(1), scheduler.acquire(0))
+        let ordinary = tokio::time::timeout(Duration::from_secs(1), scheduler.acquire(0, false))
             .await
             .expect("an ordinary line is not held up by greedy ones");
         drop(first);
@@ -513,17 +525,44 @@ mod tests {
         assert_eq!((queue.running, queue.running_greedy), (0, 0));
     }
 
+    /// A heavy line is in the greedy class even from a session that has
+    /// cost nothing yet: it waits for the one greedy slot of two cores
+    /// while an ordinary line takes a free slot at once. (Paused clock:
+    /// the sleep lets the waiter queue.)
+    #[tokio::test(start_paused = true)]
+    async fn heavy_lines_are_greedy_at_no_cost() {
+        let scheduler = Scheduler::with_slots(4, 2, None);
+        let first = scheduler.acquire(0, true).await;
+        assert!(first.greedy);
+        let second = {
+            let scheduler = Arc::clone(&scheduler);
+            tokio::spawn(async move { scheduler.acquire(0, true).await })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!second.is_finished(), "the one greedy slot is taken");
+        assert_eq!(scheduler.greedy_waiting(), 1);
+        let ordinary = tokio::time::timeout(Duration::from_secs(1), scheduler.acquire(0, false))
+            .await
+            .expect("an ordinary line is not held up by heavy ones");
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(1), second)
+            .await
+            .expect("the freed greedy slot is handed on")
+            .unwrap();
+        drop((second, ordinary));
+    }
+
     /// A line may spread its batch over the batch threads only while the
     /// lines holding slots, its own included, leave it a core.
     #[tokio::test]
     async fn batches_are_spread_only_while_cores_are_free() {
         let threads = BatchThreads::new(1).unwrap();
         let scheduler = Scheduler::with_slots(4, 2, Some(threads));
-        let first = scheduler.acquire(0).await;
+        let first = scheduler.acquire(0, false).await;
         assert!(first.batch_threads().is_some(), "one line on two cores");
-        let second = scheduler.acquire(0).await;
+        let second = scheduler.acquire(0, false).await;
         assert!(second.batch_threads().is_some(), "two lines on two cores");
-        let third = scheduler.acquire(0).await;
+        let third = scheduler.acquire(0, false).await;
         assert!(third.batch_threads().is_none(), "three lines on two cores");
         assert!(first.batch_threads().is_none(), "for every line of them");
         drop(third);

@@ -379,6 +379,17 @@ impl Server {
                     }
                     let Ok(pending) = Arc::clone(&headers_pending).try_acquire_owned() else {
                         tracing::warn!(proxy = %peer, "refusing connection: too many PROXY headers awaited");
+                        // Told why, as any refused connection: on a plain
+                        // listener the proxy passes the line on to its
+                        // client. (A TLS or WebSocket handshake would meet
+                        // the PROXY header first: it fails, and the
+                        // connection is closed as before.)
+                        let error = RpcError::ServerBusy(format!(
+                            "{} connections from proxies are awaiting their PROXY header, \
+                             the most allowed; try again later",
+                            limits.sessions_max
+                        ));
+                        tokio::spawn(refuse(kind, stream, admission.tls.clone(), &admission.ctx, error));
                         continue;
                     };
                     let proxied_tx = proxied_tx.clone();

@@ -8,9 +8,10 @@
 //! Lines of one session run one at a time, in order; the next line is not
 //! read while one runs, which bounds a session's memory and CPU. Across
 //! sessions, a line waits for a handler slot, behind lines of sessions
-//! that cost the server less lately, and its slot says whether a batch may
-//! be spread over more threads (`fair`). What all sessions hold
-//! together (incomplete lines, replies and notifications
+//! that cost the server less lately (a line too long to parse here, among
+//! the greedy ones), and its slot says whether a batch may be spread over
+//! more threads (`fair`). What all sessions hold together (incomplete
+//! lines, lines waiting for a slot or running, replies and notifications
 //! their client has not taken yet, subscriptions) is charged to one byte
 //! budget, `Limits::client_memory_bytes_max`.
 
@@ -84,13 +85,19 @@ enum End {
 }
 
 /// Lines up to this size are parsed on the session's own task, to see
-/// whether they can be answered there (see [`Dispatcher::answer_inline`]).
+/// whether they can be answered there (see [`Dispatcher::answer_inline`]);
+/// longer ones are heavy, and wait for one of the greedy slots (`fair`).
 const INLINE_LINE_BYTES_MAX: usize = 64 * 1024;
 /// Queued notifications written before the next flush.
 const NOTIFICATIONS_PER_FLUSH: usize = 256;
 /// How long the polite end of a connection (TLS close_notify, WebSocket
 /// close frame) may take.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long telling a shed or kicked session why may take: a newcomer
+/// waits 2 s for a shed session's place (`SHED_WAIT`), which the goodbye,
+/// then the close ([`CLOSE_TIMEOUT`]), must leave in time, even when the
+/// client does not read.
+const SAY_WHY_TIMEOUT: Duration = Duration::from_millis(500);
 /// Incomplete requests are charged to the memory budget in steps of this
 /// much, so that a line arriving in 16 KiB reads costs few budget updates.
 const REQUEST_CHARGE_STEP: usize = 64 * 1024;
@@ -227,6 +234,13 @@ async fn serve(
     loop {
         if running.is_none() {
             let frame = writer.transport.next_frame();
+            // A line taken stays charged until it is answered: queued
+            // behind other sessions' lines for a slot, hundreds of them
+            // held hundreds of megabytes that no budget counted.
+            let line_charge = match &frame {
+                Some(Frame::Line(line)) => request_charge.split_off(line.len()),
+                _ => Charge::new(&ctx.client_memory),
+            };
             request_charge.resize(charge_for(writer.transport.buffered()));
             match frame {
                 Some(Frame::Line(line)) => {
@@ -288,8 +302,9 @@ async fn serve(
                     };
                     let scheduler = Arc::clone(&ctx.scheduler);
                     let priority = activity.cost();
+                    let heavy = line.len() > INLINE_LINE_BYTES_MAX;
                     running = Some(tokio::spawn(async move {
-                        let slot = scheduler.acquire(priority).await;
+                        let slot = scheduler.acquire(priority, heavy).await;
                         let batch_threads = slot.batch_threads();
                         let started = std::time::Instant::now();
                         let handled = tokio::task::spawn_blocking(move || {
@@ -305,7 +320,7 @@ async fn serve(
                             (session_state, outcome)
                         })
                         .await;
-                        drop(slot);
+                        drop((slot, line_charge));
                         let (session_state, outcome) = handled.ok()?;
                         Some((session_state, outcome, seen, started.elapsed()))
                     }));
@@ -332,7 +347,17 @@ async fn serve(
             _ = shutdown.changed() => return End::Shutdown,
             _ = kick.notified() => return End::TooSlow,
             _ = activity.shed.notified() => {
-                return if activity.kicked() { End::Kicked } else { End::Shed };
+                let (end, error) = if activity.kicked() {
+                    (End::Kicked, RpcError::BadRequest("closed by the server's operator".into()))
+                } else {
+                    (End::Shed, RpcError::ServerBusy(
+                        "the server is full: this session, idle the longest, is closed to \
+                         make room for a new one"
+                            .into(),
+                    ))
+                };
+                say_why(&mut writer, error).await;
+                return end;
             }
             joined = async { running.as_mut().expect("guarded by is_some").await }, if running.is_some() => {
                 running = None;
@@ -377,6 +402,15 @@ async fn serve(
                         // Best effort: the session ends either way.
                         let _ = write_and_flush(&mut writer, &line).await;
                         return End::OverBudget;
+                    }
+                    if writer.transport.buffered() > INLINE_LINE_BYTES_MAX {
+                        // A heavy line is coming in: let the other sessions
+                        // on this worker run after each read, rather than
+                        // after the whole line (tokio's budget allows a
+                        // task 128 reads, 2 MiB, per turn). Six hundred
+                        // sessions sending 581 KiB each kept a wallet's
+                        // small request waiting for its turn up to 0.3 s.
+                        tokio::task::yield_now().await;
                     }
                 }
                 Err(e) => return End::Io(e),
@@ -511,6 +545,14 @@ async fn close_if_greedy(activity: &SessionActivity, writer: &mut Writer<'_>) ->
     // Best effort: the session ends either way.
     let _ = write_and_flush(writer, &line).await;
     Err(End::Greedy)
+}
+
+/// Tells a client why its session is closed, in one error line, unless
+/// that takes longer than [`SAY_WHY_TIMEOUT`].
+async fn say_why(writer: &mut Writer<'_>, error: RpcError) {
+    let line = jsonrpc::response(serde_json::Value::Null, Err(error)).to_string();
+    // Best effort: the session ends either way.
+    let _ = timeout(SAY_WHY_TIMEOUT, write_and_flush(writer, &line)).await;
 }
 
 /// The length of a line's response, for its session's cost.

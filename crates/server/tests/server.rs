@@ -300,6 +300,33 @@ async fn extra_sessions_are_refused_politely() {
     server.stop().await;
 }
 
+/// A connection from a proxy over the cap on those awaiting their PROXY
+/// header (`sessions_max`) is told why before it is closed, as any
+/// refused connection is (it used to be dropped without a word).
+#[tokio::test]
+async fn a_proxied_connection_over_the_cap_is_told_why() {
+    let server = TestServer::start(
+        Limits {
+            sessions_max: 1,
+            proxy_protocol_from: vec!["127.0.0.1/32".parse().unwrap()],
+            ..Limits::default()
+        },
+        16,
+    )
+    .await;
+    // Holds the one place while its header does not come.
+    let silent = server.client().await;
+    let mut refused = server.client().await;
+    let r = refused.read().await.expect("an error line");
+    assert_eq!(r["error"]["code"], -102, "{r}");
+    let why = r["error"]["message"].as_str().unwrap();
+    assert!(why.contains("awaiting their PROXY header"), "{why}");
+    assert!(refused.read().await.is_none(), "then closed");
+    assert_eq!(server.metrics.sessions.refused.get(), 1);
+    drop(silent);
+    server.stop().await;
+}
+
 /// A full server closes the session idle the longest for a newcomer,
 /// rather than lock new wallets out until idle sessions time out.
 #[tokio::test(start_paused = true)]
@@ -320,10 +347,7 @@ async fn a_full_server_makes_room_by_closing_the_idlest_session() {
     assert!(other.is_served().await);
     let mut newcomer = server.client().await;
     assert!(newcomer.is_served().await, "the newcomer is served");
-    assert!(
-        idlest.read().await.is_none(),
-        "the idlest session was closed"
-    );
+    assert_told_to_make_room(&mut idlest).await;
     assert!(other.is_served().await, "the other session goes on");
     // Nobody idle past a second now: the next one is refused.
     let mut refused = server.client().await;
@@ -349,12 +373,19 @@ async fn a_full_server_closes_silent_connections_first() {
     tokio::time::advance(Duration::from_millis(1200)).await;
     let mut newcomer = server.client().await;
     assert!(newcomer.is_served().await, "the newcomer is served");
-    assert!(
-        silent.read().await.is_none(),
-        "the silent connection was closed"
-    );
+    assert_told_to_make_room(&mut silent).await;
     assert!(wallet.is_served().await, "the wallet goes on");
     server.stop().await;
+}
+
+/// A shed session is told why (issue 36: in the idle flood, a connection
+/// closed for a newcomer got no error line), then closed.
+async fn assert_told_to_make_room(client: &mut Client) {
+    let r = client.read().await.expect("an error line");
+    assert_eq!(r["error"]["code"], -102, "{r}");
+    let why = r["error"]["message"].as_str().unwrap();
+    assert!(why.contains("make room for a new one"), "{why}");
+    assert!(client.read().await.is_none(), "then closed");
 }
 
 /// A server full at two sessions, which sheds sessions idle for a second.
@@ -861,6 +892,158 @@ async fn unread_responses_share_one_memory_budget() {
         .await
         .get("result")
         .is_some());
+    server.stop().await;
+}
+
+/// A gate that opens when dropped: a failing test then does not leave the
+/// server's threads waiting at it (the runtime waits for them to end).
+struct OpenedOnDrop(Arc<osprey_electrum::fake::Gate>);
+
+impl Drop for OpenedOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+/// Heavy lines (too long to parse on the session's task) wait for the
+/// greedy slots, one on two cores, whatever their sessions have cost:
+/// eight new sessions each sending one 70 kB request, all held inside the
+/// backend, took all eight slots, and a wallet's small request beside them
+/// waited (issue 36: six hundred 581 KiB batches kept a wallet waiting
+/// seconds). Now one runs, seven wait, the wallet is served at once, and
+/// the seven are answered in turn.
+#[tokio::test]
+async fn heavy_lines_share_the_greedy_slots() {
+    let server = TestServer::start(
+        Limits {
+            worker_threads: 2,
+            ..Limits::default()
+        },
+        16,
+    )
+    .await;
+    let held: ScriptHash = SH.parse().unwrap();
+    let other = ScriptHash([7; 32]);
+    server.backend.update(history(held, &[(1, 50)]));
+    server.backend.update(history(other, &[(3, 60)]));
+    let gate = OpenedOnDrop(Arc::new(osprey_electrum::fake::Gate::default()));
+    server
+        .backend
+        .update(|s| s.history_gate = Some((held, Arc::clone(&gate.0))));
+    // A request any session may send, padded past the 64 KiB parsed on
+    // the session's task.
+    let heavy = format!(
+        "{}\n",
+        json!({"jsonrpc": "2.0", "id": 1, "method": "blockchain.scripthash.get_history",
+               "params": [SH], "pad": "x".repeat(70_000)})
+    );
+    let mut hostile = Vec::new();
+    for _ in 0..8 {
+        let mut client = server.client().await;
+        client.send_raw(heavy.as_bytes()).await;
+        hostile.push(client);
+    }
+    // Every heavy line is taken (counted as received) before the wallet asks.
+    let received = &server.metrics.sessions.received_bytes;
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while received.get() < 8 * heavy.len() as u64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the heavy lines never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let waiting = Arc::clone(&gate.0);
+    let reached = tokio::task::spawn_blocking(move || waiting.wait_reached(READ_TIMEOUT));
+    assert!(reached.await.unwrap(), "no heavy line was run");
+    let mut wallet = server.client().await;
+    let r = wallet
+        .call(
+            "blockchain.scripthash.get_history",
+            json!([other.to_string()]),
+        )
+        .await;
+    assert_eq!(r["result"][0]["height"], 60, "{r}");
+    assert_eq!(
+        server.backend.update(|s| s.history_calls),
+        2,
+        "one heavy line in the backend, then the wallet's"
+    );
+    drop(gate);
+    for client in &mut hostile {
+        let r = client.read().await.expect("an answer");
+        assert_eq!(r["result"][0]["height"], 50, "{r}");
+    }
+    server.stop().await;
+}
+
+/// A line waiting for a handler slot stays charged to the client memory
+/// budget until it is answered (it used to be counted only while it was
+/// incomplete, so hundreds of heavy lines queued for a slot held hundreds
+/// of megabytes nobody counted): with one heavy line held in the backend
+/// and twelve more queued behind it, the budget has no room for the next
+/// session's line, which is told so, and the thirteen are answered once
+/// the first is let go.
+#[tokio::test]
+async fn lines_waiting_for_a_slot_stay_charged() {
+    let server = TestServer::start(
+        Limits {
+            line_bytes_max: 200_000,
+            reply_bytes_max: 1 << 20,
+            // The least allowed: twice one session's line and reply.
+            client_memory_bytes_max: 2 * (200_000 + (1 << 20)),
+            worker_threads: 2,
+            ..Limits::default()
+        },
+        16,
+    )
+    .await;
+    let held: ScriptHash = SH.parse().unwrap();
+    server.backend.update(history(held, &[(1, 50)]));
+    let gate = OpenedOnDrop(Arc::new(osprey_electrum::fake::Gate::default()));
+    server
+        .backend
+        .update(|s| s.history_gate = Some((held, Arc::clone(&gate.0))));
+    // 190,000 bytes: heavy, and charged 196,608 bytes while it arrives.
+    let heavy = |id: u64| {
+        let mut line = format!(
+            r#"{{"id":{id},"method":"blockchain.scripthash.get_history","params":["{SH}"],"pad":""#
+        )
+        .into_bytes();
+        line.resize(190_000 - 3, b'x');
+        line.extend_from_slice(b"\"}\n");
+        line
+    };
+    let received = &server.metrics.sessions.received_bytes;
+    let mut queued = Vec::new();
+    for id in 0..13u64 {
+        let mut client = server.client().await;
+        client.send_raw(&heavy(id)).await;
+        // Taken from the transport, charged, and waiting (or held).
+        let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+        while received.get() < (id + 1) * 190_000 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "line {id} never taken"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        queued.push(client);
+    }
+    // 13 x 190,000 bytes charged: 27,152 left, under one 64 KiB step.
+    let mut over = server.client().await;
+    over.send_raw(&heavy(99)).await;
+    let refused = over.read().await.expect("an error line");
+    assert_eq!(refused["error"]["code"], -102, "{refused}");
+    let why = refused["error"]["message"].as_str().unwrap();
+    assert!(why.contains("memory"), "{why}");
+    assert!(over.read().await.is_none(), "then closed");
+    drop(gate);
+    for (id, client) in queued.iter_mut().enumerate() {
+        let r = client.read().await.expect("an answer");
+        assert_eq!(r["id"], id, "{r}");
+        assert_eq!(r["result"][0]["height"], 50, "{r}");
+    }
     server.stop().await;
 }
 

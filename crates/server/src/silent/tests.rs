@@ -542,7 +542,7 @@ async fn scans_share_the_greedy_slots_and_wallets_are_served() {
         tokio::task::yield_now().await;
     }
     assert_eq!(rig.backend.update(|s| s.sp_scan_calls), 1, "one at a time");
-    let wallet = tokio::time::timeout(Duration::from_secs(10), rig.scheduler.acquire(0))
+    let wallet = tokio::time::timeout(Duration::from_secs(10), rig.scheduler.acquire(0, false))
         .await
         .expect("a wallet's line is not held up by scans");
     drop(wallet);
