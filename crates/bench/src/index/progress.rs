@@ -73,10 +73,10 @@ pub enum ProgressError {
 }
 
 /// The LSM's shape as `osprey index --progress-json` prints it once synced
-/// and once compacted (`{"lsm": {...}}`).
+/// and once flushed (`{"lsm": {...}}`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LsmShape {
-    /// "synced" or "compacted".
+    /// "synced" or "flushed".
     pub when: String,
     /// Live SST files and bytes per level (level 0 first) by column family.
     pub column_families: std::collections::BTreeMap<String, CfLevels>,
@@ -84,13 +84,14 @@ pub struct LsmShape {
     pub flush_write_bytes: u64,
     pub compact_read_bytes: u64,
     pub compact_write_bytes: u64,
-    /// Transactions indexed when the bulk load handed over to leveled
-    /// compaction; `None`: it did not.
-    pub bulk_handed_over_at_tx: Option<u64>,
-    /// Level-0 files the bulk load's merge took at the tip; `None`: none
-    /// (or an indexer that predates it).
+    /// Runs the bulk load's merge took; `None`: none (or an indexer that
+    /// predates runs).
     #[serde(default)]
-    pub bulk_merged_l0_files: Option<u64>,
+    pub bulk_runs_merged: Option<u64>,
+    /// Bytes of the bulk load's runs and merged files (RocksDB's counters
+    /// leave them out).
+    #[serde(default)]
+    pub bulk_write_bytes: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -353,13 +354,13 @@ mod tests {
 
     #[test]
     fn parses_the_lsm_line() {
-        let line = r#"{"lsm":{"when":"synced","column_families":{"history":{"files":[3,0,0,0,0,0,7],"bytes":[30,0,0,0,0,0,700]},"meta":{"files":[],"bytes":[]}},"stall_micros":5,"flush_write_bytes":1,"compact_read_bytes":2,"compact_write_bytes":3,"bulk_handed_over_at_tx":null}}"#;
+        let line = r#"{"lsm":{"when":"synced","column_families":{"history":{"files":[3,0,0,0,0,0,7],"bytes":[30,0,0,0,0,0,700]},"meta":{"files":[],"bytes":[]}},"stall_micros":5,"flush_write_bytes":1,"compact_read_bytes":2,"compact_write_bytes":3,"bulk_runs_merged":null}}"#;
         let Some(Line::Lsm(shape)) = parse_line(1, line).unwrap() else {
             panic!("not an LSM shape");
         };
         assert_eq!(shape.when, "synced");
         assert_eq!((shape.levels("history"), shape.levels("meta")), (2, 0));
-        assert_eq!(shape.bulk_handed_over_at_tx, None);
+        assert_eq!(shape.bulk_runs_merged, None);
         let err = parse_line(4, r#"{"lsm":{"when":"synced"}}"#).unwrap_err();
         assert!(
             matches!(err, ProgressError::Malformed { line: 4, .. }),

@@ -360,14 +360,14 @@ impl IndexReport {
                 Fmt::Sig3,
             ),
             (
-                "Level-0 files merged at the tip",
-                |r| Some(r.lsm_when("synced")?.bulk_merged_l0_files? as f64),
+                "Bulk load's runs merged",
+                |r| Some(r.lsm_when("synced")?.bulk_runs_merged? as f64),
                 Fmt::Whole,
             ),
             (
-                "Bulk load handed over at, transactions",
-                |r| Some(r.lsm_when("synced")?.bulk_handed_over_at_tx? as f64),
-                Fmt::Whole,
+                "Bulk load's runs and merged files, MB",
+                |r| Some(r.lsm_when("synced")?.bulk_write_bytes as f64 / MB),
+                Fmt::Sig3,
             ),
             (
                 "Batches committed",
