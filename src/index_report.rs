@@ -24,12 +24,13 @@ pub fn lsm(store: &Store, when: &str, json: bool) -> anyhow::Result<()> {
     }
     tracing::info!(
         "lsm {when}: write stalls {:.1} s; flushed {} MB, compactions read {} MB and wrote {} MB; \
-         bulk load merged {} runs, its runs and merged files {} MB",
+         bulk load merged {} runs in {:.1} s, its runs and merged files {} MB",
         shape.stall_micros as f64 / 1e6,
         shape.flush_write_bytes / 1_000_000,
         shape.compact_read_bytes / 1_000_000,
         shape.compact_write_bytes / 1_000_000,
         shape.bulk_runs_merged.unwrap_or(0),
+        shape.bulk_merge_micros.unwrap_or(0) as f64 / 1e6,
         shape.bulk_write_bytes / 1_000_000,
     );
     if json {
@@ -50,6 +51,8 @@ pub fn lsm(store: &Store, when: &str, json: bool) -> anyhow::Result<()> {
             "compact_write_bytes": shape.compact_write_bytes,
             "bulk_runs_merged": shape.bulk_runs_merged,
             "bulk_write_bytes": shape.bulk_write_bytes,
+            "bulk_merge_micros": shape.bulk_merge_micros,
+            "bulk_merged_at_height": shape.bulk_merged_at_height,
         }});
         // Beside the progress stream of `osprey index`.
         #[allow(clippy::print_stdout)]

@@ -216,6 +216,9 @@ pub enum Error {
     CatchUp(String),
     #[error("a read-only replica does not write its index")]
     ReadOnly,
+    /// The process may not open the files a bulk load's merge needs.
+    #[error("too few open files allowed: {0}")]
+    OpenFiles(String),
     /// A read of script or transaction rows during a bulk load, which
     /// keeps them outside RocksDB until its merge.
     #[error("the index is being built: scripts and transactions are answered once its bulk load is merged at the node's tip")]
@@ -444,6 +447,11 @@ pub struct LsmShape {
     /// Runs a bulk load's merge took (see `runs`); `None` if none began
     /// since open.
     pub bulk_runs_merged: Option<u64>,
+    /// The last merge's time, and the tip it merged the index at (the
+    /// blocks after it were indexed after the merge); `None` if none ended
+    /// since open.
+    pub bulk_merge_micros: Option<u64>,
+    pub bulk_merged_at_height: Option<u32>,
     /// Bytes a bulk load wrote outside RocksDB's counters since open: its
     /// runs and the SST files its merge handed to RocksDB.
     pub bulk_write_bytes: u64,
@@ -500,8 +508,11 @@ pub struct Store {
     /// The partition a bulk load's merge is merging, counted from 1; 0:
     /// no merge runs.
     merging: AtomicUsize,
-    /// Runs the last merge took (see [`LsmShape`]).
+    /// Runs the last merge took, its time and the tip it merged at (see
+    /// [`LsmShape`]).
     runs_merged: AtomicU64,
+    merge_micros: AtomicU64,
+    merged_at_height: AtomicU64,
     /// Bytes of runs and ingested SST files written since open.
     bulk_write_bytes: AtomicU64,
 }

@@ -13,6 +13,10 @@ use crate::{
     META_BULK, META_TIP, PARTITIONS,
 };
 
+/// Partitions a bulk load's merge works on at once (a thread each); each
+/// holds a buffered reader per run.
+const MERGE_THREADS: usize = 2;
+
 impl Store {
     /// A digest of every row and file of the index, to check that two
     /// indexes (one reorged, one fresh) are the same byte for byte. Undo
@@ -189,22 +193,42 @@ impl Store {
         })?;
         let runs = self.runs_written.load(Ordering::SeqCst);
         self.runs_merged.store(u64::from(runs), Ordering::SeqCst);
-        for partition in 0..PARTITIONS {
+        let started = std::time::Instant::now();
+        // Two partitions at a time, each on a thread of its own: a merge is
+        // one thread's work (decompressing runs, merging, compressing the
+        // SST files) and the partitions are independent.
+        let partitions: Vec<usize> = (0..PARTITIONS).collect();
+        for pair in partitions.chunks(MERGE_THREADS) {
             if stop.load(Ordering::SeqCst) {
                 self.merging.store(0, Ordering::SeqCst);
                 return Ok(false);
             }
             let merging = std::time::Instant::now();
-            self.merging.store(partition + 1, Ordering::SeqCst);
-            for family in [Family::History, Family::Txid] {
-                self.write_step(0, || self.merge_partition(family, partition, runs))?;
-            }
+            self.merging.store(pair[0] + 1, Ordering::SeqCst);
+            std::thread::scope(|scope| {
+                let merges: Vec<_> = pair
+                    .iter()
+                    .map(|&partition| {
+                        scope.spawn(move || -> Result<()> {
+                            for family in [Family::History, Family::Txid] {
+                                self.write_step(0, || {
+                                    self.merge_partition(family, partition, runs)
+                                })?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                merges
+                    .into_iter()
+                    .try_for_each(|merge| merge.join().expect("a merge does not panic"))
+            })?;
             tracing::info!(
-                partition = partition + 1,
+                partitions = format!("{}-{}", pair[0] + 1, pair[pair.len() - 1] + 1),
                 of = PARTITIONS,
                 runs,
                 seconds = format!("{:.1}", merging.elapsed().as_secs_f64()),
-                "bulk load: partition merged"
+                "bulk load: partitions merged"
             );
         }
         self.write_step(0, || {
@@ -223,6 +247,12 @@ impl Store {
             .map_err(|source| Error::File { path: dir, source })?;
         self.bulk.store(false, Ordering::SeqCst);
         self.merging.store(0, Ordering::SeqCst);
+        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.merge_micros.store(micros.max(1), Ordering::SeqCst);
+        let height = self.tip().map_or(0, |(height, _)| height.0);
+        // Stored plus one: 0 is "no merge ended".
+        self.merged_at_height
+            .store(u64::from(height) + 1, Ordering::SeqCst);
         Ok(true)
     }
 
@@ -425,6 +455,13 @@ impl Store {
             compact_write_bytes: ticker(Ticker::CompactWriteBytes),
             bulk_runs_merged: Some(self.runs_merged.load(Ordering::SeqCst))
                 .filter(|&runs| runs > 0),
+            bulk_merge_micros: Some(self.merge_micros.load(Ordering::SeqCst))
+                .filter(|&micros| micros > 0),
+            bulk_merged_at_height: self
+                .merged_at_height
+                .load(Ordering::SeqCst)
+                .checked_sub(1)
+                .map(|height| height as u32),
             bulk_write_bytes: self.bulk_write_bytes.load(Ordering::SeqCst),
         })
     }

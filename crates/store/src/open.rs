@@ -60,6 +60,8 @@ impl Store {
             stalled: Mutex::new(None),
             merging: AtomicUsize::new(0),
             runs_merged: AtomicU64::new(0),
+            merge_micros: AtomicU64::new(0),
+            merged_at_height: AtomicU64::new(0),
             bulk_write_bytes: AtomicU64::new(0),
         };
         Ok(store)

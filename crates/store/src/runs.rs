@@ -47,8 +47,10 @@ use crate::{Error, Family, Result, PARTITIONS};
 /// The directory of the runs, inside the index's directory.
 pub(crate) const RUNS_DIR: &str = "bulk";
 
-/// Raw bytes of a run file's block before it is compressed.
-const BLOCK_BYTES: usize = 64 << 10;
+/// Raw bytes of a run file's block before it is compressed. A merge holds
+/// one block, raw and compressed, and a read buffer of this size for each
+/// run: mainnet's ~650 runs, two partitions at a time, take ~125 MB.
+const BLOCK_BYTES: usize = 32 << 10;
 
 /// The rows of the blocks committed since the last run was written.
 #[derive(Default)]
@@ -294,7 +296,7 @@ struct RunReader {
 impl RunReader {
     fn open(path: &Path) -> io::Result<RunReader> {
         Ok(RunReader {
-            input: BufReader::with_capacity(64 << 10, File::open(path)?),
+            input: BufReader::with_capacity(BLOCK_BYTES, File::open(path)?),
             path: path.to_path_buf(),
             block: Vec::new(),
             compressed: Vec::new(),
@@ -384,6 +386,7 @@ pub(crate) fn merge_runs(
     paths: &[PathBuf],
     mut emit: impl FnMut(&[u8], &[u8]) -> Result<()>,
 ) -> Result<u64> {
+    allow_open_files(paths.len() as u64)?;
     let mut readers = Vec::with_capacity(paths.len());
     for path in paths {
         readers.push(RunReader::open(path).map_err(|source| Error::File {
@@ -399,8 +402,11 @@ pub(crate) fn merge_runs(
     }
     let mut rows = 0;
     let mut merged: Vec<u8> = Vec::new();
+    let mut key: Vec<u8> = Vec::new();
+    let mut advanced: Vec<usize> = Vec::new();
     while let Some(Reverse((sort_key, i))) = heap.pop() {
-        let key = readers[i].key.clone();
+        key.clear();
+        key.extend_from_slice(&readers[i].key);
         // The same key in later runs: their rows come after this run's.
         let mut more = heap
             .peek()
@@ -409,7 +415,8 @@ pub(crate) fn merge_runs(
             merged.clear();
             merged.extend_from_slice(readers[i].value());
         }
-        let mut advanced = vec![i];
+        advanced.clear();
+        advanced.push(i);
         while more {
             let Some(Reverse((_, j))) = heap.pop() else {
                 break;
@@ -430,7 +437,7 @@ pub(crate) fn merge_runs(
             emit(&key, &merged)?;
         }
         rows += 1;
-        for j in advanced {
+        for &j in &advanced {
             if readers[j].advance()? {
                 let next = crate::write::sort_key(&readers[j].key);
                 if next <= sort_key {
@@ -441,6 +448,45 @@ pub(crate) fn merge_runs(
         }
     }
     Ok(rows)
+}
+
+/// File descriptors the process keeps for everything but a merge's runs:
+/// RocksDB's open files (`max_open_files`), sockets, the flat files.
+const OTHER_OPEN_FILES: u64 = 1024;
+
+/// Makes room for a merge that opens `runs` files at once: mainnet's
+/// ~650 runs and RocksDB's files pass the soft limit many systems start
+/// processes with (1,024), so it is raised towards the hard limit (as
+/// Bitcoin Core does); when even that is too low, the merge is refused
+/// with what to raise, rather than failing halfway.
+fn allow_open_files(runs: u64) -> Result<()> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let needed = runs + OTHER_OPEN_FILES;
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current.is_none_or(|current| current >= needed) {
+        return Ok(());
+    }
+    let raised = rustix::process::Rlimit {
+        current: Some(
+            limit
+                .maximum
+                .map_or(needed, |max| max.min(needed.max(65_536))),
+        ),
+        maximum: limit.maximum,
+    };
+    if raised.current.is_some_and(|current| current >= needed)
+        && setrlimit(Resource::Nofile, raised).is_ok()
+    {
+        return Ok(());
+    }
+    Err(Error::OpenFiles(format!(
+        "the bulk load's merge opens its {runs} runs at once and needs {needed} open files, \
+         but the limit is {} (hard limit {}): raise it (LimitNOFILE= in a systemd unit, ulimit -n)",
+        limit.current.unwrap_or(0),
+        limit
+            .maximum
+            .map_or("none".to_string(), |max| max.to_string()),
+    )))
 }
 
 /// Deletes the files in `dir` that are not part of the first `runs` runs
