@@ -194,6 +194,7 @@ impl Store {
         let runs = self.runs_written.load(Ordering::SeqCst);
         self.runs_merged.store(u64::from(runs), Ordering::SeqCst);
         let started = std::time::Instant::now();
+        runs::allow_open_files(u64::from(runs), MERGE_THREADS as u64)?;
         // Two partitions at a time, each on a thread of its own: a merge is
         // one thread's work (decompressing runs, merging, compressing the
         // SST files) and the partitions are independent.

@@ -34,7 +34,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
@@ -48,8 +48,8 @@ use crate::{Error, Family, Result, PARTITIONS};
 pub(crate) const RUNS_DIR: &str = "bulk";
 
 /// Raw bytes of a run file's block before it is compressed. A merge holds
-/// one block, raw and compressed, and a read buffer of this size for each
-/// run: mainnet's ~650 runs, two partitions at a time, take ~125 MB.
+/// one block, raw and compressed, for each run: mainnet's ~650 runs, two
+/// partitions at a time, take ~85 MB.
 const BLOCK_BYTES: usize = 32 << 10;
 
 /// The rows of the blocks committed since the last run was written.
@@ -282,9 +282,10 @@ impl RunWriter {
     }
 }
 
-/// Reads one run file's records in order.
+/// Reads one run file's records in order. Unbuffered: it reads whole
+/// blocks, and a merge holds one reader per run.
 struct RunReader {
-    input: BufReader<File>,
+    input: File,
     path: PathBuf,
     block: Vec<u8>,
     compressed: Vec<u8>,
@@ -296,7 +297,7 @@ struct RunReader {
 impl RunReader {
     fn open(path: &Path) -> io::Result<RunReader> {
         Ok(RunReader {
-            input: BufReader::with_capacity(BLOCK_BYTES, File::open(path)?),
+            input: File::open(path)?,
             path: path.to_path_buf(),
             block: Vec::new(),
             compressed: Vec::new(),
@@ -386,7 +387,6 @@ pub(crate) fn merge_runs(
     paths: &[PathBuf],
     mut emit: impl FnMut(&[u8], &[u8]) -> Result<()>,
 ) -> Result<u64> {
-    allow_open_files(paths.len() as u64)?;
     let mut readers = Vec::with_capacity(paths.len());
     for path in paths {
         readers.push(RunReader::open(path).map_err(|source| Error::File {
@@ -454,14 +454,14 @@ pub(crate) fn merge_runs(
 /// RocksDB's open files (`max_open_files`), sockets, the flat files.
 const OTHER_OPEN_FILES: u64 = 1024;
 
-/// Makes room for a merge that opens `runs` files at once: mainnet's
-/// ~650 runs and RocksDB's files pass the soft limit many systems start
-/// processes with (1,024), so it is raised towards the hard limit (as
-/// Bitcoin Core does); when even that is too low, the merge is refused
-/// with what to raise, rather than failing halfway.
-fn allow_open_files(runs: u64) -> Result<()> {
+/// Makes room for merges that open `runs` files at once: mainnet's ~650
+/// runs for each of two merges, and RocksDB's files, pass the soft limit
+/// many systems start processes with (1,024), so it is raised towards the
+/// hard limit (as Bitcoin Core does); when even that is too low, the merge
+/// is refused with what to raise, rather than failing halfway.
+pub(crate) fn allow_open_files(runs: u64, merges: u64) -> Result<()> {
     use rustix::process::{getrlimit, setrlimit, Resource};
-    let needed = runs + OTHER_OPEN_FILES;
+    let needed = runs * merges + OTHER_OPEN_FILES;
     let limit = getrlimit(Resource::Nofile);
     if limit.current.is_none_or(|current| current >= needed) {
         return Ok(());
@@ -480,7 +480,7 @@ fn allow_open_files(runs: u64) -> Result<()> {
         return Ok(());
     }
     Err(Error::OpenFiles(format!(
-        "the bulk load's merge opens its {runs} runs at once and needs {needed} open files, \
+        "the bulk load's merge reads its {runs} runs in {merges} partitions at once and needs {needed} open files, \
          but the limit is {} (hard limit {}): raise it (LimitNOFILE= in a systemd unit, ulimit -n)",
         limit.current.unwrap_or(0),
         limit
