@@ -5,7 +5,7 @@
 use anyhow::Context;
 use osprey_store::{Part, Store};
 
-/// Logs the LSM's shape (`when`: the moment, "synced" or "compacted") and,
+/// Logs the LSM's shape (`when`: the moment, "synced" or "flushed") and,
 /// for `--progress-json`, prints it as one `{"lsm": ...}` line, which
 /// `osprey bench index` records beside the batches.
 pub fn lsm(store: &Store, when: &str, json: bool) -> anyhow::Result<()> {
@@ -24,17 +24,14 @@ pub fn lsm(store: &Store, when: &str, json: bool) -> anyhow::Result<()> {
     }
     tracing::info!(
         "lsm {when}: write stalls {:.1} s; flushed {} MB, compactions read {} MB and wrote {} MB; \
-         bulk load handed over at {}; merged {} level-0 files at the tip",
+         bulk load merged {} runs in {:.1} s, its runs and merged files {} MB",
         shape.stall_micros as f64 / 1e6,
         shape.flush_write_bytes / 1_000_000,
         shape.compact_read_bytes / 1_000_000,
         shape.compact_write_bytes / 1_000_000,
-        shape
-            .bulk_handed_over_at_tx
-            .map_or("no point (bulk throughout)".to_string(), |tx| format!(
-                "{tx} transactions"
-            )),
-        shape.bulk_merged_l0_files.unwrap_or(0),
+        shape.bulk_runs_merged.unwrap_or(0),
+        shape.bulk_merge_micros.unwrap_or(0) as f64 / 1e6,
+        shape.bulk_write_bytes / 1_000_000,
     );
     if json {
         let column_families: serde_json::Map<String, serde_json::Value> = shape
@@ -52,8 +49,10 @@ pub fn lsm(store: &Store, when: &str, json: bool) -> anyhow::Result<()> {
             "flush_write_bytes": shape.flush_write_bytes,
             "compact_read_bytes": shape.compact_read_bytes,
             "compact_write_bytes": shape.compact_write_bytes,
-            "bulk_handed_over_at_tx": shape.bulk_handed_over_at_tx,
-            "bulk_merged_l0_files": shape.bulk_merged_l0_files,
+            "bulk_runs_merged": shape.bulk_runs_merged,
+            "bulk_write_bytes": shape.bulk_write_bytes,
+            "bulk_merge_micros": shape.bulk_merge_micros,
+            "bulk_merged_at_height": shape.bulk_merged_at_height,
         }});
         // Beside the progress stream of `osprey index`.
         #[allow(clippy::print_stdout)]

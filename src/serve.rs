@@ -493,29 +493,24 @@ pub fn index_only(config: Config, progress_json: bool, digest: bool) -> anyhow::
     } = build(&config, &stop)?;
     let mut progress = Progress::new(progress_json, metrics);
     let disk_full = DiskFull::new(&config, query.store());
-    // A finished index, not a pile of level-0 files: what is measured and
-    // what `serve` would otherwise merge in the background. A full disk
-    // there may take the index back to an earlier tip (see
-    // `Store::resume_writes`): it syncs again once there is room.
-    let merging = loop {
+    // Everything on disk, memtables included: what is measured. (The bulk
+    // load was merged during the sync.) A full disk there may take the
+    // index back to an earlier tip (see `Store::resume_writes`): it syncs
+    // again once there is room.
+    loop {
         update_until_ok(&mut tracker, &mut progress, &disk_full, &stop)?;
         progress.finish(dir_bytes(&config.db_path));
         index_report::lsm(query.store(), "synced", progress_json)?;
-        let merging = Instant::now();
-        match query.store().compact() {
-            Ok(()) => break merging,
+        match query.store().flush() {
+            Ok(()) => break,
             Err(e) if e.is_no_space() => disk_full.wait(&e, &stop)?,
-            Err(e) => return Err(e).context("compacting the index"),
+            Err(e) => return Err(e).context("flushing the index"),
         }
         if stop.load(Ordering::Relaxed) {
             return Ok(());
         }
-    };
-    tracing::info!(
-        seconds = format!("{:.1}", merging.elapsed().as_secs_f64()),
-        "index compacted"
-    );
-    index_report::lsm(query.store(), "compacted", progress_json)?;
+    }
+    index_report::lsm(query.store(), "flushed", progress_json)?;
     let (height, hash) = query.tip();
     tracing::info!(height = height.0, %hash, "index is at the tip");
     index_report::footprint(&query.store().footprint());

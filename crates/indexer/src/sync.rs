@@ -188,11 +188,10 @@ impl Indexer {
         }
     }
 
-    /// Indexes blocks `from..=source_height`: fetched one chunk ahead on
-    /// one thread, turned into rows here (on all cores), committed on
-    /// another thread. Blocks that stop linking up (the source reorganised
-    /// while we fetched) end the sync without an error: everything before
-    /// them is committed, and the next sync undoes and retries.
+    /// Indexes blocks `from..=source_height`, as a bulk load up to
+    /// `reorg_depth_max` below the source's tip when there are enough of
+    /// them (see [`Indexer::bulk_load_end`]): the load is merged there, and
+    /// the blocks a reorg may still undo follow it as usual.
     fn connect(
         &mut self,
         from: u32,
@@ -200,11 +199,45 @@ impl Indexer {
         report: &mut SyncReport,
         on_chunk: &mut dyn FnMut(&ChunkStats),
     ) -> Result<(), Error> {
-        let bulk = self.begin_bulk_load_if_worthwhile(from, source_height)?;
+        let mut from = from;
+        if let Some(bulk_end) = self.bulk_load_end(from, source_height)? {
+            // A load that stops short of its end (a stop, a node error, a
+            // reorg) goes on at the next sync, or after a restart.
+            if bulk_end.0 >= from
+                && !self.connect_range(from, bulk_end, source_height, report, on_chunk)?
+            {
+                return Ok(());
+            }
+            tracing::info!("bulk load done: merging it, partition by partition");
+            if !self.store.end_bulk_load(&self.stop)? {
+                return Ok(());
+            }
+            from = from.max(bulk_end.0 + 1);
+        }
+        if from <= source_height.0 {
+            self.connect_range(from, source_height, source_height, report, on_chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Indexes blocks `from..=to`: fetched one chunk ahead on one thread,
+    /// turned into rows here (on all cores), committed on another thread.
+    /// Blocks that stop linking up (the source reorganised while we
+    /// fetched) end the sync without an error: everything before them is
+    /// committed, and the next sync undoes and retries. Returns whether the
+    /// tip reached `to`.
+    fn connect_range(
+        &mut self,
+        from: u32,
+        to: Height,
+        source_height: Height,
+        report: &mut SyncReport,
+        on_chunk: &mut dyn FnMut(&ChunkStats),
+    ) -> Result<bool, Error> {
         let (chunks, fetcher) = spawn_fetcher(
             Arc::clone(&self.source),
             from,
-            source_height,
+            to,
             self.config.fetch_blocks.max(1),
         );
         let mut committer = Committer::spawn(Arc::clone(&self.store), source_height);
@@ -220,45 +253,43 @@ impl Indexer {
         report.connected += committed;
         fetcher.join().expect("fetch thread does not panic");
         written?;
-        // A bulk load is merged once it reaches the source's tip; one that
-        // stopped short (a stop, a node error, a reorg) goes on at the next
-        // sync, or after a restart, and is merged then.
-        let at_tip = self
-            .store
-            .tip()
-            .is_some_and(|(height, _)| height >= source_height);
-        if bulk && indexed.is_ok() && at_tip {
-            tracing::info!("bulk load at the tip: merging it, partition by partition");
-            self.store.end_bulk_load(&self.stop)?;
-        }
         report.settle_touched();
+        let reached = indexed.is_ok()
+            && !self.stop.load(Ordering::SeqCst)
+            && self.store.tip().is_some_and(|(height, _)| height >= to);
         match indexed {
-            Err(Error::Reorged) => Ok(()),
-            other => other,
+            Err(Error::Reorged) => Ok(false),
+            Err(e) => Err(e),
+            Ok(()) => Ok(reached),
         }
     }
 
-    /// Starts a bulk load (see [`IndexerConfig::bulk_blocks_min`]) when
-    /// the blocks to go make one; returns whether it did.
-    fn begin_bulk_load_if_worthwhile(
-        &self,
-        from: u32,
-        source_height: Height,
-    ) -> Result<bool, Error> {
+    /// Where a bulk load of this sync ends (below the blocks within
+    /// `reorg_depth_max` of the source's tip, which get undo records: runs
+    /// cannot be rolled back), starting one
+    /// when the blocks up to there make one; `None` when the sync is not
+    /// one. A load under way (an earlier sync's, maybe an earlier
+    /// process's) goes on.
+    fn bulk_load_end(&self, from: u32, source_height: Height) -> Result<Option<Height>, Error> {
+        let end = source_height
+            .0
+            .saturating_sub(self.store.config().reorg_depth_max.saturating_add(1));
         if self.store.in_bulk_load() {
             tracing::info!("bulk load: going on with the one under way");
-            return Ok(true);
+            return Ok(Some(Height(end)));
         }
-        let to_go = source_height.0 - from + 1;
-        let bulk = to_go >= self.config.bulk_blocks_min.max(from);
-        if bulk {
-            tracing::info!(
-                blocks = to_go,
-                "bulk load: compaction waits for the end of the sync"
-            );
-            self.store.begin_bulk_load()?;
+        let to_go = (end + 1).saturating_sub(from);
+        if to_go == 0 || to_go < self.config.bulk_blocks_min.max(from) {
+            return Ok(None);
         }
-        Ok(bulk)
+        if !self.store.begin_bulk_load()? {
+            return Ok(None);
+        }
+        tracing::info!(
+            blocks = to_go,
+            "bulk load: rows sorted in runs until {end}, merged there"
+        );
+        Ok(Some(Height(end)))
     }
 
     /// Turns each fetched chunk into rows and hands them to `committer` in

@@ -20,7 +20,8 @@
 //! [`snapshot`] packs all of it into one file and back. The code is split
 //! by path: `open` (options and checks), `write` (prepare, commit,
 //! rollback), `read` (what queries ask), `maintenance` (bulk loads, flushes,
-//! sizes, the digest).
+//! sizes, the digest), `runs` (the bulk load's sorted runs and their
+//! merge).
 
 pub mod codec;
 mod flat;
@@ -29,6 +30,7 @@ mod maintenance;
 mod open;
 mod read;
 mod replica;
+mod runs;
 pub mod snapshot;
 mod space;
 mod write;
@@ -42,9 +44,9 @@ use bitcoin::{BlockHash, Txid};
 use codec::CodecError;
 use flat::FlatFile;
 use osprey_core::{Height, TxNum};
-use rocksdb::{Options, WriteBatch, DB};
+use rocksdb::{Options, DB};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::{Mutex, RwLock};
 
 /// Bumped whenever any key, value or file layout changes; a database with
@@ -88,11 +90,10 @@ const CF_UNDO: &str = "undo";
 
 /// Partitions of the history and txid rows, each a column family of its
 /// own (format 5), by the top bits of the hash leading their keys
-/// ([`partition_of`]). Why: RocksDB cuts a memtable flush into one file
-/// per column family (its SST partitioner acts on compactions only), so
-/// a bulk load's level-0 files each hold one partition, and the merge that
-/// ends it goes partition by partition, holding 1/16 of the index on disk
-/// twice instead of all of it (`Store::end_bulk_load`).
+/// ([`partition_of`]). Why: a bulk load's runs are written a file per
+/// partition, and the merge that ends it goes partition by partition,
+/// deleting a partition's runs once RocksDB has ingested it, so the index
+/// is on disk twice for 1/16 of it at most (`Store::end_bulk_load`).
 pub const PARTITIONS: usize = 16;
 
 /// The history column families, partition 0 first.
@@ -158,7 +159,7 @@ impl Family {
         }
     }
 
-    /// Rows arrive in random key order: a bulk load leaves them uncompacted.
+    /// Rows arrive in random key order: a bulk load sorts them in runs.
     fn bulk(self) -> bool {
         matches!(self, Family::History | Family::Txid)
     }
@@ -171,16 +172,12 @@ fn all_cfs() -> impl Iterator<Item = (Family, &'static str)> {
         .flat_map(|family| family.column_families().iter().map(move |&cf| (family, cf)))
 }
 
-/// The column families a bulk load leaves uncompacted: partition by
-/// partition, history then txid.
-fn bulk_cfs_of(partition: usize) -> [&'static str; 2] {
-    [HISTORY_CFS[partition], TXID_CFS[partition]]
-}
 const META_SCHEMA: &[u8] = b"schema";
 const META_TIP: &[u8] = b"tip";
 const META_NETWORK: &[u8] = b"network";
 /// Present while a bulk load is under way (from its start to its merge's
-/// end), so that one interrupted goes on after a restart.
+/// end), so that one interrupted goes on after a restart; its value is the
+/// number of complete runs (u32 BE; empty: none).
 const META_BULK: &[u8] = b"bulk";
 
 #[derive(Debug, thiserror::Error)]
@@ -219,6 +216,13 @@ pub enum Error {
     CatchUp(String),
     #[error("a read-only replica does not write its index")]
     ReadOnly,
+    /// The process may not open the files a bulk load's merge needs.
+    #[error("too few open files allowed: {0}")]
+    OpenFiles(String),
+    /// A read of script or transaction rows during a bulk load, which
+    /// keeps them outside RocksDB until its merge.
+    #[error("the index is being built: scripts and transactions are answered once its bulk load is merged at the node's tip")]
+    BulkLoad,
     #[error("cannot undo block {height}: its undo data was pruned (reorg deeper than --reorg-depth-max); rebuild with --reindex")]
     UndoPruned { height: Height },
     /// A write found the filesystem of the index full. Nothing past the
@@ -261,10 +265,9 @@ pub struct StoreConfig {
     pub reorg_depth_max: u32,
     /// RocksDB block cache, in bytes.
     pub cache_bytes: usize,
-    /// Level-0 files a bulk load (see [`Store::begin_bulk_load`]) may pile
-    /// up in one partition of a column family (one per memtable flush)
-    /// before it hands over to normal compaction.
-    pub bulk_l0_files_max: u64,
+    /// Memory a bulk load (see [`Store::begin_bulk_load`]) gathers rows in
+    /// before it writes them out as one sorted run, in bytes (scaled).
+    pub bulk_run_bytes: usize,
     /// Whether the index keeps silent-payment records (`sptweaks.dat`,
     /// `spoffsets.dat`). Part of the format: an index built the other way
     /// is refused ([`Error::Schema`]).
@@ -294,15 +297,10 @@ impl Default for StoreConfig {
         StoreConfig {
             reorg_depth_max: 1000,
             cache_bytes: 256 << 20,
-            // 200 flushes, as format 4: ~55M of mainnet's transactions.
-            // Past that, level 0 holds 32 files a flush, and RocksDB's work
-            // per flush grows with them: run to the tip on the 50M chain at
-            // lsm_scale 24 (mainnet's depth), 233,014 files stalled writes
-            // for 76% of the sync, its last tenth ran at 0.29 of the first
-            // and RSS passed 1 GiB (crates/bench/runs/2026-11-28-lsm-scale).
-            // Below the limit the bulk load runs to the tip and its merge
-            // goes by partition.
-            bulk_l0_files_max: 200,
+            // Mainnet's ~1.2 billion transactions make ~650 runs of it,
+            // merged in one pass; with the block cache and memtables the
+            // initial sync stays well inside 1 GiB.
+            bulk_run_bytes: 256 << 20,
             silent_payments: false,
             lsm_scale: 1,
         }
@@ -338,8 +336,13 @@ pub struct PreparedBatch {
     /// of each block's.
     sp_records: Vec<u8>,
     sp_block_bytes: Vec<u64>,
-    /// History, txid and undo rows.
-    batch: WriteBatch,
+    /// History merge operands, sorted by key.
+    history: Vec<codec::KeyedValue>,
+    /// Txid keys, sorted.
+    txid_keys: Vec<Vec<u8>>,
+    /// Undo records, of the blocks near the source's tip only: a bulk
+    /// load takes none of those, since its runs cannot be rolled back.
+    undo: Vec<(Height, Vec<u8>)>,
 }
 
 impl PreparedBatch {
@@ -360,7 +363,10 @@ impl PreparedBatch {
             + self.txids.len() * 32
             + self.tx_ends.len() * TX_END_LEN
             + self.sp_records.len();
-        (flat + self.batch.size_in_bytes()) as u64
+        let history: usize = self.history.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let txids: usize = self.txid_keys.iter().map(Vec::len).sum();
+        let undo: usize = self.undo.iter().map(|(_, record)| 4 + record.len()).sum();
+        (flat + history + txids + undo) as u64
     }
 }
 
@@ -438,13 +444,17 @@ pub struct LsmShape {
     pub flush_write_bytes: u64,
     pub compact_read_bytes: u64,
     pub compact_write_bytes: u64,
-    /// Transactions in the index when a bulk load handed over to leveled
-    /// compaction at its level-0 limit; `None` if none did since open.
-    pub bulk_handed_over_at_tx: Option<u64>,
-    /// Level-0 files of the history and txid families when a bulk load's
-    /// merge began (one per partition and memtable flush that wrote to it);
-    /// `None` if none began since open.
-    pub bulk_merged_l0_files: Option<u64>,
+    /// Runs a bulk load's merge took (see `runs`); `None` if none began
+    /// since open.
+    pub bulk_runs_merged: Option<u64>,
+    /// The last merge's time, and the tip it merged the index at (the
+    /// blocks after it were indexed after the merge); `None` if none ended
+    /// since open.
+    pub bulk_merge_micros: Option<u64>,
+    pub bulk_merged_at_height: Option<u32>,
+    /// Bytes a bulk load wrote outside RocksDB's counters since open: its
+    /// runs and the SST files its merge handed to RocksDB.
+    pub bulk_write_bytes: u64,
 }
 
 /// One column family's live files and bytes per level, level 0 first, up
@@ -484,21 +494,27 @@ pub struct Store {
     /// Set while memtables hold batches written without the WAL (initial
     /// sync); they must be flushed before the next WAL-protected write.
     unlogged: AtomicBool,
-    /// Set during a bulk load: automatic compaction of the history and
-    /// txid column families is off.
+    /// Set during a bulk load: history and txid rows go to `runs`, not to
+    /// RocksDB, and are not read.
     bulk: AtomicBool,
+    /// The rows a bulk load gathers until they make a run.
+    runs: Mutex<runs::RunBuffer>,
+    /// Complete runs of the bulk load under way.
+    runs_written: AtomicU32,
     /// Set by a failed write: what the index in memory and on disk may
     /// disagree on since (flat files ahead of the tip, RocksDB in its
     /// background-error state) until [`Store::resume_writes`] reopens it.
     stalled: Mutex<Option<Stall>>,
-    /// Transactions indexed when a bulk load last handed over at its
-    /// level-0 limit; 0: none did.
-    handed_over_at_tx: AtomicU64,
     /// The partition a bulk load's merge is merging, counted from 1; 0:
     /// no merge runs.
     merging: AtomicUsize,
-    /// Level-0 files when the last merge began (see [`LsmShape`]).
-    merged_l0_files: AtomicU64,
+    /// Runs the last merge took, its time and the tip it merged at (see
+    /// [`LsmShape`]).
+    runs_merged: AtomicU64,
+    merge_micros: AtomicU64,
+    merged_at_height: AtomicU64,
+    /// Bytes of runs and ingested SST files written since open.
+    bulk_write_bytes: AtomicU64,
 }
 
 /// Why writes stopped, and what they need to resume.

@@ -9,9 +9,13 @@ use osprey_core::{Height, TxNum};
 use rocksdb::{IteratorMode, DB};
 
 use crate::{
-    all_cfs, bulk_cfs_of, cf, CfLevels, Family, LsmShape, Part, Result, Store, CF_META, META_BULK,
-    PARTITIONS,
+    all_cfs, cf, open, runs, CfLevels, Error, Family, LsmShape, Part, Result, Store, CF_META,
+    META_BULK, META_TIP, PARTITIONS,
 };
+
+/// Partitions a bulk load's merge works on at once (a thread each); each
+/// holds a buffered reader per run.
+const MERGE_THREADS: usize = 2;
 
 impl Store {
     /// A digest of every row and file of the index, to check that two
@@ -68,21 +72,27 @@ impl Store {
         Ok(sha256::Hash::from_engine(engine).to_byte_array())
     }
 
-    /// Starts a bulk load: the history and txid column families stop
-    /// compacting until [`Store::end_bulk_load`] merges them, or until one
-    /// partition holds `bulk_l0_files_max` level-0 files.
+    /// Starts a bulk load: from here the history and txid rows gather in
+    /// memory and are written out as sorted runs (see `runs`), which
+    /// [`Store::end_bulk_load`] merges into RocksDB's last level at the
+    /// tip. Returns whether it began: only an index whose history and txid
+    /// column families are empty (a first sync) takes one, since the merge
+    /// hands RocksDB files of whole values.
     ///
-    /// Why: their keys are script and txid hashes, random, so every memtable
-    /// flush overlaps the whole key range and leveled compaction rewrites
-    /// each row once per level it passes. On chaingen `large` that was 2.34
-    /// bytes written per byte of index, and the ingest rate fell as levels
-    /// were added; at mainnet's depth (the 50M chain handing over at 5%)
-    /// 6.21, and the last tenths at 0.56-0.67 of the first. Left in level
-    /// 0, rows are written once by the flush and once more by the merge
-    /// (RocksDB's own advice for bulk loading), at the same rate whatever
-    /// the index holds. Nothing reads those rows during a sync (wallets are
-    /// answered once the index is merged at the tip), and level-0 lookups
-    /// stay correct, only slower.
+    /// Why: the keys are script and txid hashes, random, so every memtable
+    /// flush overlaps every other. Leveled compaction rewrote each row once
+    /// per level (chaingen `large`: 2.34 bytes written per index byte;
+    /// mainnet's depth: 6.21, the last tenth at 0.56 of the first), and
+    /// format 5's flushes left in level 0 until the tip made a quarter of a
+    /// million files at mainnet's depth, on which RocksDB's every flush
+    /// slowed (the last tenth at 0.29). A run is written at the same cost
+    /// whatever the index holds, and the merge writes each row once more.
+    /// Nothing reads those rows during a sync: wallets are answered once
+    /// the index is merged, and reads in between are refused.
+    ///
+    /// Blocks within `reorg_depth_max` of the node's tip must not be
+    /// committed during one (the indexer ends it before them): runs cannot
+    /// be rolled back.
     ///
     /// The load is recorded in the index, so that one interrupted goes on
     /// after a restart (see [`Store::in_bulk_load`]). Does nothing when one
@@ -90,21 +100,35 @@ impl Store {
     ///
     /// # Errors
     /// On database errors.
-    pub fn begin_bulk_load(&self) -> Result<()> {
+    pub fn begin_bulk_load(&self) -> Result<bool> {
         if self.bulk.load(Ordering::SeqCst) {
-            return Ok(());
+            return Ok(true);
         }
         self.flush_unlogged()?;
+        if self.bulk_families_hold_rows()? {
+            return Ok(false);
+        }
         self.write_step(0, || {
             let db = self.db()?;
             let mut opts = rocksdb::WriteOptions::default();
             opts.set_sync(true);
-            db.put_cf_opt(cf(&db, CF_META), META_BULK, [], &opts)?;
-            drop(db);
-            self.set_auto_compaction(false)
+            db.put_cf_opt(cf(&db, CF_META), META_BULK, 0u32.to_be_bytes(), &opts)?;
+            Ok(())
         })?;
+        self.runs_written.store(0, Ordering::SeqCst);
         self.bulk.store(true, Ordering::SeqCst);
-        Ok(())
+        Ok(true)
+    }
+
+    /// Whether any history or txid column family holds a row.
+    pub(crate) fn bulk_families_hold_rows(&self) -> Result<bool> {
+        let db = self.db()?;
+        for (_, name) in all_cfs().filter(|(family, _)| family.bulk()) {
+            if column_family_holds_rows(&db, name)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Whether a bulk load is under way: begun and not merged yet, maybe by
@@ -113,65 +137,192 @@ impl Store {
         self.bulk.load(Ordering::SeqCst)
     }
 
-    /// Ends a bulk load: the memtables are flushed, so that the merge takes
-    /// every row (one left behind would make a later compaction rewrite the
-    /// merged level), then the level-0 files are merged into the last
-    /// level one partition at a time, for both column families, before
-    /// compaction resumes as usual. Returns when done, or when `stop` is
-    /// set between two partitions: then `Ok(false)`, and the load is still
-    /// under way (the partitions merged stay merged). Does nothing outside
-    /// a bulk load.
+    /// Writes the rows gathered so far as the next run, then records it
+    /// and the tip it reaches (synced): from here a crash comes back to
+    /// this tip. `runs` is the buffer, locked by the caller so that no
+    /// commit adds rows (and moves the tip) meanwhile.
+    pub(crate) fn spill_run(&self, runs: &mut runs::RunBuffer) -> Result<()> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let run = self.runs_written.load(Ordering::SeqCst);
+        let buffer = std::mem::take(runs);
+        let bytes = runs::write_run(&self.path.join(runs::RUNS_DIR), run, buffer)?;
+        self.bulk_write_bytes.fetch_add(bytes, Ordering::SeqCst);
+        self.flush_unlogged()?;
+        let tip = self.tip();
+        let db = self.db()?;
+        let meta = cf(&db, CF_META);
+        let mut batch = rocksdb::WriteBatch::default();
+        batch.put_cf(meta, META_BULK, (run + 1).to_be_bytes());
+        if let Some((height, hash)) = tip {
+            let mut record = height.0.to_be_bytes().to_vec();
+            record.extend_from_slice(hash.as_byte_array());
+            batch.put_cf(meta, META_TIP, record);
+        }
+        let mut opts = rocksdb::WriteOptions::default();
+        opts.set_sync(true);
+        db.write_opt(batch, &opts)?;
+        self.runs_written.store(run + 1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Ends a bulk load: the rows still in memory are written as a last
+    /// run, then the runs are merged one partition at a time (history,
+    /// then txid), each into SST files that RocksDB ingests as its last
+    /// level, after which that partition's runs are deleted. Returns when
+    /// done, or when `stop` is set between two partitions: then
+    /// `Ok(false)`, and the load is still under way (the partitions merged
+    /// stay merged). Does nothing outside a bulk load.
     ///
-    /// Why by partition: the files of one partition hold only its keys
-    /// ([`PARTITIONS`], a column family each), so merging it reads and writes 1/16 of
-    /// the index and deletes its input before the next begins. One merge
-    /// of everything held the whole input and the whole output at once:
-    /// the database peaked at 1.69x its final size (50M chain).
+    /// Why by partition: the runs' files of one partition hold only its
+    /// keys ([`PARTITIONS`], a column family each), so the index is on disk
+    /// twice for 1/16 of it at most. A partition whose column family holds
+    /// rows was ingested before a crash (each ingestion is atomic, and the
+    /// families were empty when the load began): its runs only go.
     ///
     /// # Errors
-    /// On database errors.
+    /// On I/O or database errors, or a damaged run.
     pub fn end_bulk_load(&self, stop: &AtomicBool) -> Result<bool> {
         if !self.bulk.load(Ordering::SeqCst) {
             return Ok(true);
         }
-        self.flush()?;
-        let l0_files: u64 = all_cfs()
-            .filter(|(family, _)| family.bulk())
-            .map(|(_, name)| self.property(name, &rocksdb::properties::num_files_at_level(0)))
-            .sum();
-        self.merged_l0_files.store(l0_files, Ordering::SeqCst);
-        for partition in 0..PARTITIONS {
+        self.write_step(0, || {
+            let mut runs = self.runs.lock().expect("runs lock poisoned");
+            self.spill_run(&mut runs)
+        })?;
+        let runs = self.runs_written.load(Ordering::SeqCst);
+        self.runs_merged.store(u64::from(runs), Ordering::SeqCst);
+        let started = std::time::Instant::now();
+        runs::allow_open_files(u64::from(runs), MERGE_THREADS as u64)?;
+        // Two partitions at a time, each on a thread of its own: a merge is
+        // one thread's work (decompressing runs, merging, compressing the
+        // SST files) and the partitions are independent.
+        let partitions: Vec<usize> = (0..PARTITIONS).collect();
+        for pair in partitions.chunks(MERGE_THREADS) {
             if stop.load(Ordering::SeqCst) {
                 self.merging.store(0, Ordering::SeqCst);
                 return Ok(false);
             }
             let merging = std::time::Instant::now();
-            self.merging.store(partition + 1, Ordering::SeqCst);
-            self.write_step(0, || self.compact_partition(partition))?;
+            self.merging.store(pair[0] + 1, Ordering::SeqCst);
+            std::thread::scope(|scope| {
+                let merges: Vec<_> = pair
+                    .iter()
+                    .map(|&partition| {
+                        scope.spawn(move || -> Result<()> {
+                            for family in [Family::History, Family::Txid] {
+                                self.write_step(0, || {
+                                    self.merge_partition(family, partition, runs)
+                                })?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                merges
+                    .into_iter()
+                    .try_for_each(|merge| merge.join().expect("a merge does not panic"))
+            })?;
             tracing::info!(
-                partition = partition + 1,
+                partitions = format!("{}-{}", pair[0] + 1, pair[pair.len() - 1] + 1),
                 of = PARTITIONS,
+                runs,
                 seconds = format!("{:.1}", merging.elapsed().as_secs_f64()),
-                "bulk load: partition merged"
+                "bulk load: partitions merged"
             );
         }
-        self.close_bulk_load()?;
-        self.merging.store(0, Ordering::SeqCst);
-        Ok(true)
-    }
-
-    /// The end every bulk load shares, merged or handed over: its record
-    /// goes (synced) and compaction resumes.
-    fn close_bulk_load(&self) -> Result<()> {
         self.write_step(0, || {
             let db = self.db()?;
             let mut opts = rocksdb::WriteOptions::default();
             opts.set_sync(true);
             db.delete_cf_opt(cf(&db, CF_META), META_BULK, &opts)?;
-            drop(db);
-            self.set_auto_compaction(true)
+            Ok(())
         })?;
+        let dir = self.path.join(runs::RUNS_DIR);
+        std::fs::remove_dir_all(&dir)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            })
+            .map_err(|source| Error::File { path: dir, source })?;
         self.bulk.store(false, Ordering::SeqCst);
+        self.merging.store(0, Ordering::SeqCst);
+        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.merge_micros.store(micros.max(1), Ordering::SeqCst);
+        let height = self.tip().map_or(0, |(height, _)| height.0);
+        // Stored plus one: 0 is "no merge ended".
+        self.merged_at_height
+            .store(u64::from(height) + 1, Ordering::SeqCst);
+        Ok(true)
+    }
+
+    /// Merges the runs of one family's partition into SST files of whole
+    /// values, hands them to RocksDB (moved, not copied) as that column
+    /// family's last level, and deletes the runs.
+    pub(crate) fn merge_partition(
+        &self,
+        family: Family,
+        partition: usize,
+        runs: u32,
+    ) -> Result<()> {
+        let dir = self.path.join(runs::RUNS_DIR);
+        let paths: Vec<_> = (0..runs)
+            .map(|run| runs::run_path(&dir, run, family, partition))
+            .collect();
+        let name = family.column_families()[partition];
+        let ingested = column_family_holds_rows(&*self.db()?, name)?;
+        if !ingested && runs > 0 {
+            let options = open::sst_options(family, &self.config);
+            let target = self.config.scaled(open::TARGET_FILE_BYTES) as u64;
+            let mut outputs: Vec<std::path::PathBuf> = Vec::new();
+            let mut writer: Option<rocksdb::SstFileWriter> = None;
+            let file_err = |path: &std::path::Path| {
+                let path = path.to_path_buf();
+                move |source| Error::File { path, source }
+            };
+            runs::merge_runs(&paths, |key, value| {
+                if writer.as_ref().is_some_and(|w| w.file_size() >= target) {
+                    writer.take().expect("checked above").finish()?;
+                }
+                let w = match &mut writer {
+                    Some(w) => w,
+                    None => {
+                        let path = dir.join(format!("ingest.{}.{}.sst", name, outputs.len()));
+                        let w = rocksdb::SstFileWriter::create(&options);
+                        w.open(&path)?;
+                        outputs.push(path);
+                        writer.insert(w)
+                    }
+                };
+                w.put(key, value)?;
+                Ok(())
+            })?;
+            if let Some(mut w) = writer.take() {
+                w.finish()?;
+            }
+            for path in &outputs {
+                let bytes = std::fs::metadata(path).map_err(file_err(path))?.len();
+                self.bulk_write_bytes.fetch_add(bytes, Ordering::SeqCst);
+            }
+            if !outputs.is_empty() {
+                let db = self.db()?;
+                let mut opts = rocksdb::IngestExternalFileOptions::default();
+                opts.set_move_files(true);
+                db.ingest_external_file_cf_opts(cf(&db, name), &opts, outputs)?;
+            }
+        }
+        for path in &paths {
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::File {
+                        path: path.clone(),
+                        source: e,
+                    })
+                }
+                _ => {}
+            }
+        }
         Ok(())
     }
 
@@ -182,26 +333,6 @@ impl Store {
             0 => None,
             partition => Some((partition, PARTITIONS)),
         }
-    }
-
-    /// Hands a bulk load over to normal compaction without merging it by
-    /// partition: what a load does once a partition holds
-    /// `bulk_l0_files_max` level-0 files.
-    pub(crate) fn hand_over_bulk_load(&self) -> Result<()> {
-        if self.bulk.load(Ordering::SeqCst) {
-            self.flush()?;
-            self.close_bulk_load()?;
-        }
-        Ok(())
-    }
-
-    pub(crate) fn set_auto_compaction(&self, on: bool) -> Result<()> {
-        let value = if on { "false" } else { "true" };
-        let db = self.db()?;
-        for (_, name) in all_cfs().filter(|(family, _)| family.bulk()) {
-            db.set_options_cf(cf(&db, name), &[("disable_auto_compactions", value)])?;
-        }
-        Ok(())
     }
 
     /// An integer property of the column family `name`, 0 when unknown
@@ -266,8 +397,9 @@ impl Store {
         files.named().iter().map(|(_, file)| file.bytes()).sum()
     }
 
-    /// Bytes RocksDB has written since the index was opened: memtable
-    /// flushes, compactions and the write-ahead log.
+    /// Bytes the database has written since the index was opened: memtable
+    /// flushes, compactions and the write-ahead log, and a bulk load's runs
+    /// and the files its merge handed to RocksDB.
     pub fn rocksdb_written_bytes(&self) -> u64 {
         use rocksdb::statistics::Ticker;
         [
@@ -277,7 +409,8 @@ impl Store {
         ]
         .into_iter()
         .map(|ticker| self.options.get_ticker_count(ticker))
-        .sum()
+        .sum::<u64>()
+            + self.bulk_write_bytes.load(Ordering::SeqCst)
     }
 
     /// The LSM's shape now: files and bytes per level of each column family,
@@ -321,66 +454,33 @@ impl Store {
             flush_write_bytes: ticker(Ticker::FlushWriteBytes),
             compact_read_bytes: ticker(Ticker::CompactReadBytes),
             compact_write_bytes: ticker(Ticker::CompactWriteBytes),
-            bulk_handed_over_at_tx: Some(self.handed_over_at_tx.load(Ordering::SeqCst))
-                .filter(|&tx| tx > 0),
-            bulk_merged_l0_files: Some(self.merged_l0_files.load(Ordering::SeqCst))
-                .filter(|&files| files > 0),
+            bulk_runs_merged: Some(self.runs_merged.load(Ordering::SeqCst))
+                .filter(|&runs| runs > 0),
+            bulk_merge_micros: Some(self.merge_micros.load(Ordering::SeqCst))
+                .filter(|&micros| micros > 0),
+            bulk_merged_at_height: self
+                .merged_at_height
+                .load(Ordering::SeqCst)
+                .checked_sub(1)
+                .map(|height| height as u32),
+            bulk_write_bytes: self.bulk_write_bytes.load(Ordering::SeqCst),
         })
-    }
-
-    /// The most level-0 files any partition of the history and txid
-    /// families holds.
-    #[cfg(test)]
-    pub(crate) fn l0_files(&self) -> Result<u64> {
-        Self::l0_files_in(&*self.db()?)
-    }
-
-    /// The most level-0 files any partition of the history and txid
-    /// families of `db` holds.
-    pub(crate) fn l0_files_in(db: &DB) -> Result<u64> {
-        let mut most = 0;
-        for (_, name) in all_cfs().filter(|(family, _)| family.bulk()) {
-            let files = db
-                .property_int_value_cf(cf(db, name), rocksdb::properties::num_files_at_level(0))?
-                .unwrap_or(0);
-            most = most.max(files);
-        }
-        Ok(most)
-    }
-
-    /// Merges one partition of the history and txid families down to
-    /// their last level.
-    fn compact_partition(&self, partition: usize) -> Result<()> {
-        let db = self.db()?;
-        for name in bulk_cfs_of(partition) {
-            db.compact_range_cf(cf(&db, name), None::<&[u8]>, None::<&[u8]>);
-        }
-        Ok(())
-    }
-
-    /// Flushes and merges the history and txid column families down to
-    /// their last level, returning when done: what `osprey index` leaves,
-    /// so that its size and bytes written are those of a finished index.
-    /// By partition, as a bulk load's merge: one at a time is on disk
-    /// twice.
-    ///
-    /// # Errors
-    /// On database errors.
-    pub fn compact(&self) -> Result<()> {
-        self.flush()?;
-        for partition in 0..PARTITIONS {
-            self.write_step(0, || self.compact_partition(partition))?;
-        }
-        Ok(())
     }
 
     /// Flushes memtables (every column family at once), so that what was
     /// written without the WAL is on disk and the on-disk size reflects the
-    /// whole index.
+    /// whole index; during a bulk load, the rows gathered so far are
+    /// written as a run first.
     ///
     /// # Errors
     /// On database errors.
     pub fn flush(&self) -> Result<()> {
+        if self.bulk.load(Ordering::SeqCst) {
+            self.write_step(0, || {
+                let mut runs = self.runs.lock().expect("runs lock poisoned");
+                self.spill_run(&mut runs)
+            })?;
+        }
         self.write_step(0, || {
             let db = self.db()?;
             let cfs: Vec<_> = all_cfs().map(|(_, name)| cf(&db, name)).collect();
@@ -396,4 +496,14 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Whether the column family `name` of `db` holds a row.
+fn column_family_holds_rows(db: &DB, name: &str) -> Result<bool> {
+    let mut read = rocksdb::ReadOptions::default();
+    read.set_total_order_seek(true);
+    let mut rows = db.raw_iterator_cf_opt(cf(db, name), read);
+    rows.seek_to_first();
+    rows.status()?;
+    Ok(rows.valid())
 }

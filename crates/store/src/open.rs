@@ -3,7 +3,7 @@
 //! committed tip.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use bitcoin::block::Header;
@@ -13,6 +13,7 @@ use bitcoin::BlockHash;
 use rocksdb::{ColumnFamilyDescriptor, Options, DB};
 
 use crate::flat::FlatFile;
+use crate::runs::{self, RunBuffer};
 use crate::{
     all_cfs, codec, layout, schema_tag, space, Chain, Error, Family, Files, Result, SpFiles, Store,
     StoreConfig, CF_META, META_BULK, META_NETWORK, META_SCHEMA, META_TIP,
@@ -38,10 +39,11 @@ impl Store {
         let opts = db_options(&config)?;
         let db = open_db(&db_path, &opts, &config)?;
         check_format(&db, dir, network, config.silent_payments, true)?;
-        // A bulk load that did not reach its merge (stopped, killed, a
-        // node gone) goes on where it was: its level-0 files wait for the
-        // merge at the tip, with compaction off as before.
+        // A bulk load that did not reach its merge's end (stopped, killed,
+        // a node gone) goes on where it was: its complete runs wait for
+        // the merge at the tip, and the tip is the last run's.
         let bulk = bulk_load_recorded(&db)?;
+        clear_stray_runs(dir, bulk)?;
         let (files, chain) = load_chain(&db, dir, config.silent_payments)?;
         let store = Store {
             db: RwLock::new(Some(db)),
@@ -51,16 +53,17 @@ impl Store {
             chain: RwLock::new(chain),
             files: RwLock::new(files),
             unlogged: AtomicBool::new(false),
-            bulk: AtomicBool::new(bulk),
+            bulk: AtomicBool::new(bulk.is_some()),
+            runs: Mutex::new(RunBuffer::default()),
+            runs_written: AtomicU32::new(bulk.unwrap_or(0)),
             secondary: None,
             stalled: Mutex::new(None),
-            handed_over_at_tx: AtomicU64::new(0),
             merging: AtomicUsize::new(0),
-            merged_l0_files: AtomicU64::new(0),
+            runs_merged: AtomicU64::new(0),
+            merge_micros: AtomicU64::new(0),
+            merged_at_height: AtomicU64::new(0),
+            bulk_write_bytes: AtomicU64::new(0),
         };
-        if bulk {
-            store.set_auto_compaction(false)?;
-        }
         Ok(store)
     }
 
@@ -104,17 +107,18 @@ impl Store {
         });
         let (opened, files, chain) = reopened.map_err(|e| self.no_space_or(e, stall.needed))?;
         let bulk = bulk_load_recorded(&opened)?;
+        clear_stray_runs(&self.path, bulk).map_err(|e| self.no_space_or(e, stall.needed))?;
+        // Rows gathered after the last run belong to blocks past the tip
+        // the index came back at: the next sync indexes them again.
+        *self.runs.lock().expect("runs lock poisoned") = RunBuffer::default();
         *self.chain.write().expect("chain lock poisoned") = chain;
         *self.files.write().expect("files lock poisoned") = files;
         *db = Some(opened);
         drop(db);
         self.unlogged.store(false, Ordering::SeqCst);
-        // A bulk load goes on, compaction off again (the column families
-        // open with it on).
-        self.bulk.store(bulk, Ordering::SeqCst);
-        if bulk {
-            self.set_auto_compaction(false)?;
-        }
+        // A bulk load goes on from its last complete run.
+        self.bulk.store(bulk.is_some(), Ordering::SeqCst);
+        self.runs_written.store(bulk.unwrap_or(0), Ordering::SeqCst);
         *self.stalled.lock().expect("stall lock poisoned") = None;
         tracing::info!(
             path = %self.path.display(),
@@ -161,10 +165,28 @@ pub(crate) fn column_families(config: &StoreConfig) -> Vec<ColumnFamilyDescripto
         .collect()
 }
 
-/// Whether the index is in a bulk load (`meta`'s `bulk` record).
-fn bulk_load_recorded(db: &DB) -> Result<bool> {
+/// The complete runs of the bulk load under way (`meta`'s `bulk`
+/// record); `None` outside one.
+pub(crate) fn bulk_load_recorded(db: &DB) -> Result<Option<u32>> {
     let meta = db.cf_handle(CF_META).expect("meta cf opened");
-    Ok(db.get_cf(meta, META_BULK)?.is_some())
+    Ok(db
+        .get_cf(meta, META_BULK)?
+        .map(|record| record.try_into().map(u32::from_be_bytes).unwrap_or(0)))
+}
+
+/// Deletes what is not part of a bulk load's complete runs: a run a crash
+/// interrupted, a merge's output not yet ingested, and, outside a bulk
+/// load, the runs' directory.
+fn clear_stray_runs(dir: &Path, bulk: Option<u32>) -> Result<()> {
+    let runs_dir = dir.join(runs::RUNS_DIR);
+    let cleared = match bulk {
+        Some(runs) => runs::remove_stray_files(&runs_dir, runs),
+        None => std::fs::remove_dir_all(&runs_dir).or_else(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Ok(()),
+            _ => Err(e),
+        }),
+    };
+    cleared.map_err(file_err(&runs_dir))
 }
 
 /// The committed tip: its height and block hash (`None` for an empty
@@ -206,7 +228,7 @@ pub(crate) fn refuse_foreign_column_families(
 }
 
 /// Target size of an SST file past level 0.
-const TARGET_FILE_BYTES: usize = 128 << 20;
+pub(crate) const TARGET_FILE_BYTES: usize = 128 << 20;
 
 /// The database's options (the column families have their own).
 pub(crate) fn db_options(config: &StoreConfig) -> Result<Options> {
@@ -228,13 +250,6 @@ pub(crate) fn db_options(config: &StoreConfig) -> Result<Options> {
     opts.set_target_file_size_base(config.scaled(TARGET_FILE_BYTES) as u64);
     opts.set_max_bytes_for_level_base(config.scaled(1 << 30) as u64);
     opts.set_level_compaction_dynamic_level_bytes(true);
-    // The merge that ends a bulk load is one compaction of every level-0
-    // file: split by key range, it uses both background threads.
-    opts.set_max_subcompactions(2);
-    // A bulk load's merge reads a partition's level-0 files at once,
-    // thousands on mainnet: RocksDB's 2 MB of readahead for each would be
-    // GBs. Without it, the kernel's readahead of buffered reads remains.
-    opts.set_compaction_readahead_size(0);
     // The initial sync writes without the WAL (see `apply`): flushing
     // every column family together is what keeps a crash consistent,
     // since all of them then come back at the same earlier batch.
@@ -253,6 +268,30 @@ fn column_family(
     config: &StoreConfig,
     cache: &rocksdb::Cache,
 ) -> ColumnFamilyDescriptor {
+    ColumnFamilyDescriptor::new(name, family_options(family, config, cache, false))
+}
+
+/// The options of the SST files a bulk load's merge writes for `family`:
+/// its column families' tables as their last level has them (compression,
+/// filters), since RocksDB ingests them there.
+pub(crate) fn sst_options(family: Family, config: &StoreConfig) -> Options {
+    let cache = rocksdb::Cache::new_lru_cache(1 << 20);
+    let mut o = family_options(family, config, &cache, true);
+    o.set_compression_options(-14, BOTTOMMOST_ZSTD_LEVEL, 0, 0);
+    o
+}
+
+/// zstd's level in the last level (see `family_options`).
+const BOTTOMMOST_ZSTD_LEVEL: i32 = 3;
+
+/// The options of `family`'s column families; `last_level`: of files
+/// written for their last level only.
+fn family_options(
+    family: Family,
+    config: &StoreConfig,
+    cache: &rocksdb::Cache,
+    last_level: bool,
+) -> Options {
     let mut o = Options::default();
     // Memtables are most of the initial sync's memory. On chaingen
     // `medium` over Core REST, 32 MB instead of 128 MB took peak RSS
@@ -264,13 +303,6 @@ fn column_family(
     o.set_target_file_size_base(config.scaled(TARGET_FILE_BYTES) as u64);
     // RocksDB's default (256 MiB), named so that `lsm_scale` divides it.
     o.set_max_bytes_for_level_base(config.scaled(256 << 20) as u64);
-    // A bulk load ends with up to `bulk_l0_files_max` level-0 files in
-    // each partition; writes must never stall for them, since nothing
-    // compacts them before the merge. Outside bulk loads level 0 stays at
-    // the compaction trigger.
-    let l0_max = i32::try_from(config.bulk_l0_files_max).unwrap_or(i32::MAX);
-    o.set_level_zero_slowdown_writes_trigger(l0_max.saturating_add(20));
-    o.set_level_zero_stop_writes_trigger(l0_max.saturating_add(40));
     // zstd level 1 on every level, memtable flushes included: on
     // chaingen `medium` it cut the index from 178 to 136 MB for 0.8 s
     // more CPU; level 3 saved 3 MB more for twice the CPU. (Leaving
@@ -284,7 +316,7 @@ fn column_family(
     // 9: 73.0 MB, for 2.5x the compaction CPU; a 16 KiB trained
     // dictionary: no better than level 3 alone).
     o.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
-    o.set_bottommost_compression_options(-14, 3, 0, 0, true);
+    o.set_bottommost_compression_options(-14, BOTTOMMOST_ZSTD_LEVEL, 0, 0, true);
     let mut table = rocksdb::BlockBasedOptions::default();
     // 16 KiB blocks instead of 4 KiB: zstd sees more rows at once
     // (history 76.0 to 72.6 MB on the mainnet-profile chain), a
@@ -295,7 +327,11 @@ fn column_family(
     // filters and indexes changed neither figure there.
     table.set_block_size(16 << 10);
     table.set_block_cache(cache);
-    table.set_bloom_filter(10.0, false);
+    // (`optimize_filters_for_hits` below: the txid family's last level
+    // has none.)
+    if !(last_level && family == Family::Txid) {
+        table.set_bloom_filter(10.0, false);
+    }
     table.set_cache_index_and_filter_blocks(true);
     // Filters and indexes in 4 KiB partitions under a small pinned top
     // level: a lookup reads the partitions it needs, never a whole SST
@@ -334,7 +370,7 @@ fn column_family(
         o.set_optimize_filters_for_hits(true);
     }
     o.set_block_based_table_factory(&table);
-    ColumnFamilyDescriptor::new(name, o)
+    o
 }
 
 /// Writes the format tag and network of a new index (when `writer`; a

@@ -168,6 +168,7 @@ impl Store {
     /// # Errors
     /// On database or file errors.
     pub fn find_tx_num(&self, txid: &Txid) -> Result<Option<TxNum>> {
+        self.refuse_during_bulk_load()?;
         let prefix = codec::txid_prefix(txid);
         let db = self.db()?;
         let cf = txid_cf(&db, prefix);
@@ -195,6 +196,7 @@ impl Store {
         scripthash: &ScriptHash,
         limit: usize,
     ) -> Result<Option<Vec<HistoryRow>>> {
+        self.refuse_during_bulk_load()?;
         let prefix = codec::history_prefix(scripthash);
         let db = self.db()?;
         let cf = history_cf(&db, prefix);
@@ -260,6 +262,15 @@ pub struct SpBlock {
 }
 
 impl Store {
+    /// During a bulk load the history and txid rows are in runs, not in
+    /// RocksDB: a read would miss them.
+    fn refuse_during_bulk_load(&self) -> Result<()> {
+        if self.bulk.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::BulkLoad);
+        }
+        Ok(())
+    }
+
     /// The settings the index was opened with.
     pub fn config(&self) -> &StoreConfig {
         &self.config
@@ -354,6 +365,7 @@ impl Store {
     /// # Errors
     /// On database errors or corrupt rows.
     pub fn funding_at(&self, scripthash: &ScriptHash, tx_num: TxNum) -> Result<bool> {
+        self.refuse_during_bulk_load()?;
         let db = self.db()?;
         let key = codec::history_key(codec::history_prefix(scripthash), tx_num);
         let cf = history_cf(&db, &key);

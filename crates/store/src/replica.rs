@@ -17,7 +17,7 @@
 //! again rather than take them.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::{Mutex, RwLock};
 
 use bitcoin::block::Header;
@@ -109,14 +109,20 @@ impl Store {
             files: RwLock::new(files),
             unlogged: AtomicBool::new(false),
             bulk: AtomicBool::new(false),
+            runs: Mutex::new(crate::runs::RunBuffer::default()),
+            runs_written: AtomicU32::new(0),
             stalled: Mutex::new(None),
-            handed_over_at_tx: AtomicU64::new(0),
             merging: AtomicUsize::new(0),
-            merged_l0_files: AtomicU64::new(0),
+            runs_merged: AtomicU64::new(0),
+            merge_micros: AtomicU64::new(0),
+            merged_at_height: AtomicU64::new(0),
+            bulk_write_bytes: AtomicU64::new(0),
         };
         let db = store.db()?;
         let tip = read_tip(&db)?;
+        let bulk = crate::open::bulk_load_recorded(&db)?.is_some();
         drop(db);
+        store.bulk.store(bulk, std::sync::atomic::Ordering::SeqCst);
         store.follow_tip(tip)?;
         Ok(store)
     }
@@ -141,6 +147,10 @@ impl Store {
         db.try_catch_up_with_primary()
             .map_err(|e| Error::CatchUp(e.to_string()))?;
         let tip = read_tip(&db)?;
+        // The writer's bulk load keeps its rows in runs until its merge:
+        // until then the replica has nothing to answer wallets from.
+        let bulk = crate::open::bulk_load_recorded(&db)?.is_some();
+        self.bulk.store(bulk, std::sync::atomic::Ordering::SeqCst);
         drop(db);
         if tip.map(|(_, hash)| hash) == self.chain().hashes.last().copied() {
             return Ok(None);

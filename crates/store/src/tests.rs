@@ -343,90 +343,175 @@ fn files_in_other_partitions(store: &Store) -> usize {
         .count()
 }
 
+/// The files in the runs' directory of the index in `dir`.
+fn run_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = match std::fs::read_dir(dir.join(runs::RUNS_DIR)) {
+        Ok(entries) => entries
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    names.sort();
+    names
+}
+
+/// A source tip far above the test chains: no block of theirs is near it,
+/// so none gets an undo record and a bulk load takes them all.
+const FAR_TIP: Height = Height(1_000_000);
+
 #[test]
-fn bulk_load_defers_compaction_then_merges_by_partition() {
+fn bulk_load_writes_runs_then_merges_them_by_partition() {
     let chain = blocks(0, 12, None, 0, 0);
     let plain_dir = tempfile::tempdir().unwrap();
     let plain = Store::open(plain_dir.path(), "regtest", StoreConfig::default()).unwrap();
-    plain.apply(&chain, false, Height(11)).unwrap();
+    plain.apply(&chain, false, FAR_TIP).unwrap();
 
+    // A run after every commit.
+    let small_runs = StoreConfig {
+        bulk_run_bytes: 1,
+        ..StoreConfig::default()
+    };
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
-    store.begin_bulk_load().unwrap();
-    // Files per flush and column family, none merged: more than the
-    // compaction trigger (4) would allow, each within one partition.
+    let store = Store::open(dir.path(), "regtest", small_runs.clone()).unwrap();
+    assert!(store.begin_bulk_load().unwrap());
     for block in &chain[..8] {
         store
-            .apply(std::slice::from_ref(block), false, Height(11))
+            .apply(std::slice::from_ref(block), false, FAR_TIP)
             .unwrap();
-        store.flush().unwrap();
     }
-    // Block h pays script h % 3, in partitions 0, 5 and 10: each flush
-    // wrote a file in one of them; `l0_files` counts the fullest.
-    assert_eq!(store.l0_files().unwrap(), 3);
-    let history = store.lsm_shape().unwrap().column_families[1].clone();
-    assert_eq!((history.name, history.files), ("history", vec![8]));
-    assert_eq!(files_in_other_partitions(&store), 0);
-    let mut expected = plain.history(&script(1), 100).unwrap().unwrap();
-    expected.retain(|row| row.tx_num.0 < store.tx_count());
-    assert_eq!(
-        store.history(&script(1), 100).unwrap().unwrap(),
-        expected,
-        "rows in level 0 read the same"
-    );
+    // A history and a txid file per partition and run, RocksDB untouched,
+    // and reads refused rather than answered from nothing.
+    assert_eq!(run_files(dir.path()).len(), 8 * 2 * PARTITIONS);
+    assert!(!store.bulk_families_hold_rows().unwrap());
+    assert!(matches!(
+        store.history(&script(1), 100),
+        Err(Error::BulkLoad)
+    ));
+    assert!(matches!(
+        store.find_tx_num(&txid(0, 0)),
+        Err(Error::BulkLoad)
+    ));
+    // Runs cannot be rolled back.
+    assert!(store.rollback_to(Height(6)).is_err());
 
-    // Interrupted: reopened, the index is still in its bulk load.
+    // Stopped (or killed): reopened, the load goes on from its last run;
+    // rows gathered in memory since are lost with the process, and the
+    // flat files are cut back to that run's tip.
     drop(store);
     let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
     assert!(store.in_bulk_load());
-    store.apply(&chain[8..], false, Height(11)).unwrap();
+    assert_eq!(store.tip().unwrap().0, Height(7));
+    store.apply(&chain[8..10], false, FAR_TIP).unwrap();
+    assert_eq!(store.tip().unwrap().0, Height(9));
+    drop(store);
+    // A run a crash interrupted is not part of the load.
+    std::fs::write(dir.path().join(runs::RUNS_DIR).join("000008.h0"), b"torn").unwrap();
+    let store = Store::open(dir.path(), "regtest", small_runs.clone()).unwrap();
+    assert_eq!(store.tip().unwrap().0, Height(7));
+    assert_eq!(run_files(dir.path()).len(), 8 * 2 * PARTITIONS);
+    store.apply(&chain[8..], false, FAR_TIP).unwrap();
+
     // A stop before the first partition leaves the load under way.
     assert!(!store.end_bulk_load(&AtomicBool::new(true)).unwrap());
     assert!(store.in_bulk_load());
-    assert!(store.l0_files().unwrap() > 0);
     assert!(store.end_bulk_load(&AtomicBool::new(false)).unwrap());
     assert!(!store.in_bulk_load());
-    assert_eq!(store.l0_files().unwrap(), 0);
+    assert!(run_files(dir.path()).is_empty());
+    let shape = store.lsm_shape().unwrap();
+    assert_eq!(shape.bulk_runs_merged, Some(9));
+    assert!(shape.bulk_write_bytes > 0);
+    for family in &shape.column_families[1..3] {
+        assert!(
+            family.files.len() > 1 && family.files[0] == 0,
+            "{}: everything ingested below level 0: {:?}",
+            family.name,
+            family.files
+        );
+    }
     assert_eq!(files_in_other_partitions(&store), 0);
     assert_eq!(store.digest().unwrap(), plain.digest().unwrap());
+    assert_eq!(
+        store.history(&script(1), 100).unwrap(),
+        plain.history(&script(1), 100).unwrap()
+    );
     drop(store);
     let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
     assert!(!store.in_bulk_load(), "the merge's end is durable");
+    assert_eq!(store.digest().unwrap(), plain.digest().unwrap());
+}
+
+/// A merge stopped between partitions (or killed) goes on with the
+/// partitions not yet ingested; those ingested keep their rows once.
+#[test]
+fn a_bulk_load_merge_goes_on_after_a_restart() {
+    let chain = blocks(0, 40, None, 0, 0);
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = Store::open(plain_dir.path(), "regtest", StoreConfig::default()).unwrap();
+    plain.apply(&chain, false, FAR_TIP).unwrap();
+    let config = StoreConfig {
+        bulk_run_bytes: 200,
+        ..StoreConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), "regtest", config.clone()).unwrap();
+    assert!(store.begin_bulk_load().unwrap());
+    for batch in chain.chunks(3) {
+        store.apply(batch, false, FAR_TIP).unwrap();
+    }
+    store.flush().unwrap();
+    let runs = store.runs_written.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(runs > 3, "{runs} runs");
+    // Partition 1's runs survive its ingestion (a crash between the
+    // two): kept aside, put back below.
+    let runs_dir = dir.path().join(runs::RUNS_DIR);
+    let kept: Vec<(PathBuf, Vec<u8>)> = (0..runs)
+        .flat_map(|run| {
+            [Family::History, Family::Txid].map(|f| runs::run_path(&runs_dir, run, f, 1))
+        })
+        .map(|path| {
+            let bytes = std::fs::read(&path).unwrap();
+            (path, bytes)
+        })
+        .collect();
+    // Partitions 0 and 1 merged, as a merge that a crash ends there.
+    for partition in 0..2 {
+        for family in [Family::History, Family::Txid] {
+            store.merge_partition(family, partition, runs).unwrap();
+        }
+    }
+    for (path, bytes) in &kept {
+        std::fs::write(path, bytes).unwrap();
+    }
+    drop(store);
+    let store = Store::open(dir.path(), "regtest", config).unwrap();
+    assert!(store.in_bulk_load());
+    assert!(store.end_bulk_load(&AtomicBool::new(false)).unwrap());
+    assert_eq!(store.digest().unwrap(), plain.digest().unwrap());
 }
 
 #[test]
-fn bulk_load_hands_over_at_its_level_0_limit() {
-    let chain = blocks(0, 12, None, 0, 0);
-    let plain_dir = tempfile::tempdir().unwrap();
-    let plain = Store::open(plain_dir.path(), "regtest", StoreConfig::default()).unwrap();
-    plain.apply(&chain, false, Height(11)).unwrap();
-
+fn a_bulk_load_begins_only_on_empty_families() {
+    let chain = blocks(0, 4, None, 0, 0);
     let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig {
-        bulk_l0_files_max: 1,
-        ..StoreConfig::default()
-    };
-    let store = Store::open(dir.path(), "regtest", config).unwrap();
-    store.begin_bulk_load().unwrap();
-    // Blocks 0 to 3 pay scripts in partitions 0, 5, 10, then 0 again.
-    for block in &chain[..4] {
-        store
-            .apply(std::slice::from_ref(block), false, Height(11))
-            .unwrap();
-        assert!(store.in_bulk_load(), "at most one file in each partition");
-        store.flush().unwrap();
-    }
-    // The commit that finds two files in partition 0 hands over.
-    store.apply(&chain[4..], false, Height(11)).unwrap();
+    let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    store.apply(&chain[..2], false, FAR_TIP).unwrap();
+    assert!(!store.begin_bulk_load().unwrap());
     assert!(!store.in_bulk_load());
-    let transactions = 2 * chain.len() as u64;
-    assert_eq!(
-        store.lsm_shape().unwrap().bulk_handed_over_at_tx,
-        Some(transactions)
-    );
-    store.compact().unwrap();
-    assert_eq!(store.l0_files().unwrap(), 0);
-    assert_eq!(store.digest().unwrap(), plain.digest().unwrap());
+    store.apply(&chain[2..], false, FAR_TIP).unwrap();
+    assert_eq!(store.history(&script(1), 100).unwrap().unwrap().len(), 2);
+}
+
+#[test]
+fn a_bulk_load_refuses_blocks_near_the_tip() {
+    let chain = blocks(0, 4, None, 0, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    assert!(store.begin_bulk_load().unwrap());
+    // Within reorg_depth_max of the source's tip: blocks that need undo
+    // records, which a run cannot give.
+    let error = store.apply(&chain, false, Height(3)).unwrap_err();
+    assert!(matches!(error, Error::Corrupt(_)), "{error}");
+    assert!(store.tip().is_none());
 }
 
 /// `store` exported as a snapshot (`scratch` is the export's scratch

@@ -38,24 +38,7 @@ impl Store {
     /// # Errors
     /// When a block's rows are not [`codec::HistoryRow::encode`] entries.
     pub fn prepare(&self, blocks: &[IndexedBlock], source_tip: Height) -> Result<PreparedBatch> {
-        let db = self.db()?;
-        let undo = cf(&db, CF_UNDO);
-        // Sized up front: a growing batch doubles and copies its buffer,
-        // which showed as memmove in profiles of the initial sync. Each
-        // history row appears as itself and, at most, as its script's prefix
-        // in the undo record; ~8 bytes of framing per entry.
-        let batch_bytes: usize = blocks
-            .iter()
-            .map(|b| {
-                let rows: usize = b
-                    .rows
-                    .iter()
-                    .map(|(k, v)| k.len() + v.len() + codec::UNDO_BUCKET_LEN + 8)
-                    .sum();
-                rows + b.txids.len() * (codec::TXID_PREFIX_LEN + TxNum::LEN + 8) + 32
-            })
-            .sum();
-        let mut batch = WriteBatch::with_capacity_bytes(batch_bytes + 256);
+        let mut undo = Vec::new();
         let undo_from = source_tip.0.saturating_sub(self.config.reorg_depth_max);
         let mut history_rows: Vec<&(Vec<u8>, Vec<u8>)> = Vec::new();
         let mut txid_keys: Vec<Vec<u8>> = Vec::new();
@@ -81,7 +64,7 @@ impl Store {
             // rows under (rollback finds the rows from them).
             if block.height.0 >= undo_from {
                 let record = codec::undo_record(block.rows.iter().map(|(key, _)| key.as_slice()));
-                batch.put_cf(undo, block.height.0.to_be_bytes(), record);
+                undo.push((block.height, record));
             }
             for (i, txid) in block.txids.iter().enumerate() {
                 txid_keys.push(codec::txid_key(
@@ -106,19 +89,13 @@ impl Store {
         history_rows.par_sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1 .0.cmp(&b.1 .0)));
         // One merge operand per script and epoch: the column family's
         // merge operator appends it to the rows stored before.
-        let operands = codec::history_operands(
+        let history = codec::history_operands(
             history_rows
                 .iter()
                 .map(|(_, (key, value))| (key.as_slice(), value.as_slice())),
         )?;
-        for (key, operand) in operands {
-            batch.merge_cf(history_cf(&db, &key), key, operand);
-        }
         // Txid keys are 9 bytes, so the integer alone orders them.
         txid_keys.par_sort_unstable_by_key(|key| sort_key(key));
-        for key in txid_keys {
-            batch.put_cf(txid_cf(&db, &key), key, []);
-        }
         Ok(PreparedBatch {
             blocks: blocks
                 .iter()
@@ -134,7 +111,9 @@ impl Store {
                 .collect(),
             sp_records: blocks.iter().flat_map(|b| b.sp.iter().copied()).collect(),
             sp_block_bytes: blocks.iter().map(|b| b.sp.len() as u64).collect(),
-            batch,
+            history,
+            txid_keys,
+            undo,
         })
     }
 
@@ -171,11 +150,20 @@ impl Store {
             tx_ends,
             sp_records,
             sp_block_bytes,
-            mut batch,
+            history,
+            txid_keys,
+            undo: undo_records,
         } = prepared;
         let Some(&(last_height, last_header, _, _)) = blocks.last() else {
             return Ok(());
         };
+        let bulk = self.bulk.load(Ordering::SeqCst);
+        if bulk && !undo_records.is_empty() {
+            return Err(Error::Corrupt(format!(
+                "block {} is near the node's tip, where a bulk load must have ended",
+                undo_records[0].0
+            )));
+        }
         let (mut next_height, mut tx_count, mut sp_offset) = {
             let chain = self.chain();
             (
@@ -188,9 +176,6 @@ impl Store {
         if sync {
             self.flush_unlogged()?;
         }
-        let db = self.db()?;
-        let undo = cf(&db, CF_UNDO);
-        let meta = cf(&db, CF_META);
         let mut new_counts = Vec::with_capacity(blocks.len());
         let mut new_sp_offsets = Vec::new();
         {
@@ -226,6 +211,54 @@ impl Store {
                 })?;
             }
         }
+        let extend_chain = |chain: &mut crate::Chain| {
+            for (&(_, header, _, _), &count) in blocks.iter().zip(&new_counts) {
+                chain.headers.push(header);
+                chain.hashes.push(header.block_hash());
+                chain.tx_counts.push(count);
+            }
+            chain.sp_offsets.extend(&new_sp_offsets);
+        };
+        if bulk {
+            // The rows wait in memory for their run; the tip on disk moves
+            // when they are written out (`spill_run`), so a crash comes
+            // back to the last run and the flat files are cut back to it.
+            let mut runs = self.runs.lock().expect("runs lock poisoned");
+            for (key, operand) in &history {
+                runs.push_history(key, operand);
+            }
+            for key in &txid_keys {
+                runs.push_txid(key);
+            }
+            extend_chain(&mut self.chain.write().expect("chain lock poisoned"));
+            if runs.bytes() >= self.config.scaled(self.config.bulk_run_bytes) {
+                self.spill_run(&mut runs)?;
+            }
+            return Ok(());
+        }
+
+        let db = self.db()?;
+        let undo = cf(&db, CF_UNDO);
+        let meta = cf(&db, CF_META);
+        // Sized up front: a growing batch doubles and copies its buffer,
+        // which showed as memmove in profiles of the initial sync. ~8 bytes
+        // of framing per entry.
+        let batch_bytes: usize = history
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 8)
+            .chain(txid_keys.iter().map(|k| k.len() + 8))
+            .chain(undo_records.iter().map(|(_, r)| r.len() + 12))
+            .sum();
+        let mut batch = WriteBatch::with_capacity_bytes(batch_bytes + 256);
+        for (height, record) in &undo_records {
+            batch.put_cf(undo, height.0.to_be_bytes(), record);
+        }
+        for (key, operand) in &history {
+            batch.merge_cf(history_cf(&db, key), key, operand);
+        }
+        for key in &txid_keys {
+            batch.put_cf(txid_cf(&db, key), key, []);
+        }
         let mut tip = last_height.0.to_be_bytes().to_vec();
         tip.extend_from_slice(last_header.block_hash().as_byte_array());
         batch.put_cf(meta, META_TIP, tip);
@@ -240,29 +273,8 @@ impl Store {
             self.unlogged.store(true, Ordering::SeqCst);
         }
         db.write_opt(batch, &opts)?;
-        let l0_files = if self.bulk.load(Ordering::SeqCst) {
-            Some(Self::l0_files_in(&db)?)
-        } else {
-            None
-        };
         drop(db);
-        if let Some(l0_files) = l0_files.filter(|&n| n > self.config.bulk_l0_files_max) {
-            tracing::info!(
-                l0_files,
-                transactions = tx_count,
-                "bulk load reached its level-0 limit; compacting as usual from here"
-            );
-            self.handed_over_at_tx.store(tx_count, Ordering::SeqCst);
-            self.hand_over_bulk_load()?;
-        }
-
-        let mut chain = self.chain.write().expect("chain lock poisoned");
-        for (&(_, header, _, _), count) in blocks.iter().zip(new_counts) {
-            chain.headers.push(header);
-            chain.hashes.push(header.block_hash());
-            chain.tx_counts.push(count);
-        }
-        chain.sp_offsets.extend(new_sp_offsets);
+        extend_chain(&mut self.chain.write().expect("chain lock poisoned"));
         Ok(())
     }
 

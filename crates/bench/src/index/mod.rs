@@ -457,8 +457,16 @@ fn build_record(context: &Shared<'_>, m: Measured) -> IndexRunRecord {
             0.0
         }
     };
+    // The bulk load's merge indexes nothing: the tenths compare the rate
+    // of indexing, and the merge has a row of its own.
+    let merge = m
+        .outcome
+        .lsm
+        .iter()
+        .find(|shape| shape.when == "synced")
+        .and_then(progress::Pause::bulk_merge);
     let tenths = if m.outcome.sequence_ok {
-        progress::tenths(&batches)
+        progress::tenths(&batches, merge)
     } else {
         Vec::new()
     };

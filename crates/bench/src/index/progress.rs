@@ -73,10 +73,10 @@ pub enum ProgressError {
 }
 
 /// The LSM's shape as `osprey index --progress-json` prints it once synced
-/// and once compacted (`{"lsm": {...}}`).
+/// and once flushed (`{"lsm": {...}}`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LsmShape {
-    /// "synced" or "compacted".
+    /// "synced" or "flushed".
     pub when: String,
     /// Live SST files and bytes per level (level 0 first) by column family.
     pub column_families: std::collections::BTreeMap<String, CfLevels>,
@@ -84,13 +84,20 @@ pub struct LsmShape {
     pub flush_write_bytes: u64,
     pub compact_read_bytes: u64,
     pub compact_write_bytes: u64,
-    /// Transactions indexed when the bulk load handed over to leveled
-    /// compaction; `None`: it did not.
-    pub bulk_handed_over_at_tx: Option<u64>,
-    /// Level-0 files the bulk load's merge took at the tip; `None`: none
-    /// (or an indexer that predates it).
+    /// Runs the bulk load's merge took; `None`: none (or an indexer that
+    /// predates runs).
     #[serde(default)]
-    pub bulk_merged_l0_files: Option<u64>,
+    pub bulk_runs_merged: Option<u64>,
+    /// Bytes of the bulk load's runs and merged files (RocksDB's counters
+    /// leave them out).
+    #[serde(default)]
+    pub bulk_write_bytes: u64,
+    /// The bulk load's merge: how long it took, and the height it merged
+    /// the index at (the blocks after it came after the merge).
+    #[serde(default)]
+    pub bulk_merge_micros: Option<u64>,
+    #[serde(default)]
+    pub bulk_merged_at_height: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,6 +196,24 @@ pub fn check_sequence(batches: &[Batch]) -> Result<(), ProgressError> {
     Ok(())
 }
 
+/// A stretch of a sync that indexed nothing, after the batch that reached
+/// `after_height`: the bulk load's merge.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pause {
+    pub after_height: u32,
+    pub seconds: f64,
+}
+
+impl Pause {
+    /// The bulk load's merge an LSM shape reports, if one ended.
+    pub fn bulk_merge(shape: &LsmShape) -> Option<Pause> {
+        Some(Pause {
+            after_height: shape.bulk_merged_at_height?,
+            seconds: shape.bulk_merge_micros? as f64 / 1e6,
+        })
+    }
+}
+
 /// Number of parts the chain is cut into for the flat-ingest check.
 pub const TENTHS: usize = 10;
 
@@ -229,8 +254,12 @@ pub struct Tenth {
 /// `batch_secs`: the intervals tile the whole sync, so the tenths add up to
 /// it, waits for the block reader included.
 ///
+/// `pause`, a stretch that indexed nothing (the bulk load's merge), is
+/// taken out of the interval of the first batch after it: what the tenths
+/// compare is the rate of indexing, and the merge is reported on its own.
+///
 /// The batches must have passed [`check_sequence`].
-pub fn tenths(batches: &[Batch]) -> Vec<Tenth> {
+pub fn tenths(batches: &[Batch], pause: Option<Pause>) -> Vec<Tenth> {
     if batches.is_empty() {
         return Vec::new();
     }
@@ -253,10 +282,15 @@ pub fn tenths(batches: &[Batch]) -> Vec<Tenth> {
         .collect();
     let mut previous_elapsed = 0.0;
     let mut lo = 0;
+    let mut pause = pause;
     for batch in batches {
         let hi = lo + batch.txs;
-        let interval = (batch.elapsed_secs - previous_elapsed).max(0.0);
+        let mut interval = (batch.elapsed_secs - previous_elapsed).max(0.0);
         previous_elapsed = batch.elapsed_secs;
+        if let Some(p) = pause.filter(|p| batch.first_height() > p.after_height) {
+            interval = (interval - p.seconds).max(0.0);
+            pause = None;
+        }
         // The height of the batch's transaction `tx` (counted over all).
         let height_of = |tx: u64| {
             let into = (tx - lo) * u64::from(batch.blocks) / batch.txs.max(1);
@@ -353,13 +387,13 @@ mod tests {
 
     #[test]
     fn parses_the_lsm_line() {
-        let line = r#"{"lsm":{"when":"synced","column_families":{"history":{"files":[3,0,0,0,0,0,7],"bytes":[30,0,0,0,0,0,700]},"meta":{"files":[],"bytes":[]}},"stall_micros":5,"flush_write_bytes":1,"compact_read_bytes":2,"compact_write_bytes":3,"bulk_handed_over_at_tx":null}}"#;
+        let line = r#"{"lsm":{"when":"synced","column_families":{"history":{"files":[3,0,0,0,0,0,7],"bytes":[30,0,0,0,0,0,700]},"meta":{"files":[],"bytes":[]}},"stall_micros":5,"flush_write_bytes":1,"compact_read_bytes":2,"compact_write_bytes":3,"bulk_runs_merged":null}}"#;
         let Some(Line::Lsm(shape)) = parse_line(1, line).unwrap() else {
             panic!("not an LSM shape");
         };
         assert_eq!(shape.when, "synced");
         assert_eq!((shape.levels("history"), shape.levels("meta")), (2, 0));
-        assert_eq!(shape.bulk_handed_over_at_tx, None);
+        assert_eq!(shape.bulk_runs_merged, None);
         let err = parse_line(4, r#"{"lsm":{"when":"synced"}}"#).unwrap_err();
         assert!(
             matches!(err, ProgressError::Malformed { line: 4, .. }),
@@ -424,7 +458,7 @@ mod tests {
             })
             .collect();
         check_sequence(&batches).unwrap();
-        let t = tenths(&batches);
+        let t = tenths(&batches, None);
         assert_eq!(t.len(), TENTHS);
         assert_eq!((t[0].first_height, t[0].last_height), (0, 9));
         assert_eq!((t[9].first_height, t[9].last_height), (90, 99));
@@ -442,10 +476,36 @@ mod tests {
     }
 
     #[test]
+    fn the_bulk_merge_is_left_out_of_the_tenth_it_falls_in() {
+        // Ten batches of one second each, then a 30 s merge after height
+        // 89: the last batch's interval is 31 s.
+        let mut elapsed = 0.0;
+        let batches: Vec<Batch> = (0..10u32)
+            .map(|k| {
+                elapsed += if k == 9 { 31.0 } else { 1.0 };
+                batch(k * 10 + 9, 10, 100, elapsed)
+            })
+            .collect();
+        let merge = Pause {
+            after_height: 89,
+            seconds: 30.0,
+        };
+        let with = tenths(&batches, None);
+        assert_eq!(with[9].txs_per_second, Some(100.0 / 31.0));
+        let without = tenths(&batches, Some(merge));
+        assert_eq!(without[9].txs_per_second, Some(100.0));
+        assert_eq!(
+            without[..9],
+            with[..9],
+            "only the batch after the merge changes"
+        );
+    }
+
+    #[test]
     fn straddling_batches_are_split_by_transactions() {
         // Heights 0..=99 in a batch of 15 blocks (3 s) and one of 85 (17 s).
         let batches = [batch(14, 15, 30, 3.0), batch(99, 85, 170, 20.0)];
-        let t = tenths(&batches);
+        let t = tenths(&batches, None);
         // Tenth 2 (heights 10..=19): 5 blocks of each batch.
         assert_eq!((t[1].first_height, t[1].last_height), (10, 19));
         assert_eq!(t[1].batches, 2);
@@ -465,7 +525,7 @@ mod tests {
         // 50 blocks of 10 transactions (5 s), then a tail of 50 blocks of
         // one (0.5 s): the tail is in the last tenth, not half the tenths.
         let batches = [batch(49, 50, 500, 5.0), batch(99, 50, 50, 5.5)];
-        let t = tenths(&batches);
+        let t = tenths(&batches, None);
         assert_eq!((t[0].first_height, t[0].last_height), (0, 5));
         assert_eq!(t[8].last_height, 49);
         // The last tenth: 5 transactions of the first batch, the whole tail.
@@ -480,7 +540,7 @@ mod tests {
     #[test]
     fn uneven_counts_and_offsets() {
         // Heights 5..=27: 23 blocks; bounds 5, 7, 9, 11, 14, 16, 18, 21, 23, 25, 28.
-        let t = tenths(&[batch(27, 23, 23, 2.3)]);
+        let t = tenths(&[batch(27, 23, 23, 2.3)], None);
         let sizes: Vec<f64> = t.iter().map(|p| p.blocks).collect();
         assert_eq!(sizes, [2.0, 2.0, 2.0, 3.0, 2.0, 2.0, 3.0, 2.0, 2.0, 3.0]);
         assert_eq!(t[0].first_height, 5);
@@ -492,10 +552,10 @@ mod tests {
 
     #[test]
     fn fewer_transactions_than_tenths_leave_empty_tenths() {
-        let t = tenths(&[batch(2, 3, 3, 1.0)]);
+        let t = tenths(&[batch(2, 3, 3, 1.0)], None);
         assert_eq!(t.iter().filter(|p| p.blocks > 0.0).count(), 3);
         assert!(t.iter().any(|p| p.txs_per_second.is_none()));
         assert_eq!(t.iter().map(|p| p.blocks).sum::<f64>(), 3.0);
-        assert!(tenths(&[]).is_empty());
+        assert!(tenths(&[], None).is_empty());
     }
 }
