@@ -741,6 +741,17 @@ fn follow_the_tip(
         }
         sleep_unless_stopped(poll, stop);
     }
+    // The first sync's last blocks (all of a short chain's) are in
+    // memtables and the WAL: flushed once here, the index on disk is
+    // tables only, as the startup summary and the metrics report it, and
+    // a restart has no log to replay. A failure is a write's (a full
+    // disk): the next write waits it out as any other.
+    let store = query.store();
+    if !store.is_replica() {
+        if let Err(e) = store.flush() {
+            tracing::warn!("flushing the index after its first sync: {e}");
+        }
+    }
     progress.finish(dir_bytes(&config.db_path));
     query.release_wallets();
     let (height, hash) = query.tip();
