@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// Partitions a bulk load's merge works on at once (a thread each); each
-/// holds a buffered reader per run.
+/// holds a reader (an open file and a block) per run.
 const MERGE_THREADS: usize = 2;
 
 impl Store {

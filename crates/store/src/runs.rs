@@ -115,9 +115,10 @@ fn prefix_u64(key: &[u8]) -> u64 {
 
 /// The file of run `run`'s rows of `family` in `partition`.
 pub(crate) fn run_path(dir: &Path, run: u32, family: Family, partition: usize) -> PathBuf {
+    // A bulk load writes history and txid rows only.
     let letter = match family {
         Family::History => 'h',
-        _ => 't',
+        Family::Txid | Family::Meta | Family::Undo => 't',
     };
     dir.join(format!("{run:06}.{letter}{partition:x}"))
 }

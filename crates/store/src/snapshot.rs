@@ -154,11 +154,18 @@ impl Store {
     /// RocksDB's lock keeps any other process out.
     ///
     /// # Errors
-    /// When the index is empty, on I/O or database errors.
+    /// When the index is empty or in a bulk load, on I/O or database
+    /// errors.
     pub fn export_snapshot(&self, scratch: &Path, out: impl Write) -> Result<Manifest> {
         let Some((tip_height, tip_hash)) = self.tip() else {
             return Err(refused("the index is empty: nothing to export"));
         };
+        if self.in_bulk_load() {
+            return Err(refused(
+                "the index is in its first sync's bulk load (its rows are in sorted runs, \
+                 not yet in the database): export it once the sync has reached the node's tip",
+            ));
+        }
         self.flush()?;
         let checkpoint = scratch.join(ROCKSDB_DIR);
         std::fs::create_dir_all(scratch).map_err(file_err(scratch))?;

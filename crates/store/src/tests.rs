@@ -391,8 +391,14 @@ fn bulk_load_writes_runs_then_merges_them_by_partition() {
         store.find_tx_num(&txid(0, 0)),
         Err(Error::BulkLoad)
     ));
-    // Runs cannot be rolled back.
+    // Runs cannot be rolled back, nor exported: they are not in the
+    // database a snapshot copies.
     assert!(store.rollback_to(Height(6)).is_err());
+    let scratch = tempfile::tempdir().unwrap();
+    let refused = store
+        .export_snapshot(&scratch.path().join("checkpoint"), Vec::new())
+        .unwrap_err();
+    assert!(refused.to_string().contains("bulk load"), "{refused}");
 
     // Stopped (or killed): reopened, the load goes on from its last run;
     // rows gathered in memory since are lost with the process, and the
