@@ -220,9 +220,18 @@ impl Store {
                         })
                     })
                     .collect();
-                merges
-                    .into_iter()
-                    .try_for_each(|merge| merge.join().expect("a merge does not panic"))
+                // A full disk stops the other merge too (writes stopped):
+                // the full disk is the error to report, the one a caller
+                // waits out.
+                let mut failed: Option<Error> = None;
+                for merge in merges {
+                    if let Err(e) = merge.join().expect("a merge does not panic") {
+                        if failed.as_ref().is_none_or(|f| !f.is_no_space()) {
+                            failed = Some(e);
+                        }
+                    }
+                }
+                failed.map_or(Ok(()), Err)
             })?;
             tracing::info!(
                 partitions = format!("{}-{}", pair[0] + 1, pair[pair.len() - 1] + 1),
