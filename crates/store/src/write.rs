@@ -223,6 +223,8 @@ impl Store {
             // The rows wait in memory for their run; the tip on disk moves
             // when they are written out (`spill_run`), so a crash comes
             // back to the last run and the flat files are cut back to it.
+            // A synced commit (the indexer's last before a stop) writes
+            // its run at once: a clean stop loses nothing.
             let mut runs = self.runs.lock().expect("runs lock poisoned");
             for (key, operand) in &history {
                 runs.push_history(key, operand);
@@ -231,7 +233,7 @@ impl Store {
                 runs.push_txid(key);
             }
             extend_chain(&mut self.chain.write().expect("chain lock poisoned"));
-            if runs.bytes() >= self.config.scaled(self.config.bulk_run_bytes) {
+            if sync || runs.bytes() >= self.config.scaled(self.config.bulk_run_bytes) {
                 self.spill_run(&mut runs)?;
             }
             return Ok(());
