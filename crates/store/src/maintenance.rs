@@ -248,13 +248,7 @@ impl Store {
             db.delete_cf_opt(cf(&db, CF_META), META_BULK, &opts)?;
             Ok(())
         })?;
-        let dir = self.path.join(runs::RUNS_DIR);
-        std::fs::remove_dir_all(&dir)
-            .or_else(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Ok(()),
-                _ => Err(e),
-            })
-            .map_err(|source| Error::File { path: dir, source })?;
+        runs::clear(&self.path, None)?;
         self.bulk.store(false, Ordering::SeqCst);
         self.merging.store(0, Ordering::SeqCst);
         let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
@@ -286,10 +280,6 @@ impl Store {
             let target = self.config.scaled(open::TARGET_FILE_BYTES) as u64;
             let mut outputs: Vec<std::path::PathBuf> = Vec::new();
             let mut writer: Option<rocksdb::SstFileWriter> = None;
-            let file_err = |path: &std::path::Path| {
-                let path = path.to_path_buf();
-                move |source| Error::File { path, source }
-            };
             runs::merge_runs(&paths, |key, value| {
                 if writer.as_ref().is_some_and(|w| w.file_size() >= target) {
                     writer.take().expect("checked above").finish()?;
@@ -311,7 +301,7 @@ impl Store {
                 w.finish()?;
             }
             for path in &outputs {
-                let bytes = std::fs::metadata(path).map_err(file_err(path))?.len();
+                let bytes = std::fs::metadata(path).map_err(open::file_err(path))?.len();
                 self.bulk_write_bytes.fetch_add(bytes, Ordering::SeqCst);
             }
             if !outputs.is_empty() {
@@ -321,18 +311,7 @@ impl Store {
                 db.ingest_external_file_cf_opts(cf(&db, name), &opts, outputs)?;
             }
         }
-        for path in &paths {
-            match std::fs::remove_file(path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(Error::File {
-                        path: path.clone(),
-                        source: e,
-                    })
-                }
-                _ => {}
-            }
-        }
-        Ok(())
+        runs::remove_files(&paths)
     }
 
     /// The partition a bulk load's merge is merging now (1 for the first)

@@ -43,7 +43,7 @@ impl Store {
         // a node gone) goes on where it was: its complete runs wait for
         // the merge at the tip, and the tip is the last run's.
         let bulk = bulk_load_recorded(&db)?;
-        clear_stray_runs(dir, bulk)?;
+        runs::clear(dir, bulk)?;
         let (files, chain) = load_chain(&db, dir, config.silent_payments)?;
         let store = Store {
             db: RwLock::new(Some(db)),
@@ -107,7 +107,7 @@ impl Store {
         });
         let (opened, files, chain) = reopened.map_err(|e| self.no_space_or(e, stall.needed))?;
         let bulk = bulk_load_recorded(&opened)?;
-        clear_stray_runs(&self.path, bulk).map_err(|e| self.no_space_or(e, stall.needed))?;
+        runs::clear(&self.path, bulk).map_err(|e| self.no_space_or(e, stall.needed))?;
         // Rows gathered after the last run belong to blocks past the tip
         // the index came back at: the next sync indexes them again.
         *self.runs.lock().expect("runs lock poisoned") = RunBuffer::default();
@@ -172,21 +172,6 @@ pub(crate) fn bulk_load_recorded(db: &DB) -> Result<Option<u32>> {
     Ok(db
         .get_cf(meta, META_BULK)?
         .map(|record| record.try_into().map(u32::from_be_bytes).unwrap_or(0)))
-}
-
-/// Deletes what is not part of a bulk load's complete runs: a run a crash
-/// interrupted, a merge's output not yet ingested, and, outside a bulk
-/// load, the runs' directory.
-fn clear_stray_runs(dir: &Path, bulk: Option<u32>) -> Result<()> {
-    let runs_dir = dir.join(runs::RUNS_DIR);
-    let cleared = match bulk {
-        Some(runs) => runs::remove_stray_files(&runs_dir, runs),
-        None => std::fs::remove_dir_all(&runs_dir).or_else(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Ok(()),
-            _ => Err(e),
-        }),
-    };
-    cleared.map_err(file_err(&runs_dir))
 }
 
 /// The committed tip: its height and block hash (`None` for an empty

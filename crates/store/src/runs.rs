@@ -42,6 +42,7 @@ use rayon::prelude::*;
 use osprey_core::{read_varint, write_varint};
 
 use crate::codec;
+use crate::open::file_err;
 use crate::{Error, Family, Result, PARTITIONS};
 
 /// The directory of the runs, inside the index's directory.
@@ -68,7 +69,9 @@ pub(crate) struct RunBuffer {
 
 impl RunBuffer {
     pub(crate) fn push_history(&mut self, key: &[u8], operand: &[u8]) {
-        self.history.push((prefix_u64(key), self.arena.len()));
+        // The top half of the key's sort integer: its first 8 bytes.
+        let prefix = (crate::write::sort_key(key) >> 64) as u64;
+        self.history.push((prefix, self.arena.len()));
         self.arena
             .push(u8::try_from(key.len()).expect("history keys are short"));
         self.arena.extend_from_slice(key);
@@ -105,14 +108,6 @@ impl RunBuffer {
 /// Bytes of a txid key: the txid's prefix and the tx_num.
 const TXID_KEY_LEN: usize = codec::TXID_PREFIX_LEN + osprey_core::TxNum::LEN;
 
-/// The first 8 bytes of `key`, zero-padded, as a big-endian integer.
-fn prefix_u64(key: &[u8]) -> u64 {
-    let mut bytes = [0u8; 8];
-    let n = key.len().min(8);
-    bytes[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(bytes)
-}
-
 /// The file of run `run`'s rows of `family` in `partition`.
 pub(crate) fn run_path(dir: &Path, run: u32, family: Family, partition: usize) -> PathBuf {
     // A bulk load writes history and txid rows only.
@@ -131,10 +126,6 @@ pub(crate) fn run_path(dir: &Path, run: u32, family: Family, partition: usize) -
 /// # Errors
 /// On I/O errors, or an operand the history merge refuses.
 pub(crate) fn write_run(dir: &Path, run: u32, mut buffer: RunBuffer) -> Result<u64> {
-    let file_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| Error::File { path, source }
-    };
     std::fs::create_dir_all(dir).map_err(file_err(dir))?;
     // A script's operands of one epoch sort together, in commit order
     // (their offsets), which is chain order.
@@ -340,15 +331,11 @@ impl RunReader {
     /// Reads and decompresses the next block; `false` at the end of the
     /// file.
     fn read_block(&mut self) -> Result<bool> {
-        let io_err = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| Error::File { path, source }
-        };
         let mut lengths = [0u8; 8];
         match self.input.read_exact(&mut lengths) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(false),
-            Err(e) => return Err(io_err(&self.path)(e)),
+            Err(e) => return Err(file_err(&self.path)(e)),
         }
         let raw = u32::from_le_bytes(lengths[..4].try_into().expect("4 bytes")) as usize;
         let compressed = u32::from_le_bytes(lengths[4..].try_into().expect("4 bytes")) as usize;
@@ -360,7 +347,7 @@ impl RunReader {
         self.compressed.resize(compressed, 0);
         self.input
             .read_exact(&mut self.compressed)
-            .map_err(io_err(&self.path))?;
+            .map_err(file_err(&self.path))?;
         self.block.resize(raw, 0);
         let n = lz4_flex::block::decompress_into(&self.compressed, &mut self.block)
             .map_err(|e| self.corrupt(&format!("bad block: {e}")))?;
@@ -490,13 +477,44 @@ pub(crate) fn allow_open_files(runs: u64, merges: u64) -> Result<()> {
     )))
 }
 
+/// Deletes what in the runs' directory of the index in `index_dir` is
+/// not part of a bulk load's first `runs` runs: a run a crash interrupted,
+/// a merge's output not yet ingested; with `runs` `None` (no bulk load),
+/// the whole directory.
+pub(crate) fn clear(index_dir: &Path, runs: Option<u32>) -> Result<()> {
+    let dir = index_dir.join(RUNS_DIR);
+    let cleared = match runs {
+        Some(runs) => remove_stray_files(&dir, runs),
+        None => std::fs::remove_dir_all(&dir).or_else(absent_is_removed),
+    };
+    cleared.map_err(file_err(&dir))
+}
+
+/// Deletes the files `paths` (a merged partition's runs), those already
+/// gone included.
+pub(crate) fn remove_files(paths: &[PathBuf]) -> Result<()> {
+    for path in paths {
+        std::fs::remove_file(path)
+            .or_else(absent_is_removed)
+            .map_err(file_err(path))?;
+    }
+    Ok(())
+}
+
+/// A removal that found nothing to remove did its job.
+fn absent_is_removed(e: io::Error) -> io::Result<()> {
+    match e.kind() {
+        io::ErrorKind::NotFound => Ok(()),
+        _ => Err(e),
+    }
+}
+
 /// Deletes the files in `dir` that are not part of the first `runs` runs
 /// (a run a crash interrupted, a merge's output not yet ingested).
-pub(crate) fn remove_stray_files(dir: &Path, runs: u32) -> io::Result<()> {
+fn remove_stray_files(dir: &Path, runs: u32) -> io::Result<()> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
+        Err(e) => return absent_is_removed(e),
     };
     for entry in entries {
         let entry = entry?;
