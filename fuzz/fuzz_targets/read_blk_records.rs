@@ -105,7 +105,8 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(failed, !clean_end);
 
     if core {
-        check_core_files(dir, &read, &stored, &records);
+        let walked = core_walk(&stored, key_or_none);
+        check_core_files(dir, &read, &stored, &records, &walked);
     }
 });
 
@@ -152,8 +153,37 @@ fn model(stored: &[u8], key: [u8; 8], magic: Option<[u8; 4]>) -> (Vec<(usize, us
     }
 }
 
-/// `read`: the file's bytes unobfuscated.
-fn check_core_files(dir: &Path, read: &[u8], stored: &[u8], records: &[(usize, usize)]) {
+/// The records a node's scan (`CoreBlockFiles`) walks: unlike a static
+/// directory's reader, it goes on past a record too short for a block (a
+/// file Core is writing is not "broken"), to the end, preallocated zeros or
+/// a record not complete yet (a wrong magic or an oversized record make the
+/// open fail, which `check_core_files` skips).
+fn core_walk(stored: &[u8], key: [u8; 8]) -> Vec<(usize, usize)> {
+    let plain_at = |i: usize| stored[i] ^ key[i % 8];
+    let mut records = Vec::new();
+    let mut pos = 0;
+    while stored.len() - pos >= 8 && stored[pos..pos + 4] != [0; 4] {
+        let head: Vec<u8> = (pos..pos + 8).map(plain_at).collect();
+        let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
+        if len > stored.len() - pos - 8 {
+            break;
+        }
+        records.push((pos + 8, len));
+        pos += 8 + len;
+    }
+    records
+}
+
+/// `read`: the file's bytes unobfuscated; `records`, the blocks a static
+/// reader finds, each to be found; `walked`, every record the node's scan
+/// sees (`core_walk`), a superset that may share their hash keys.
+fn check_core_files(
+    dir: &Path,
+    read: &[u8],
+    stored: &[u8],
+    records: &[(usize, usize)],
+    walked: &[(usize, usize)],
+) {
     let Ok(files) = CoreBlockFiles::open(dir, Network::Regtest) else {
         // A broken record stops the scan with an error (checked above).
         return;
@@ -165,11 +195,11 @@ fn check_core_files(dir: &Path, read: &[u8], stored: &[u8], records: &[(usize, u
             Some((block, offset, len))
         })
         .collect();
-    // Records sharing the first 8 bytes of a block hash (the index's key),
+    // Records the scan walks sharing the first 8 bytes of a block hash (the index's key),
     // or whose header is stored as zeros (a record Core has not finished
     // writing: the scan stops there), may be missed, never confused.
     let mut keys: HashMap<[u8; 8], usize> = HashMap::new();
-    for &(offset, len) in records {
+    for &(offset, len) in walked {
         if len >= 80 {
             let hash = bitcoin::block::Header::block_hash(
                 &deserialize(&read[offset..offset + 80]).expect("80 bytes are a header"),
@@ -177,9 +207,9 @@ fn check_core_files(dir: &Path, read: &[u8], stored: &[u8], records: &[(usize, u
             *keys.entry(key_of(&hash)).or_default() += 1;
         }
     }
-    let unfinished = records
+    let unfinished = walked
         .iter()
-        .any(|&(offset, _)| stored[offset..offset + 80] == [0; 80]);
+        .any(|&(offset, len)| len >= 80 && stored[offset..offset + 80] == [0; 80]);
     for (block, offset, len) in &blocks {
         let hash = block.block_hash();
         match files.block(&hash).expect("the files read") {
