@@ -1,19 +1,19 @@
 //! The index's row codecs (`osprey_store::codec`).
 //!
 //! Input: byte 0 picks the mode.
-//! - Even: arbitrary bytes as a stored row: 32 bytes of script hash, a
-//!   byte splitting the rest into key and value. Properties: decoding
-//!   never panics; a row that decodes encodes back to the very same key
-//!   and value (one encoding per row, so damage is never read as another
-//!   row); a `txid` key that decodes is rebuilt from its tx_num; read as a
-//!   stored history value, one that decodes merges back to itself and,
-//!   cut before any of its rows, to the rows before it.
-//! - Odd: `arbitrary` rows. Properties: encode then decode gives the row
-//!   back; the key starts with the script's prefix; a script sharing the
-//!   bucket but not the whole id gets `None`; of two rows of a script,
-//!   the one of the earlier transaction has the smaller key (chain order);
-//!   the two written as merge operands, in either of two batches or in one,
-//!   give the same stored values, which decode to the two rows.
+//! - Even: arbitrary bytes as a stored key and value: 32 bytes of script
+//!   hash (unused), a byte splitting the rest into key and value.
+//!   Properties: decoding never panics; a `txid` key that decodes is
+//!   rebuilt from its tx_num; read as a stored history value, one that
+//!   decodes merges back to itself and, cut before any of its rows, gives
+//!   the rows before it.
+//! - Odd: `arbitrary` rows. Properties: a row written as a value decodes
+//!   back to itself, under a key that starts with the script's prefix; a
+//!   script sharing the bucket but not the whole id sorts apart; of two
+//!   rows of a script, the one of the earlier transaction sorts first
+//!   (chain order); the two written as merge operands, in either of two
+//!   batches or in one, give the same stored values, which decode to the
+//!   two rows.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -22,8 +22,8 @@ use bitcoin::Txid;
 use libfuzzer_sys::fuzz_target;
 use osprey_core::{ScriptHash, TxNum};
 use osprey_store::codec::{
-    decode_history_value, decode_txid_key, history_operands, history_prefix, merge_history,
-    truncate_history_value, txid_key, HistoryRow, RowKind, SCRIPT_BUCKET_LEN, SCRIPT_ID_LEN,
+    decode_history_value, decode_txid_key, history_prefix, merge_history, truncate_history_value,
+    txid_key, HistoryRow, Operands, RowKind, ScriptRow, SCRIPT_BUCKET_LEN, SCRIPT_ID_LEN,
     SPENT_TXID_PREFIX_LEN, TXID_PREFIX_LEN,
 };
 
@@ -44,15 +44,9 @@ fn decode_any(data: &[u8]) {
     if data.len() < 33 {
         return;
     }
-    let (hash, rest) = data.split_at(32);
-    let scripthash = ScriptHash(hash.try_into().expect("32 bytes"));
+    let rest = &data[32..];
     let split = usize::from(rest[0]).min(rest.len() - 1);
     let (key, value) = rest[1..].split_at(split);
-    if let Ok(Some(row)) = HistoryRow::decode(&scripthash, key, value) {
-        let (encoded_key, encoded_value) = row.encode(&scripthash);
-        assert_eq!(encoded_key, key);
-        assert_eq!(encoded_value, value);
-    }
     if let Ok(rows) = decode_history_value(key, value) {
         let merged = merge_history(key, None, [value].into_iter());
         assert_eq!(merged.as_deref(), Some(value));
@@ -77,6 +71,7 @@ struct ScriptHashIn([u8; 32]);
 struct Row {
     tx_num: u64,
     spending: bool,
+    /// Halved: a row's index is below 2^31 (`HistoryRow::of`).
     index: u32,
     amount_or_prev_vout: u64,
     prev_txid: [u8; 32],
@@ -89,25 +84,34 @@ impl Row {
             let prev_txid = Txid::from_byte_array(self.prev_txid);
             HistoryRow::spending(
                 tx_num,
-                self.index,
+                self.index >> 1,
                 &prev_txid,
                 self.amount_or_prev_vout as u32,
             )
         } else {
-            HistoryRow::funding(tx_num, self.index, self.amount_or_prev_vout)
+            HistoryRow::funding(tx_num, self.index >> 1, self.amount_or_prev_vout)
         }
     }
+}
+
+/// The stored values of `rows` written as one batch.
+fn stored(mut rows: Vec<ScriptRow>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    rows.sort_unstable();
+    let mut operands = Operands::new(&rows);
+    let mut out = Vec::new();
+    while let Some((key, value)) = operands.next_operand() {
+        out.push((key.to_vec(), value.to_vec()));
+    }
+    out
 }
 
 fn round_trip((ScriptHashIn(hash), a, b): (ScriptHashIn, Row, Row)) {
     let scripthash = ScriptHash(hash);
     let (a, b) = (a.row(), b.row());
-    let (key_a, value_a) = a.encode(&scripthash);
-    assert!(key_a.starts_with(history_prefix(&scripthash)));
-    assert_eq!(
-        HistoryRow::decode(&scripthash, &key_a, &value_a).ok(),
-        Some(Some(a))
-    );
+    let one = stored(vec![a.of(&scripthash)]);
+    assert_eq!(one.len(), 1);
+    assert!(one[0].0.starts_with(history_prefix(&scripthash)));
+    assert_eq!(decode_history_value(&one[0].0, &one[0].1).ok(), Some(vec![a]));
     if let RowKind::Spending {
         prev_txid_prefix, ..
     } = a.kind
@@ -120,12 +124,15 @@ fn round_trip((ScriptHashIn(hash), a, b): (ScriptHashIn, Row, Row)) {
     let other = ScriptHash(other);
     assert_eq!(other.0[..SCRIPT_BUCKET_LEN], scripthash.0[..SCRIPT_BUCKET_LEN]);
     assert_eq!(
-        HistoryRow::decode(&other, &key_a, &value_a).ok(),
-        Some(None)
+        a.of(&other) < a.of(&scripthash),
+        other.0[..SCRIPT_ID_LEN] < scripthash.0[..SCRIPT_ID_LEN]
     );
-    let (key_b, _) = b.encode(&scripthash);
     if a.tx_num != b.tx_num {
-        assert_eq!(key_a < key_b, a.tx_num < b.tx_num, "{a:?} {b:?}");
+        assert_eq!(
+            a.of(&scripthash) < b.of(&scripthash),
+            a.tx_num < b.tx_num,
+            "{a:?} {b:?}"
+        );
     }
     let txid = Txid::from_byte_array(hash);
     assert_eq!(
@@ -138,17 +145,14 @@ fn round_trip((ScriptHashIn(hash), a, b): (ScriptHashIn, Row, Row)) {
 /// Rows `a` and `b` written as merge operands, together or one batch each
 /// (in chain order), give the same stored values, which decode to them.
 fn stored_values(scripthash: &ScriptHash, a: HistoryRow, b: HistoryRow) {
-    let mut entries = [a.encode(scripthash), b.encode(scripthash)];
-    entries.sort();
-    if entries[0] == entries[1] {
+    let mut rows = [a.of(scripthash), b.of(scripthash)];
+    rows.sort_unstable();
+    if rows[0] == rows[1] {
         return;
     }
-    let operands = |batch: &[(Vec<u8>, Vec<u8>)]| {
-        history_operands(batch.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))).unwrap()
-    };
-    let together = operands(&entries);
-    let mut apart = operands(&entries[..1]);
-    for (key, operand) in operands(&entries[1..]) {
+    let together = stored(rows.to_vec());
+    let mut apart = stored(rows[..1].to_vec());
+    for (key, operand) in stored(rows[1..].to_vec()) {
         match apart.iter_mut().find(|(k, _)| *k == key) {
             Some((k, value)) => {
                 *value = merge_history(k, Some(value), [operand.as_slice()].into_iter()).unwrap()
@@ -162,7 +166,7 @@ fn stored_values(scripthash: &ScriptHash, a: HistoryRow, b: HistoryRow) {
         .flat_map(|(k, v)| decode_history_value(k, v).unwrap())
         .collect();
     let mut expected = vec![a, b];
-    // In the order of the entries: by key, then by payload.
-    expected.sort_by_key(|r| r.encode(scripthash));
+    // In the rows' order.
+    expected.sort_by_key(|r| r.of(scripthash));
     assert_eq!(decoded, expected);
 }

@@ -317,8 +317,8 @@ pub struct IndexedBlock {
     /// Where each transaction ends within the serialized block (the first
     /// starts after the header and the transaction count).
     pub tx_ends: Vec<u32>,
-    /// Encoded history rows (see [`HistoryRow::encode`]).
-    pub rows: Vec<(Vec<u8>, Vec<u8>)>,
+    /// History rows, in any order (see [`codec::ScriptRow`]).
+    pub rows: Vec<codec::ScriptRow>,
     /// The block's silent-payment records (`osprey_sp::append_block_records`);
     /// empty when it has no eligible transaction or the index keeps none.
     pub sp: Vec<u8>,
@@ -336,10 +336,11 @@ pub struct PreparedBatch {
     /// of each block's.
     sp_records: Vec<u8>,
     sp_block_bytes: Vec<u64>,
-    /// History merge operands, sorted by key.
-    history: Vec<codec::KeyedValue>,
-    /// Txid keys, sorted.
-    txid_keys: Vec<Vec<u8>>,
+    /// History rows, sorted (but in a bulk load, whose runs sort them):
+    /// one merge operand per script and epoch (`codec::Operands`).
+    history: Vec<codec::ScriptRow>,
+    /// Txid keys as [`codec::txid_key_bits`], sorted as the rows are.
+    txid_keys: Vec<u128>,
     /// Undo records, of the blocks near the source's tip only: a bulk
     /// load takes none of those, since its runs cannot be rolled back.
     undo: Vec<(Height, Vec<u8>)>,
@@ -363,12 +364,17 @@ impl PreparedBatch {
             + self.txids.len() * 32
             + self.tx_ends.len() * TX_END_LEN
             + self.sp_records.len();
-        let history: usize = self.history.iter().map(|(k, v)| k.len() + v.len()).sum();
-        let txids: usize = self.txid_keys.iter().map(Vec::len).sum();
+        let history = self.history.len() * HISTORY_ROW_BYTES;
+        let txids = self.txid_keys.len() * codec::TXID_KEY_LEN;
         let undo: usize = self.undo.iter().map(|(_, record)| 4 + record.len()).sum();
         (flat + history + txids + undo) as u64
     }
 }
+
+/// Bytes of a history row before compression, with its share of a key,
+/// for [`PreparedBatch::bytes`]: ~10 bytes an entry, a 14-byte key for
+/// every 1.3 rows of a batch.
+const HISTORY_ROW_BYTES: usize = 21;
 
 /// In-memory view of the chain part of the index, swapped under one lock so
 /// readers never see headers and tx counts of different tips.

@@ -56,57 +56,29 @@ const BLOCK_BYTES: usize = 32 << 10;
 /// The rows of the blocks committed since the last run was written.
 #[derive(Default)]
 pub(crate) struct RunBuffer {
-    /// History operands, each `key length (u8) · key · varint(value
-    /// length) · value`, in commit order.
-    arena: Vec<u8>,
-    /// For each operand, its key's first 8 bytes (big-endian, so integer
-    /// order is byte order) and its offset in `arena`.
-    history: Vec<(u64, usize)>,
-    /// Txid keys as [`crate::write::sort_key`]: they are at most 16 bytes
-    /// and all of one length, so the integer is the key.
+    /// History rows, in commit order.
+    history: Vec<codec::ScriptRow>,
+    /// Txid keys as [`codec::txid_key_bits`].
     txids: Vec<u128>,
 }
 
 impl RunBuffer {
-    pub(crate) fn push_history(&mut self, key: &[u8], operand: &[u8]) {
-        // The top half of the key's sort integer: its first 8 bytes.
-        let prefix = (crate::write::sort_key(key) >> 64) as u64;
-        self.history.push((prefix, self.arena.len()));
-        self.arena
-            .push(u8::try_from(key.len()).expect("history keys are short"));
-        self.arena.extend_from_slice(key);
-        write_varint(&mut self.arena, operand.len() as u64);
-        self.arena.extend_from_slice(operand);
-    }
-
-    pub(crate) fn push_txid(&mut self, key: &[u8]) {
-        debug_assert_eq!(key.len(), TXID_KEY_LEN);
-        self.txids.push(crate::write::sort_key(key));
+    /// Takes a batch's rows and txid keys.
+    pub(crate) fn push(&mut self, history: &[codec::ScriptRow], txids: &[u128]) {
+        self.history.extend_from_slice(history);
+        self.txids.extend_from_slice(txids);
     }
 
     /// Memory it holds, in bytes.
     pub(crate) fn bytes(&self) -> usize {
-        self.arena.len()
-            + self.history.len() * std::mem::size_of::<(u64, usize)>()
+        self.history.len() * std::mem::size_of::<codec::ScriptRow>()
             + self.txids.len() * std::mem::size_of::<u128>()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.history.is_empty() && self.txids.is_empty()
     }
-
-    /// The key and operand stored at `offset`.
-    fn at(&self, offset: usize) -> (&[u8], &[u8]) {
-        let len = usize::from(self.arena[offset]);
-        let key = &self.arena[offset + 1..offset + 1 + len];
-        let mut rest = &self.arena[offset + 1 + len..];
-        let value_len = read_varint(&mut rest).expect("written by push_history") as usize;
-        (key, &rest[..value_len])
-    }
 }
-
-/// Bytes of a txid key: the txid's prefix and the tx_num.
-const TXID_KEY_LEN: usize = codec::TXID_PREFIX_LEN + osprey_core::TxNum::LEN;
 
 /// The file of run `run`'s rows of `family` in `partition`.
 pub(crate) fn run_path(dir: &Path, run: u32, family: Family, partition: usize) -> PathBuf {
@@ -119,64 +91,33 @@ pub(crate) fn run_path(dir: &Path, run: u32, family: Family, partition: usize) -
 }
 
 /// Writes `buffer` as run number `run` in `dir`: its rows sorted, a
-/// script's operands of one epoch merged into one value, one file per
-/// family and partition, each synced, then the directory. Returns the
-/// bytes written.
+/// script's rows of one epoch as one value, one file per family and
+/// partition, each synced, then the directory. Returns the bytes written.
 ///
 /// # Errors
-/// On I/O errors, or an operand the history merge refuses.
+/// On I/O errors.
 pub(crate) fn write_run(dir: &Path, run: u32, mut buffer: RunBuffer) -> Result<u64> {
     std::fs::create_dir_all(dir).map_err(file_err(dir))?;
-    // A script's operands of one epoch sort together, in commit order
-    // (their offsets), which is chain order.
-    {
-        let RunBuffer { arena, history, .. } = &mut buffer;
-        let arena = &*arena;
-        let key_at = |offset: usize| {
-            let len = usize::from(arena[offset]);
-            &arena[offset + 1..offset + 1 + len]
-        };
-        history.par_sort_unstable_by(|a, b| {
-            a.0.cmp(&b.0)
-                .then_with(|| key_at(a.1).cmp(key_at(b.1)))
-                .then(a.1.cmp(&b.1))
-        });
-    }
+    // Sorted, a script's rows of one epoch are together, in chain order.
+    buffer.history.par_sort_unstable();
     buffer.txids.par_sort_unstable();
     let buffer = &buffer;
-    let history_parts = split_by_partition(&buffer.history, |entry| (entry.0 >> 60) as usize);
+    let history_parts = split_by_partition(&buffer.history, codec::ScriptRow::partition);
     let txid_parts = split_by_partition(&buffer.txids, |key| (key >> 124) as usize);
     let written: Vec<u64> = (0..PARTITIONS)
         .into_par_iter()
         .map(|partition| -> Result<u64> {
             let path = run_path(dir, run, Family::History, partition);
             let mut out = RunWriter::create(&path).map_err(file_err(&path))?;
-            let entries = history_parts[partition];
-            let mut i = 0;
-            while i < entries.len() {
-                let (key, first) = buffer.at(entries[i].1);
-                let mut j = i + 1;
-                while j < entries.len() && buffer.at(entries[j].1).0 == key {
-                    j += 1;
-                }
-                if j == i + 1 {
-                    out.push(key, first).map_err(file_err(&path))?;
-                } else {
-                    let merged = codec::merge_history(
-                        key,
-                        None,
-                        entries[i..j].iter().map(|entry| buffer.at(entry.1).1),
-                    )
-                    .ok_or_else(|| Error::Codec(codec::CodecError::History(key.to_vec())))?;
-                    out.push(key, &merged).map_err(file_err(&path))?;
-                }
-                i = j;
+            let mut operands = codec::Operands::new(history_parts[partition]);
+            while let Some((key, value)) = operands.next_operand() {
+                out.push(key, value).map_err(file_err(&path))?;
             }
             let mut bytes = out.finish().map_err(file_err(&path))?;
             let path = run_path(dir, run, Family::Txid, partition);
             let mut out = RunWriter::create(&path).map_err(file_err(&path))?;
             for key in txid_parts[partition] {
-                out.push(&key.to_be_bytes()[..TXID_KEY_LEN], &[])
+                out.push(&codec::txid_key_of_bits(*key), &[])
                     .map_err(file_err(&path))?;
             }
             bytes += out.finish().map_err(file_err(&path))?;

@@ -50,11 +50,9 @@ fn blocks(
             let txids = vec![txid(tx, fork), txid(tx + 1, fork)];
             let tx_ends = vec![81 + 100, 81 + 100 + 60 + u32::from(fork)];
             let s = script((h % 3) as u8);
-            let mut rows = vec![HistoryRow::funding(TxNum(tx), 0, 50).encode(&s)];
+            let mut rows = vec![HistoryRow::funding(TxNum(tx), 0, 50).of(&s)];
             if tx >= 2 {
-                rows.push(
-                    HistoryRow::spending(TxNum(tx + 1), 0, &txid(tx - 2, fork), 0).encode(&s),
-                );
+                rows.push(HistoryRow::spending(TxNum(tx + 1), 0, &txid(tx - 2, fork), 0).of(&s));
             }
             tx += 2;
             IndexedBlock {
@@ -1245,7 +1243,7 @@ fn bulky_blocks(len: u32) -> Vec<IndexedBlock> {
             let script = ScriptHash(sha256::Hash::hash(&seed).to_byte_array());
             block
                 .rows
-                .push(HistoryRow::funding(block.first_tx_num, vout, 1 << 40).encode(&script));
+                .push(HistoryRow::funding(block.first_tx_num, vout, 1 << 40).of(&script));
         }
     }
     chain

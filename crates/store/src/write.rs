@@ -25,10 +25,11 @@ impl Store {
         self.commit(self.prepare(blocks, source_tip)?, sync)
     }
 
-    /// Encodes blocks for [`Store::commit`]: the rows sorted, in a RocksDB
-    /// write batch. This is most of a commit's work and reads nothing of the
-    /// index, so the indexer runs it off the committing thread, while the
-    /// previous batch is written; the sort runs on all cores.
+    /// Gathers blocks for [`Store::commit`]: their rows and txid keys in
+    /// one array each, sorted (outside a bulk load), and their undo
+    /// records. This reads nothing of the index, so the indexer runs it off
+    /// the committing thread, while the previous batch is written; the sort
+    /// runs on all cores.
     ///
     /// `source_tip` is the source's best height: blocks more than
     /// `reorg_depth_max` below it get no undo record, since no reorg the
@@ -36,12 +37,14 @@ impl Store {
     /// nearly every block).
     ///
     /// # Errors
-    /// When a block's rows are not [`codec::HistoryRow::encode`] entries.
+    /// When a block's transaction ends or silent-payment records do not
+    /// fit the index.
     pub fn prepare(&self, blocks: &[IndexedBlock], source_tip: Height) -> Result<PreparedBatch> {
         let mut undo = Vec::new();
         let undo_from = source_tip.0.saturating_sub(self.config.reorg_depth_max);
-        let mut history_rows: Vec<&(Vec<u8>, Vec<u8>)> = Vec::new();
-        let mut txid_keys: Vec<Vec<u8>> = Vec::new();
+        let rows: usize = blocks.iter().map(|b| b.rows.len()).sum();
+        let mut history = Vec::with_capacity(rows);
+        let mut txid_keys = Vec::with_capacity(blocks.iter().map(|b| b.txids.len()).sum());
         for block in blocks {
             if let Some(end) = block
                 .tx_ends
@@ -59,43 +62,23 @@ impl Store {
                     block.height
                 )));
             }
-            history_rows.extend(&block.rows);
+            history.extend_from_slice(&block.rows);
             // The undo record: the distinct script buckets the block wrote
             // rows under (rollback finds the rows from them).
             if block.height.0 >= undo_from {
-                let record = codec::undo_record(block.rows.iter().map(|(key, _)| key.as_slice()));
-                undo.push((block.height, record));
+                undo.push((block.height, codec::undo_record(block.rows.iter())));
             }
             for (i, txid) in block.txids.iter().enumerate() {
-                txid_keys.push(codec::txid_key(
+                txid_keys.push(codec::txid_key_bits(
                     txid,
                     TxNum(block.first_tx_num.0 + i as u64),
                 ));
             }
         }
-        // Keys are inserted in ascending order: RocksDB's memtable skip list
-        // resumes each search where the previous insert ended, so a sorted
-        // run costs a short walk per key instead of a search from the top.
-        // Unsorted, these inserts were 40% of all CPU and slowed down as the
-        // memtable grew (perf, medium chain).
-        // Sorted on each key's first 16 bytes as one integer, the full
-        // bytes breaking ties: byte-string comparisons (memcmp through a
-        // pointer per row) were the top CPU symbol of the initial sync's
-        // main thread (perf, chaingen `medium` from Core's files).
-        let mut history_rows: Vec<_> = history_rows
-            .into_iter()
-            .map(|row| (sort_key(&row.0), row))
-            .collect();
-        history_rows.par_sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1 .0.cmp(&b.1 .0)));
-        // One merge operand per script and epoch: the column family's
-        // merge operator appends it to the rows stored before.
-        let history = codec::history_operands(
-            history_rows
-                .iter()
-                .map(|(_, (key, value))| (key.as_slice(), value.as_slice())),
-        )?;
-        // Txid keys are 9 bytes, so the integer alone orders them.
-        txid_keys.par_sort_unstable_by_key(|key| sort_key(key));
+        // A bulk load's rows are sorted once, in their run (`write_run`).
+        if !self.in_bulk_load() {
+            sort_batch(&mut history, &mut txid_keys);
+        }
         Ok(PreparedBatch {
             blocks: blocks
                 .iter()
@@ -150,8 +133,8 @@ impl Store {
             tx_ends,
             sp_records,
             sp_block_bytes,
-            history,
-            txid_keys,
+            mut history,
+            mut txid_keys,
             undo: undo_records,
         } = prepared;
         let Some(&(last_height, last_header, _, _)) = blocks.last() else {
@@ -226,12 +209,7 @@ impl Store {
             // A synced commit (the indexer's last before a stop) writes
             // its run at once: a clean stop loses nothing.
             let mut runs = self.runs.lock().expect("runs lock poisoned");
-            for (key, operand) in &history {
-                runs.push_history(key, operand);
-            }
-            for key in &txid_keys {
-                runs.push_txid(key);
-            }
+            runs.push(&history, &txid_keys);
             extend_chain(&mut self.chain.write().expect("chain lock poisoned"));
             if sync || runs.bytes() >= self.config.scaled(self.config.bulk_run_bytes) {
                 self.spill_run(&mut runs)?;
@@ -239,27 +217,33 @@ impl Store {
             return Ok(());
         }
 
+        // Prepared during a bulk load, whose end came since: not sorted yet.
+        if !(history.is_sorted() && txid_keys.is_sorted()) {
+            sort_batch(&mut history, &mut txid_keys);
+        }
         let db = self.db()?;
         let undo = cf(&db, CF_UNDO);
         let meta = cf(&db, CF_META);
         // Sized up front: a growing batch doubles and copies its buffer,
         // which showed as memmove in profiles of the initial sync. ~8 bytes
         // of framing per entry.
-        let batch_bytes: usize = history
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 8)
-            .chain(txid_keys.iter().map(|k| k.len() + 8))
-            .chain(undo_records.iter().map(|(_, r)| r.len() + 12))
-            .sum();
+        let batch_bytes: usize = history.len() * crate::HISTORY_ROW_BYTES
+            + txid_keys.len() * (codec::TXID_KEY_LEN + 8)
+            + undo_records
+                .iter()
+                .map(|(_, r)| r.len() + 12)
+                .sum::<usize>();
         let mut batch = WriteBatch::with_capacity_bytes(batch_bytes + 256);
         for (height, record) in &undo_records {
             batch.put_cf(undo, height.0.to_be_bytes(), record);
         }
-        for (key, operand) in &history {
+        let mut operands = codec::Operands::new(&history);
+        while let Some((key, operand)) = operands.next_operand() {
             batch.merge_cf(history_cf(&db, key), key, operand);
         }
-        for key in &txid_keys {
-            batch.put_cf(txid_cf(&db, key), key, []);
+        for &bits in &txid_keys {
+            let key = codec::txid_key_of_bits(bits);
+            batch.put_cf(txid_cf(&db, &key), key, []);
         }
         let mut tip = last_height.0.to_be_bytes().to_vec();
         tip.extend_from_slice(last_header.block_hash().as_byte_array());
@@ -410,6 +394,17 @@ impl Store {
             source,
         })
     }
+}
+
+/// Sorts a batch for RocksDB. Keys are inserted in ascending order: the
+/// memtable's skip list resumes each search where the previous insert
+/// ended, so a sorted batch costs a short walk per key instead of a search
+/// from the top. Unsorted, these inserts were 40% of all CPU and slowed
+/// down as the memtable grew (perf, medium chain). Rows and txid keys are
+/// plain integers, so the sort compares and moves them in place.
+fn sort_batch(history: &mut [codec::ScriptRow], txid_keys: &mut [u128]) {
+    history.par_sort_unstable();
+    txid_keys.par_sort_unstable();
 }
 
 /// The first 16 bytes of `key` as a big-endian integer, zero-padded: two
