@@ -371,6 +371,10 @@ impl Indexer {
             if let Some(last) = last {
                 report_chunk(&mut stats, last, &mut started, on_chunk);
             }
+            // Freed on the pool: a block's transactions are thousands of
+            // small allocations, and freeing them here was a sixth of
+            // this thread's time (perf, 1M chain from Core's files).
+            rayon::spawn(move || drop(blocks));
             result?;
             if stopping {
                 break;
