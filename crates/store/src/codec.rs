@@ -180,6 +180,9 @@ pub struct ScriptRow {
     payload: u64,
 }
 
+// What the memory figures assume (the run buffer counts rows by it).
+const _: () = assert!(std::mem::size_of::<ScriptRow>() == 32);
+
 impl ScriptRow {
     /// The first bytes of the script id, as the bytes' big-endian integer.
     fn id_top(&self, bytes: usize) -> u64 {
