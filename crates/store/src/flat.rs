@@ -3,8 +3,9 @@
 //! here: `spoffsets.dat` delimits them).
 //!
 //! Records are appended before the database commit that covers them and
-//! synced with it; on open, anything beyond the committed tip is cut off,
-//! so a crash can leave a file ahead of the tip but never behind it.
+//! synced with it (in a bulk load, before the run that moves the tip); on
+//! open, anything beyond the committed tip is cut off, so a crash can
+//! leave a file ahead of the tip but never behind it.
 //!
 //! A read-only replica opens them without write access and reads only the
 //! records its committed tip covers ([`FlatFile::open_read_only`],
@@ -23,6 +24,8 @@ pub(crate) struct FlatFile {
     records: u64,
     /// Appended bytes not yet written to the file.
     pending: Vec<u8>,
+    /// Written since the last sync ([`FlatFile::flush`]).
+    unsynced: bool,
 }
 
 impl FlatFile {
@@ -40,6 +43,7 @@ impl FlatFile {
             record_len,
             records: len / record_len,
             pending: Vec::new(),
+            unsynced: false,
         })
     }
 
@@ -52,6 +56,7 @@ impl FlatFile {
             record_len: record_len as u64,
             records: 0,
             pending: Vec::new(),
+            unsynced: false,
         })
     }
 
@@ -90,13 +95,25 @@ impl FlatFile {
 
     /// Writes pending records and makes them durable.
     pub(crate) fn flush_and_sync(&mut self) -> io::Result<()> {
+        if self.pending.is_empty() && !self.unsynced {
+            return Ok(());
+        }
+        self.flush()?;
+        self.file.sync_data()?;
+        self.unsynced = false;
+        Ok(())
+    }
+
+    /// Writes pending records, leaving them to the page cache: durable by
+    /// a later [`FlatFile::flush_and_sync`].
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
         self.file.write_all(&self.pending)?;
-        self.file.sync_data()?;
         self.records += self.pending.len() as u64 / self.record_len;
         self.pending.clear();
+        self.unsynced = true;
         Ok(())
     }
 

@@ -421,6 +421,24 @@ impl Files {
         named
     }
 
+    /// Writes every file's pending records ([`FlatFile::flush`]); on an
+    /// error, the file's name.
+    fn flush(&mut self) -> std::result::Result<(), (&'static str, std::io::Error)> {
+        for (name, file) in self.named_mut() {
+            file.flush().map_err(|e| (name, e))?;
+        }
+        Ok(())
+    }
+
+    /// Writes and syncs every file ([`FlatFile::flush_and_sync`]); on an
+    /// error, the file's name.
+    fn sync(&mut self) -> std::result::Result<(), (&'static str, std::io::Error)> {
+        for (name, file) in self.named_mut() {
+            file.flush_and_sync().map_err(|e| (name, e))?;
+        }
+        Ok(())
+    }
+
     /// [`Files::named`], to write.
     fn named_mut(&mut self) -> Vec<(&'static str, &mut FlatFile)> {
         let mut named = vec![

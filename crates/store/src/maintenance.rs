@@ -150,6 +150,16 @@ impl Store {
         let bytes = runs::write_run(&self.path.join(runs::RUNS_DIR), run, buffer)?;
         self.bulk_write_bytes.fetch_add(bytes, Ordering::SeqCst);
         self.flush_unlogged()?;
+        // The flat files the commits since the last run wrote, durable
+        // before the tip that covers them.
+        self.files
+            .write()
+            .expect("files lock poisoned")
+            .sync()
+            .map_err(|(name, source)| Error::File {
+                path: self.path.join(name),
+                source,
+            })?;
         let tip = self.tip();
         let db = self.db()?;
         let meta = cf(&db, CF_META);
