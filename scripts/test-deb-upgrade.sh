@@ -106,7 +106,7 @@ done
 cli -named createwallet wallet_name=miner >/dev/null
 mine() { cli generatetoaddress "$1" "$(cli getnewaddress)" >/dev/null; cli getblockcount; }
 height=$(mine 150)
-echo "bitcoind $("$bitcoind" -version | head -1 | awk '{print $NF}') on 127.0.0.1:$rpc_port, height $height"
+echo "bitcoind $("$bitcoind" -version | head -1 | sed 's/.*version \([^ ]*\).*/\1/') on 127.0.0.1:$rpc_port, height $height"
 
 step "a clean bookworm"
 tarball=$(scripts/bookworm-rootfs.sh --include systemd)

@@ -52,7 +52,10 @@ serve)
   height=$2 port=$3
   n=$(find /root -maxdepth 1 -name 'serve-*.log' | wc -l)
   log=/root/serve-$((n + 1)).log
-  runuser -u osprey -- /usr/bin/osprey serve --conf "$config" >"$log" 2>&1 &
+  # As the unit runs it: user osprey, in its home. setpriv execs (runuser
+  # would stay the parent and exit 143 on the SIGTERM it forwards).
+  (cd /var/lib/osprey && exec setpriv --reuid osprey --regid osprey --init-groups \
+    /usr/bin/osprey serve --conf "$config") >"$log" 2>&1 &
   osprey=$!
   tip=""
   for _ in $(seq 600); do
