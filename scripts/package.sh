@@ -177,6 +177,12 @@ Description: Electrum server for your own Bitcoin node
  system user osprey whose index lives in /var/lib/osprey.
 EOF
 
+# A release (SOURCE_DATE_EPOCH set, as scripts/release.sh sets it): every
+# file dated by it, so that the same sources give the same package bytes
+# whenever they are built (dpkg-deb 1.21 dates only the ar members by it).
+if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
+  find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+fi
 mkdir -p "$out"
 deb="$out/osprey_${version}_${arch}.deb"
 dpkg-deb --root-owner-group --build "$root" "$deb" >/dev/null
