@@ -17,10 +17,11 @@
 #       the packages' binaries, README.md, CHANGELOG.md, the systemd unit
 #       and the example config, in osprey-VERSION-ARCH-linux/
 #   osprey-VERSION-oci.tar
-#       an OCI image archive (podman manifest push --all): the Dockerfile's
+#       an OCI image layout, archived (podman manifest push --all): the Dockerfile's
 #       runtime stage for linux/amd64 and linux/arm64 under one index,
 #       its arm64 image started under qemu (binfmt_misc) to serve the demo
-#       before it is written
+#       before it is written. OCI configs have no HEALTHCHECK: `docker
+#       run --health-cmd "osprey ping"` gives it back
 #   SHA256SUMS, and SHA256SUMS.asc when OSPREY_RELEASE_KEY names a gpg
 #       key (gpg --local-user; GNUPGHOME chooses the keyring): a detached,
 #       armored signature
@@ -131,8 +132,10 @@ for arch in amd64 arm64; do
     --numeric-owner -cf "$work/binaries-$arch.tar" .
   binaries="localhost/osprey-release-binaries:$version-$arch"
   podman import --quiet --arch "$arch" "$work/binaries-$arch.tar" "$binaries" >/dev/null
-  # --timestamp: the image's creation time and its layers' file times.
-  podman build --format docker --isolation chroot --platform "linux/$arch" \
+  # --timestamp: the image's creation time and its layers' file times;
+  # no intermediate images, whose IDs would be named in the history.
+  # (This removes the BINARIES image, imported again for each build.)
+  podman build --format docker --isolation chroot --platform "linux/$arch" --layers=false --omit-history \
     --timestamp "$SOURCE_DATE_EPOCH" --build-arg "RUNTIME_IMAGE=$base" --build-arg "BINARIES=$binaries" \
     -t "$image-$arch" . >"$work/build-$arch.log" 2>&1 || { cat "$work/build-$arch.log" >&2; fail "podman build $arch"; }
   podman manifest add "$image" "containers-storage:$image-$arch" >/dev/null
@@ -160,9 +163,12 @@ done
 echo "arm64 image (aarch64 under qemu), server.version: $answer" >&2
 [[ "$answer" == *'"result":["Osprey '"$version"'","1.4"]'* ]] || { podman logs "$name" >&2; fail "the arm64 demo did not answer"; }
 podman rm -f -t 0 "$name" >/dev/null
-rm -f "$out/osprey-$version-oci.tar"
-podman manifest push --all --format oci "$image" "oci-archive:$out/osprey-$version-oci.tar:$version" >/dev/null 2>"$work/push.log" \
+# An OCI layout directory, archived here: podman's oci-archive dates its
+# entries by the clock.
+podman manifest push --all --format oci "$image" "oci:$work/oci:$version" >/dev/null 2>"$work/push.log" \
   || { cat "$work/push.log" >&2; fail "podman manifest push"; }
+tar -C "$work/oci" --sort=name --format=gnu --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 \
+  --numeric-owner -cf "$out/osprey-$version-oci.tar" .
 
 step "SHA256SUMS"
 (cd "$out" && rm -f SHA256SUMS SHA256SUMS.asc && sha256sum osprey_* osprey-* >SHA256SUMS)
