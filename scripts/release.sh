@@ -149,19 +149,23 @@ podman run -d --name "$name" --runtime runc --ulimit nofile=4096:4096 --ulimit n
   demo --electrum-rpc-addr "127.0.0.1:$port" >/dev/null 2>"$work/demo.log" || { cat "$work/demo.log" >&2; fail "podman run"; }
 trap 'podman rm -f -t 0 "$name" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 [ "$(podman exec "$name" uname -m)" = aarch64 ] || fail "the arm64 image does not run as aarch64"
-answer=""
+# The port opens while the demo indexes: ask until the tip is served.
+answer="" tip=""
 for _ in $(seq 600); do
   if { exec 3<>"/dev/tcp/127.0.0.1/$port"; } 2>/dev/null; then
-    printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"server.version","params":["release","1.4"]}' >&3
+    printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"server.version","params":["release","1.4"]}' \
+      '{"jsonrpc":"2.0","id":2,"method":"blockchain.headers.subscribe","params":[]}' >&3
     read -r -t 30 answer <&3 || true
+    read -r -t 30 tip <&3 || true
     exec 3<&-
-    [ -n "$answer" ] && break
+    [[ "$tip" == *'"result":{"height":'* ]] && break
   fi
   [ "$(podman inspect --format '{{.State.Running}}' "$name")" = true ] || { podman logs "$name" >&2; fail "the arm64 demo exited"; }
   sleep 1
 done
-echo "arm64 image (aarch64 under qemu), server.version: $answer" >&2
-[[ "$answer" == *'"result":["Osprey '"$version"'","1.4"]'* ]] || { podman logs "$name" >&2; fail "the arm64 demo did not answer"; }
+echo "arm64 image (aarch64 under qemu), server.version: $answer; tip: ${tip:0:60}..." >&2
+[[ "$answer" == *'"result":["Osprey '"$version"'","1.4"]'* && "$tip" == *'"result":{"height":'* ]] \
+  || { podman logs "$name" >&2; fail "the arm64 demo did not serve its tip"; }
 podman rm -f -t 0 "$name" >/dev/null
 # An OCI layout directory, archived here: podman's oci-archive dates its
 # entries by the clock.
@@ -175,7 +179,7 @@ step "SHA256SUMS"
 if [ -n "${OSPREY_RELEASE_KEY:-}" ]; then
   gpg --batch --yes --local-user "$OSPREY_RELEASE_KEY" --armor --detach-sign \
     --output "$out/SHA256SUMS.asc" "$out/SHA256SUMS"
-  gpg --batch --verify "$out/SHA256SUMS.asc" "$out/SHA256SUMS" 2>&1 | sed 's/^/gpg: /' >&2
+  gpg --batch --verify "$out/SHA256SUMS.asc" "$out/SHA256SUMS" >&2
 fi
 cat "$out/SHA256SUMS"
 step "done: $out"
