@@ -107,10 +107,11 @@ install -m 0644 contrib/osprey.toml.example "$root/etc/osprey/osprey.toml"
 echo /etc/osprey/osprey.toml >"$root/DEBIAN/conffiles"
 install -m 0644 packaging/copyright "$root/usr/share/doc/osprey/copyright"
 # A native package's changelog.gz is in Debian's format: one entry for
-# this version, dated by the last commit (the same sources give the same
-# package), pointing at the project's CHANGELOG.md, shipped beside it.
+# this version, dated by SOURCE_DATE_EPOCH, else the last commit (the same
+# sources give the same package), pointing at the project's CHANGELOG.md,
+# shipped beside it.
 gzip -9n <CHANGELOG.md >"$root/usr/share/doc/osprey/CHANGELOG.md.gz"
-changed=$(date -u -R -d "@$(git log -1 --format=%ct 2>/dev/null || date +%s)")
+changed=$(date -u -R -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}")
 printf 'osprey (%s) bookworm; urgency=medium\n\n  * Osprey %s: see CHANGELOG.md.gz in this directory.\n\n -- %s  %s\n' \
   "$version" "$version" "$maintainer" "$changed" | gzip -9n >"$root/usr/share/doc/osprey/changelog.gz"
 chmod 0644 "$root"/usr/share/doc/osprey/*.gz
@@ -177,6 +178,12 @@ Description: Electrum server for your own Bitcoin node
  system user osprey whose index lives in /var/lib/osprey.
 EOF
 
+# A release (SOURCE_DATE_EPOCH set, as scripts/release.sh sets it): every
+# file dated by it, so that the same sources give the same package bytes
+# whenever they are built (dpkg-deb 1.21 dates only the ar members by it).
+if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
+  find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+fi
 mkdir -p "$out"
 deb="$out/osprey_${version}_${arch}.deb"
 dpkg-deb --root-owner-group --build "$root" "$deb" >/dev/null

@@ -1,56 +1,24 @@
 #!/usr/bin/env bash
-# The Dockerfile's runtime stage, built and run with podman (installed
-# with apt if missing): the image runs as a non-root user, `osprey demo`
-# serves in it, and its HEALTHCHECK (`osprey ping`) passes once it does.
-#
-# Only package registries are reachable here, so neither rust:1-bookworm
-# nor debian:bookworm-slim can be pulled. The build takes its base from
-# scripts/bookworm-rootfs.sh (debootstrap minbase, what bookworm-slim is
-# made of) and its binaries from the amd64 .deb (scripts/package.sh)
-# instead of the builder stage, through the Dockerfile's RUNTIME_IMAGE and
-# BINARIES arguments. The builder stage (a 20-30 minute RocksDB compile)
-# is not run here.
+# The Dockerfile's runtime stage, built and run with podman
+# (scripts/test-image.sh: a debootstrapped base and the amd64 package's
+# binaries, as base images cannot be pulled here): the image runs as a
+# non-root user, `osprey demo` serves in it, and its HEALTHCHECK
+# (`osprey ping`) passes once it does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { echo "== test-container [${SECONDS}s]: $*"; }
 
-need_apt=()
-command -v podman >/dev/null 2>&1 || need_apt+=(podman)
-command -v runc >/dev/null 2>&1 || need_apt+=(runc)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "test-container: installing ${need_apt[*]} with apt-get"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+step "the image (scripts/test-image.sh)"
+image=$(scripts/test-image.sh)
 # runc, and limits below this machine's: where root lacks CAP_SYS_RESOURCE
 # (some VMs and containers) podman's defaults (a million open files and
 # processes) cannot be set, and crun refuses hybrid cgroup v1/v2 hosts.
-# 4096 files is what the systemd unit gives Osprey. The build's RUN steps
-# (useradd) use chroot isolation: buildah sets the process limit itself,
-# whatever --ulimit says.
+# 4096 files is what the systemd unit gives Osprey.
 podman_run_opts=(--runtime runc --ulimit nofile=4096:4096 --ulimit nproc=4096:4096)
 
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
-deb="target/debian/osprey_${version}_$(dpkg --print-architecture).deb"
-[ -s "$deb" ] || scripts/package.sh --out target/debian
 work=target/container-test
 rm -rf "$work"
-mkdir -p "$work/binaries/usr/local/bin"
-
-step "base and binaries images"
-tarball=$(scripts/bookworm-rootfs.sh)
-base="localhost/osprey-test-base:$(basename "$tarball" .tar.gz)"
-podman image exists "$base" || podman import --quiet "$tarball" "$base" >/dev/null
-dpkg-deb -x "$deb" "$work/deb"
-cp "$work/deb/usr/bin/osprey" "$work/deb/usr/bin/osprey-tools" "$work/binaries/usr/local/bin/"
-tar -C "$work/binaries" -cf "$work/binaries.tar" .
-podman import --quiet "$work/binaries.tar" localhost/osprey-test-binaries:latest >/dev/null
-
-step "podman build (docker format: OCI images have no HEALTHCHECK)"
-image=localhost/osprey-test:latest
-podman build --format docker --isolation chroot \
-  --build-arg "RUNTIME_IMAGE=$base" --build-arg BINARIES=localhost/osprey-test-binaries:latest \
-  -t "$image" . >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+mkdir -p "$work"
 user=$(podman image inspect --format '{{.Config.User}}' "$image")
 health=$(podman image inspect --format '{{.Config.Healthcheck.Test}}' "$image")
 echo "image: user $user, health check $health"

@@ -4,9 +4,12 @@
 # formatting and lints, runs every unit, integration and functional test,
 # runs the functional suite again with 1-byte key prefixes so that
 # prefix collisions are everywhere (answers must not change), runs each
-# fuzz target briefly, and installs the amd64 package on a clean Debian and
-# runs the container image. The arm64 package is checked by hand
-# (scripts/test-arm64.sh: its cross build takes 30+ minutes).
+# fuzz target briefly, and installs the amd64 package on a clean Debian,
+# runs the container image, and runs the Umbrel app's compose with it. By
+# hand: the arm64 package (scripts/test-arm64.sh and
+# scripts/test-arm64-chroot.sh: its cross build takes 30+ minutes) and the
+# upgrade from the previous index format's package
+# (scripts/test-deb-upgrade.sh: it builds that commit too).
 set -euo pipefail
 # Everything builds with the release profile: one RocksDB compile serves the
 # tests, the benchmarks and `scripts/run.sh`.
@@ -55,12 +58,13 @@ if cargo tree -e normal -p osprey --prefix none | grep -E "^osprey-(bench|chaing
   echo "osprey links the benchmark client or the chain generator" >&2
   exit 1
 fi
-phase "packages: the amd64 .deb on a clean bookworm, and the container image (scripts/test-deb.sh, scripts/test-container.sh)"
+phase "packages: the amd64 .deb on a clean bookworm, the container image, the Umbrel app (scripts/test-deb.sh, scripts/test-container.sh, scripts/test-umbrel.sh)"
 # Here, while target/release holds the release build: the short-prefixes
 # run below rebuilds the binaries with 1-byte prefixes. package.sh's own
 # cargo build finds them up to date.
 scripts/test-deb.sh
 scripts/test-container.sh
+scripts/test-umbrel.sh
 phase "cargo check with the declared minimum Rust version"
 # The workspace's rust-version, checked with that toolchain. RocksDB is not
 # compiled a second time: the check links nothing, so the library the

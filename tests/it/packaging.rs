@@ -1,7 +1,9 @@
 //! The files an operator installs: `contrib/osprey.service` is a unit that
 //! systemd accepts as written (no unknown key, no bad value, the binary
-//! runs), and its descriptor limit leaves room for every session; and
-//! `osprey ping`, the container's health check.
+//! runs), and its descriptor limit leaves room for every session;
+//! `osprey ping`, the container's health check; and the shapes of the
+//! node boxes' app definitions in `contrib/` (scripts/test-umbrel.sh runs
+//! Umbrel's, tests/it/dropin.rs starts the others against Core).
 
 use std::path::Path;
 use std::process::Command;
@@ -148,4 +150,194 @@ fn ping_fails_where_nothing_listens() {
         .expect("running osprey ping");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("connecting to 127.0.0.1"));
+}
+
+/// The keys of a myNode dynamic app's JSON (sdk_version 2), as
+/// mynodebtc/mynode's own apps have them (`mynode_apps/datum/datum.json`
+/// at 008fd796): myNode's app manager reads each.
+const MYNODE_APP_KEYS: &[&str] = &[
+    "name",
+    "short_name",
+    "author",
+    "website",
+    "category",
+    "short_description",
+    "description",
+    "latest_version",
+    "supported_archs",
+    "minimum_debian_version",
+    "download_skip",
+    "download_type",
+    "download_source_url",
+    "download_binary_url",
+    "install_env_vars",
+    "supports_app_page",
+    "supports_testnet",
+    "http_port",
+    "https_port",
+    "requires_bitcoin",
+    "requires_docker_image_installation",
+    "requires_electrs",
+    "requires_lightning",
+    "show_on_application_page",
+    "show_on_homepage",
+    "show_on_status_page",
+    "hide_status_icon",
+    "app_tile_name",
+    "app_tile_running_status_text",
+    "app_tile_button_text",
+    "app_tile_button_href",
+    "app_page_show_open_button",
+    "app_page_content",
+    "can_uninstall",
+    "can_reinstall",
+    "can_enable_disable",
+    "is_beta",
+    "is_premium",
+    "homepage_section",
+    "homepage_order",
+    "app_type",
+    "sdk_version",
+];
+
+/// The myNode app's JSON has every key of myNode's format, no other, and
+/// names its files (`<short_name>.service`, `scripts/install_<short_name>.sh`,
+/// `scripts/pre_<short_name>.sh`) as myNode's app manager looks for them;
+/// its download URLs name the release tarballs of both architectures.
+#[test]
+fn mynode_app_has_mynodes_shape() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/mynode/osprey");
+    let text = std::fs::read_to_string(dir.join("osprey.json")).expect("osprey.json");
+    let app: serde_json::Value = serde_json::from_str(&text).expect("osprey.json is JSON");
+    let keys: std::collections::BTreeSet<&str> = app
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let expected: std::collections::BTreeSet<&str> = MYNODE_APP_KEYS.iter().copied().collect();
+    assert_eq!(keys, expected, "osprey.json's keys are not myNode's");
+    assert_eq!(app["sdk_version"], 2);
+    assert_eq!(app["short_name"], "osprey");
+    assert_eq!(app["app_tile_button_href"], "/app/osprey/info");
+    assert_eq!(
+        app["supported_archs"],
+        serde_json::json!(["aarch64", "x86_64"])
+    );
+    assert_eq!(
+        app["latest_version"],
+        format!("v{}", env!("CARGO_PKG_VERSION"))
+    );
+    for (arch, url) in app["download_binary_url"].as_object().expect("per arch") {
+        let url = url.as_str().expect("a URL");
+        assert!(
+            url.ends_with(&format!("osprey-{{VERSION}}-{arch}-linux.tar.gz")),
+            "{arch}: {url} is not the release tarball"
+        );
+    }
+    for file in [
+        "osprey.service",
+        "osprey.toml",
+        "scripts/install_osprey.sh",
+        "scripts/pre_osprey.sh",
+    ] {
+        assert!(dir.join(file).is_file(), "contrib/mynode/osprey/{file}");
+    }
+}
+
+/// The StartOS package's manifest gives every field start-sdk's
+/// `setupManifest` requires, for both architectures, and what the other
+/// files refer to is declared there: the image the daemon runs and the
+/// dependency it mounts. (A text check: the SDK's 0.4 releases are not on
+/// the npm registry reachable here, so `tsc` does not run.)
+#[test]
+fn startos_package_has_start_sdks_shape() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/startos");
+    let read = |file: &str| {
+        std::fs::read_to_string(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+    };
+    let manifest = read("startos/manifest/index.ts");
+    for field in [
+        "id: 'osprey',",
+        "title: 'Osprey',",
+        "license: 'mit',",
+        "wrapperRepo:",
+        "upstreamRepo:",
+        "supportSite:",
+        "marketingSite:",
+        "docsUrl:",
+        "donationUrl:",
+        "description: {",
+        "short:",
+        "long:",
+        "volumes: ['main'],",
+        "images: {",
+        "osprey: {",
+        "source: { dockerBuild: { dockerfile: 'Dockerfile', workdir: '.' } },",
+        "arch: ['x86_64', 'aarch64'],",
+        "dependencies: {",
+        "bitcoind: {",
+        "optional: false,",
+    ] {
+        assert!(
+            manifest.contains(field),
+            "startos/manifest/index.ts has no {field:?}"
+        );
+    }
+    let main = read("startos/main.ts");
+    assert!(
+        main.contains("{ imageId: 'osprey' }"),
+        "main.ts runs the manifest's image"
+    );
+    assert!(
+        main.contains("volumeId: 'main'"),
+        "main.ts mounts the manifest's volume"
+    );
+    assert!(
+        main.contains("dependencyId: 'bitcoind'"),
+        "main.ts mounts bitcoind's volume"
+    );
+    assert!(
+        main.contains("['osprey', 'ping',"),
+        "main.ts's readiness check is osprey ping"
+    );
+    assert!(read("startos/dependencies.ts").contains("bitcoind: {"));
+    assert!(read("Dockerfile").contains("COPY osprey-linux-${ARCH}/osprey "));
+}
+
+/// RaspiBlitz's bonus script answers RaspiBlitz's calls (`status`,
+/// `status-sync`, `on`, `off`, `install`, `uninstall`), parses as bash, and
+/// without arguments prints its usage and exits 1, as RaspiBlitz's own
+/// bonus scripts do.
+#[test]
+fn raspiblitz_script_has_raspiblitzs_shape() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/raspiblitz/bonus.osprey.sh");
+    let text = std::fs::read_to_string(&script).expect("bonus.osprey.sh");
+    for call in [
+        "\"$1\" = \"status\"",
+        "\"$1\" = \"status-sync\"",
+        "\"$1\" = \"on\"",
+        "\"$1\" = \"off\"",
+        "\"$1\" = \"install\"",
+        "\"$1\" = \"uninstall\"",
+    ] {
+        assert!(
+            text.contains(call),
+            "bonus.osprey.sh does not handle {call}"
+        );
+    }
+    let syntax = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .expect("bash");
+    assert!(
+        syntax.status.success(),
+        "bash -n: {}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    let usage = Command::new("bash").arg(&script).output().expect("bash");
+    assert_eq!(usage.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&usage.stdout)
+        .contains("bonus.osprey.sh [on|off|install|uninstall]"));
 }
