@@ -36,6 +36,9 @@ bin_dir=$(cd ../shared/peers/bin && pwd)
 podman_run_opts=(--runtime runc --ulimit nofile=4096:4096 --ulimit nproc=4096:4096)
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
+# The manifest and the compose are YAML (PyYAML, from PyPI if missing).
+python3 -c 'import yaml' 2>/dev/null || python3 -m pip install --quiet pyyaml
+
 step "the manifest and exports.sh"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 python3 - "$app/umbrel-app.yml" "$version" <<'EOF'
