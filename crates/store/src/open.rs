@@ -204,7 +204,9 @@ pub(crate) fn refuse_foreign_column_families(
         {
             return Err(Error::Schema {
                 path: dir.to_path_buf(),
-                found: format!("with column family {foreign:?}"),
+                found: format!(
+                    "of another version (its column family {foreign:?} is not this one's)"
+                ),
                 expected: osprey_core::to_hex(&schema_tag(silent_payments)),
             });
         }
