@@ -37,7 +37,7 @@ fn rig(tip: u32) -> Rig {
 fn rig_with(tip: u32, client_memory: Arc<ByteBudget>, kick: Arc<Notify>) -> Rig {
     let backend = Arc::new(FakeBackend::with_tip(tip));
     backend.update(|s| s.sp_enabled = true);
-    let scheduler = Scheduler::with_slots(8, 2, None);
+    let scheduler = Scheduler::with_slots(8, 2, None, crate::ScanPriority::Idle);
     let metrics = Arc::new(Metrics::default());
     let ctx = Arc::new(HubContext {
         backend: backend.clone(),
