@@ -33,11 +33,11 @@
 //! `SCHED_IDLE`); then chunks try `SCHED_IDLE` again. Its price: while it
 //! holds, a scan takes that share from everything else. Not from the
 //! server's own wallets, though: the floor waits until no line has held a
-//! handler slot for [`Floor::lines_quiet`], as chunks at nice 19 beside
-//! fifty wallets cost their p99 30% or more beside two busy loops (issue
-//! 35: the run whose wallets met the floor, +50%; `low` throughout,
-//! +37%), where `SCHED_IDLE` stayed within the spread; the wallets come
-//! and go, the programs the floor is for do not. A thread cannot go back
+//! handler slot for [`Floor::lines_quiet`]: beside two busy loops, scan
+//! chunks at nice 19 beside fifty wallets cost their p99 a third or more
+//! (issue 35: `low` throughout, +37%; the run whose scans most likely met
+//! the floor, +50%), where `SCHED_IDLE` stayed within the spread; the
+//! wallets come and go, the programs the floor is for do not. A thread cannot go back
 //! from `SCHED_IDLE` to the normal policy without `CAP_SYS_NICE` (or
 //! `RLIMIT_NICE`), hence two sets of threads.
 //!
