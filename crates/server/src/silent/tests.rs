@@ -611,3 +611,30 @@ fn first_repeated(first: &Value) -> Arc<str> {
     repeat["params"][2] = serde_json::json!([]);
     repeat.to_string().into()
 }
+
+/// The session writes a line of the client's current subscriptions and
+/// any untagged line; not one of a subscription replaced or unsubscribed.
+#[test]
+fn the_session_writes_only_current_subscriptions_lines() {
+    let budget = ByteBudget::new(usize::MAX);
+    let line = |generation: Option<u64>| {
+        let queued = Queued::charged("{}".into(), &budget).unwrap();
+        match generation {
+            Some(generation) => queued.of_sp_generation(generation),
+            None => queued,
+        }
+    };
+    let mut generations = SpGenerations::default();
+    let alice = generations.subscribed("alice");
+    let bob = generations.subscribed("bob");
+    assert!(generations.admits(&line(None)));
+    assert!(generations.admits(&line(Some(alice))));
+    let alice_again = generations.subscribed("alice");
+    assert!(!generations.admits(&line(Some(alice))), "replaced");
+    assert!(generations.admits(&line(Some(alice_again))));
+    assert!(generations.admits(&line(Some(bob))));
+    generations.unsubscribed("bob");
+    assert!(!generations.admits(&line(Some(bob))), "unsubscribed");
+    assert!(generations.admits(&line(Some(alice_again))));
+    assert!(generations.admits(&line(None)));
+}
