@@ -59,6 +59,7 @@ pub struct Config {
     pub batch_requests_max: usize,
     pub subscriptions_per_session_max: usize,
     pub sp_labels_max: usize,
+    pub sp_scan_priority: osprey_server::ScanPriority,
     pub sp_subscriptions_per_session_max: usize,
     pub sessions_max: usize,
     pub reorg_depth_max: u32,

@@ -574,6 +574,7 @@ pub fn run_server(
         batch_requests_max: config.batch_requests_max,
         subscriptions_per_session_max: config.subscriptions_per_session_max,
         sp_labels_max: config.sp_labels_max,
+        sp_scan_priority: config.sp_scan_priority,
         sp_subscriptions_per_session_max: config.sp_subscriptions_per_session_max,
         sessions_max: config.sessions_max,
         client_memory_bytes_max: config.client_memory_bytes_max,

@@ -74,6 +74,11 @@ pub struct ConfigArgs {
     /// label [default: 10]
     #[arg(long, env = "OSPREY_SP_LABELS_MAX")]
     pub sp_labels_max: Option<usize>,
+    /// CPU priority of silent-payment scans: idle (only CPU nothing else
+    /// wants; nice 19 for a minute after a chunk waited 3 s), low (nice 19)
+    /// or normal (the wallets' own) [default: idle]
+    #[arg(long, env = "OSPREY_SP_SCAN_PRIORITY")]
+    pub sp_scan_priority: Option<String>,
     /// Silent-payment addresses one session may subscribe [default: 10]
     #[arg(long, env = "OSPREY_SP_SUBSCRIPTIONS_PER_SESSION_MAX")]
     pub sp_subscriptions_per_session_max: Option<usize>,

@@ -150,6 +150,7 @@ fn resolved_default(config: &Config, key: &str) -> Option<String> {
         "batch_requests_max" => config.batch_requests_max.to_string(),
         "subscriptions_per_session_max" => config.subscriptions_per_session_max.to_string(),
         "sp_labels_max" => config.sp_labels_max.to_string(),
+        "sp_scan_priority" => config.sp_scan_priority.name().to_string(),
         "sp_subscriptions_per_session_max" => config.sp_subscriptions_per_session_max.to_string(),
         "sessions_max" => config.sessions_max.to_string(),
         "reorg_depth_max" => config.reorg_depth_max.to_string(),
@@ -1138,4 +1139,43 @@ fn silent_payments_is_a_switch_that_takes_a_value() {
         "silent_payments = true"
     ));
     assert!(!resolve(&["--silent-payments=false"], ""));
+}
+
+/// `sp_scan_priority` takes its three names from the flag or the file
+/// (the flag wins), and a typo stops startup naming the key and the
+/// choices.
+#[test]
+fn sp_scan_priority_takes_one_of_three_names() {
+    use clap::Parser as _;
+    use osprey_server::ScanPriority;
+    let resolve = |flags: &[&str], file: &str| {
+        let cli = crate::Cli::try_parse_from([&["osprey", "serve"], flags].concat())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let crate::Command::Serve { config: args, .. } = cli.command else {
+            panic!("not serve");
+        };
+        let file: ConfigArgs = toml::from_str(file).unwrap();
+        args.over(file).map(|c| c.sp_scan_priority)
+    };
+    assert_eq!(resolve(&[], "").unwrap(), ScanPriority::Idle);
+    assert_eq!(
+        resolve(&[], "sp_scan_priority = \"low\"").unwrap(),
+        ScanPriority::Low
+    );
+    assert_eq!(
+        resolve(
+            &["--sp-scan-priority", "normal"],
+            "sp_scan_priority = \"low\""
+        )
+        .unwrap(),
+        ScanPriority::Normal
+    );
+    let err = format!(
+        "{:#}",
+        resolve(&["--sp-scan-priority", "nice"], "").unwrap_err()
+    );
+    assert!(
+        err.contains("sp_scan_priority \"nice\"") && err.contains("idle, low, normal"),
+        "{err}"
+    );
 }

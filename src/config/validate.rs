@@ -71,6 +71,15 @@ pub(super) fn validate(settings: ConfigArgs) -> anyhow::Result<Config> {
                 .unwrap_or(limits.subscriptions_per_session_max),
         )?,
         sp_labels_max: settings.sp_labels_max.unwrap_or(limits.sp_labels_max),
+        sp_scan_priority: match settings.sp_scan_priority.as_deref() {
+            None => limits.sp_scan_priority,
+            Some(name) => osprey_server::ScanPriority::from_name(name).with_context(|| {
+                format!(
+                    "sp_scan_priority {name:?}: expected {}",
+                    osprey_server::ScanPriority::NAMES.join(", ")
+                )
+            })?,
+        },
         sp_subscriptions_per_session_max: positive(
             "sp_subscriptions_per_session_max",
             settings

@@ -296,12 +296,18 @@ async fn check_features(address: &str, sessions: usize, limits: Limits) -> Resul
 
 /// Subscribes the receiver from height 0 and returns the subscription
 /// object, which every notification of the scan must repeat.
+/// Notifications read before the answer are dropped: they belong to the
+/// subscription this one replaces (the server sends a new scan's only
+/// after the answer), and the same subscription object cannot tell them
+/// apart; the repeat of the last scan's end, with no history, read as the
+/// new scan would end it with nothing found.
 async fn subscribe(
     session: &mut Session,
     expected: &ExpectedScan,
     counters: &Counters,
 ) -> Result<Value, BenchError> {
     let subscription = session.call(SP_SUBSCRIBE, expected.params.clone()).await?;
+    session.take_notifications();
     if subscription.get("address").and_then(Value::as_str) != Some(expected.address.as_str())
         || subscription.get("start_height") != Some(&json!(0))
     {
@@ -484,6 +490,58 @@ mod tests {
         let twice = notification(&subscription, 0.5, json!([entry, entry]));
         let err = read_notification(&twice, &subscription, 0.3, &mut found).unwrap_err();
         assert!(err.contains("twice"), "{err}");
+    }
+
+    /// A server that sends the old scan's repeated end while the
+    /// re-subscribe is being answered, then the answer, then the new
+    /// scan's end: only the new scan's end is read as the new scan's.
+    #[tokio::test]
+    async fn notifications_before_a_subscribe_answer_are_the_old_scans() {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let subscription = json!({"address": "sprt1q", "labels": [0], "start_height": 0});
+        let entry = json!({"height": 5, "tx_hash": "aa".repeat(32), "tweak_key": "02".repeat(33)});
+        let (stale, new) = (
+            notification(&subscription, 1.0, json!([])),
+            notification(&subscription, 1.0, json!([entry])),
+        );
+        let answered = subscription.clone();
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (read, mut write) = stream.into_split();
+            let mut request = String::new();
+            BufReader::new(read).read_line(&mut request).await.unwrap();
+            let id = serde_json::from_str::<Value>(&request).unwrap()["id"].clone();
+            let response = json!({"jsonrpc": "2.0", "id": id, "result": answered});
+            for line in [stale, response, new] {
+                write
+                    .write_all(format!("{line}\n").as_bytes())
+                    .await
+                    .unwrap();
+            }
+            write
+        });
+        let limits = Limits {
+            timeout: Duration::from_secs(30),
+            response_bytes_max: 1 << 20,
+        };
+        let mut session = Session::connect(&address, limits).await.unwrap();
+        let counters = Counters::default();
+        assert_eq!(
+            subscribe(&mut session, &expected(), &counters)
+                .await
+                .unwrap(),
+            subscription
+        );
+        let first = session.next_notification(SP_SUBSCRIBE).await.unwrap();
+        let mut found = BTreeSet::new();
+        assert_eq!(
+            read_notification(&first, &subscription, 0.0, &mut found),
+            Ok(1.0)
+        );
+        assert_eq!(expected().check(&found), Ok(()));
+        drop(server.await.unwrap());
     }
 
     #[test]

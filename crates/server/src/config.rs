@@ -148,6 +148,10 @@ pub struct Limits {
     /// (Sparrow subscribes one per wallet); beyond, the subscribe gets
     /// -32602, as from Frigate.
     pub sp_subscriptions_per_session_max: usize,
+    /// The CPU priority of silent-payment scans' point multiplications.
+    /// Default `Idle` (`SCHED_IDLE`, with a floor at nice 19 when starved);
+    /// what each costs: `docs/silent-payments.md`, "Scheduling".
+    pub sp_scan_priority: crate::ScanPriority,
 }
 
 impl Default for Limits {
@@ -171,6 +175,7 @@ impl Default for Limits {
             worker_threads: std::thread::available_parallelism().map_or(1, usize::from),
             sp_labels_max: 10,
             sp_subscriptions_per_session_max: 10,
+            sp_scan_priority: crate::ScanPriority::Idle,
         }
     }
 }

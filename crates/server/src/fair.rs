@@ -33,7 +33,7 @@
 //! keep a pool of its own and its own count of lines in hand, beside the
 //! slots here: two places deciding how one server's work runs.
 
-use crate::scan_threads::{Floor, ScanThreads};
+use crate::scan_threads::{Floor, ScanPriority, ScanThreads};
 use osprey_electrum::BatchThreads;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -105,6 +105,8 @@ pub(crate) struct Scheduler {
     /// `None` (batches run one request at a time) if the threads could not
     /// be started.
     batch_threads: Option<Arc<BatchThreads>>,
+    /// The CPU priority of scan chunks' threads.
+    scan_priority: ScanPriority,
     /// Where scan chunks run, one per greedy slot, started with the first
     /// chunk (a server without silent payments starts none); `None` (they
     /// run on the blocking task at normal priority) if none could be.
@@ -112,9 +114,18 @@ pub(crate) struct Scheduler {
     /// Set once the server stops: nothing waits for a scan job any more
     /// ([`Self::close_scans`]).
     scans_closing: AtomicBool,
+    /// Lines (not scan chunks) holding a slot, and when the last one gave
+    /// it back: the scan threads' floor waits for them to be quiet.
+    lines: Mutex<Lines>,
     /// The clock of the queue's keys.
     epoch: Instant,
     queue: Mutex<Queue>,
+}
+
+#[derive(Default)]
+struct Lines {
+    in_hand: usize,
+    last_ended: Option<Instant>,
 }
 
 struct Queue {
@@ -175,6 +186,8 @@ impl Ord for Waiter {
 pub(crate) struct Slot {
     scheduler: Arc<Scheduler>,
     greedy: bool,
+    /// A line's, not a scan chunk's.
+    line: bool,
 }
 
 impl Slot {
@@ -193,6 +206,11 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        if self.line {
+            let mut lines = self.scheduler.lines();
+            lines.in_hand -= 1;
+            lines.last_ended = Some(Instant::now());
+        }
         self.scheduler.release(self.greedy);
     }
 }
@@ -200,8 +218,12 @@ impl Drop for Slot {
 impl Scheduler {
     /// A scheduler for `cores` cores, with batch threads sized for where
     /// transactions come from (`transactions_are_local`: files, else the
-    /// node).
-    pub fn new(cores: usize, transactions_are_local: bool) -> Arc<Scheduler> {
+    /// node), and scan chunks at `scan_priority`.
+    pub fn new(
+        cores: usize,
+        transactions_are_local: bool,
+        scan_priority: ScanPriority,
+    ) -> Arc<Scheduler> {
         let cores = cores.max(1);
         let (threads, from) = if transactions_are_local {
             (BATCH_THREADS_PER_CORE_LOCAL * cores, "local files")
@@ -212,24 +234,32 @@ impl Scheduler {
         let batch_threads = BatchThreads::new(threads)
             .map_err(|e| tracing::warn!("batches will run one request at a time: {e}"))
             .ok();
-        Scheduler::with_slots(HANDLER_SLOTS_PER_CORE * cores, cores, batch_threads)
+        Scheduler::with_slots(
+            HANDLER_SLOTS_PER_CORE * cores,
+            cores,
+            batch_threads,
+            scan_priority,
+        )
     }
 
     /// A scheduler of `slots` handler slots (at least one), which lets a
     /// line spread its batch over `batch_threads` while at most `cores`
-    /// slots are held.
+    /// slots are held, and runs scan chunks at `scan_priority`.
     pub(crate) fn with_slots(
         slots: usize,
         cores: usize,
         batch_threads: Option<BatchThreads>,
+        scan_priority: ScanPriority,
     ) -> Arc<Scheduler> {
         Arc::new(Scheduler {
             slots: slots.max(1),
             greedy_slots: (cores / 2).max(1),
             cores,
             batch_threads: batch_threads.map(Arc::new),
+            scan_priority,
             scan_threads: OnceLock::new(),
             scans_closing: AtomicBool::new(false),
+            lines: Mutex::new(Lines::default()),
             epoch: Instant::now(),
             queue: Mutex::new(Queue {
                 running: 0,
@@ -254,8 +284,12 @@ impl Scheduler {
     /// 0.55-2.8 s; issue 36). No wallet sends such lines but to broadcast
     /// a very large transaction, which can wait its turn among them.
     pub async fn acquire(self: &Arc<Self>, cost: u64, heavy: bool) -> Slot {
-        self.acquire_in_class(cost, heavy || cost > GREEDY_COST_MICROS)
-            .await
+        let mut slot = self
+            .acquire_in_class(cost, heavy || cost > GREEDY_COST_MICROS)
+            .await;
+        self.lines().in_hand += 1;
+        slot.line = true;
+        slot
     }
 
     /// Waits for a slot for a chunk of a silent-payments scan, always in
@@ -278,13 +312,29 @@ impl Scheduler {
         &self,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Option<T> {
-        let threads = self
-            .scan_threads
-            .get_or_init(|| ScanThreads::start(self.greedy_slots, Floor::DEFAULT));
+        let threads = self.scan_threads.get_or_init(|| {
+            ScanThreads::start(self.greedy_slots, self.scan_priority, Floor::DEFAULT)
+        });
         match threads {
-            Some(threads) => threads.run(work, &self.scans_closing),
+            Some(threads) => threads.run(work, &self.scans_closing, self.lines_busy()),
             None => Some(work()),
         }
+    }
+
+    /// When lines last held a slot: now if one holds one, `None` if none
+    /// ever did.
+    fn lines_busy(&self) -> Option<Instant> {
+        let lines = self.lines();
+        if lines.in_hand > 0 {
+            Some(Instant::now())
+        } else {
+            lines.last_ended
+        }
+    }
+
+    fn lines(&self) -> std::sync::MutexGuard<'_, Lines> {
+        // The lock is never held across anything that can panic.
+        self.lines.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The server stops: every wait for a scan job ends now (the jobs
@@ -301,6 +351,7 @@ impl Scheduler {
                 return Slot {
                     scheduler: Arc::clone(self),
                     greedy,
+                    line: false,
                 };
             }
             let (wake, woken) = oneshot::channel();
@@ -348,6 +399,7 @@ impl Scheduler {
         Slot {
             scheduler: Arc::clone(self),
             greedy,
+            line: false,
         }
     }
 
@@ -436,6 +488,35 @@ impl SessionCost {
 mod tests {
     use super::*;
 
+    /// Lines' slots, not scan chunks', tell the scan threads' floor that
+    /// the server's own requests are busy: now while one holds a slot,
+    /// then when the last one gave it back.
+    #[tokio::test]
+    async fn lines_not_scan_chunks_count_as_busy() {
+        // Two greedy slots: the chunk's and the greedy line's.
+        let scheduler = Scheduler::with_slots(4, 4, None, ScanPriority::Idle);
+        assert_eq!(scheduler.lines_busy(), None, "no line yet");
+        let chunk = scheduler.acquire_scan(0).await;
+        assert_eq!(scheduler.lines_busy(), None, "a scan chunk is no line");
+        let first = scheduler.acquire(0, false).await;
+        let second = scheduler.acquire(GREEDY_COST_MICROS + 1, false).await;
+        let before = Instant::now();
+        drop(first);
+        assert!(
+            scheduler.lines_busy().is_some_and(|at| at >= before),
+            "one still holds a slot: busy now"
+        );
+        drop(second);
+        let ended = scheduler.lines_busy().expect("lines ran");
+        assert!(ended >= before && ended <= Instant::now());
+        drop(chunk);
+        assert_eq!(
+            scheduler.lines_busy(),
+            Some(ended),
+            "when the last line ended, while none holds a slot"
+        );
+    }
+
     /// With every slot taken, requests of sessions that cost little go
     /// before those of sessions that cost a lot (here seconds of handler
     /// time), even ones that came earlier; equal costs in arrival order.
@@ -443,7 +524,7 @@ mod tests {
     /// so each waiter has queued before the next is started.
     #[tokio::test(start_paused = true)]
     async fn a_freed_slot_goes_to_the_cheapest_waiter() {
-        let scheduler = Scheduler::with_slots(1, 1, None);
+        let scheduler = Scheduler::with_slots(1, 1, None, ScanPriority::Idle);
         let held = scheduler.acquire(0, false).await;
         let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel();
         let mut tasks = Vec::new();
@@ -479,7 +560,7 @@ mod tests {
     /// as above: the sleep lets the waiter queue.)
     #[tokio::test(start_paused = true)]
     async fn a_cancelled_wait_passes_the_slot_on() {
-        let scheduler = Scheduler::with_slots(1, 1, None);
+        let scheduler = Scheduler::with_slots(1, 1, None, ScanPriority::Idle);
         let held = scheduler.acquire(0, false).await;
         let cancelled = {
             let scheduler = Arc::clone(&scheduler);
@@ -503,7 +584,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn greedy_lines_share_half_the_cores() {
         let greedy = GREEDY_COST_MICROS + 1;
-        let scheduler = Scheduler::with_slots(4, 2, None);
+        let scheduler = Scheduler::with_slots(4, 2, None, ScanPriority::Idle);
         let first = scheduler.acquire(greedy, false).await;
         let second = {
             let scheduler = Arc::clone(&scheduler);
@@ -531,7 +612,7 @@ mod tests {
     /// the sleep lets the waiter queue.)
     #[tokio::test(start_paused = true)]
     async fn heavy_lines_are_greedy_at_no_cost() {
-        let scheduler = Scheduler::with_slots(4, 2, None);
+        let scheduler = Scheduler::with_slots(4, 2, None, ScanPriority::Idle);
         let first = scheduler.acquire(0, true).await;
         assert!(first.greedy);
         let second = {
@@ -557,7 +638,7 @@ mod tests {
     #[tokio::test]
     async fn batches_are_spread_only_while_cores_are_free() {
         let threads = BatchThreads::new(1).unwrap();
-        let scheduler = Scheduler::with_slots(4, 2, Some(threads));
+        let scheduler = Scheduler::with_slots(4, 2, Some(threads), ScanPriority::Idle);
         let first = scheduler.acquire(0, false).await;
         assert!(first.batch_threads().is_some(), "one line on two cores");
         let second = scheduler.acquire(0, false).await;

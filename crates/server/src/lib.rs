@@ -53,6 +53,7 @@ pub use osprey_electrum::PeerInfo;
 /// How `PeerConfig` names a host; the binary parses settings into it.
 pub use osprey_electrum::PublicHost;
 pub use peers::PeerStatus;
+pub use scan_threads::ScanPriority;
 pub use tls::{TlsFiles, RELOAD_CHECK_INTERVAL};
 pub use transport::ListenerKind;
 
@@ -265,7 +266,11 @@ impl Server {
         } = self;
         let limits = config.limits.clone();
         let client_memory = ByteBudget::new(limits.client_memory_bytes_max);
-        let scheduler = Scheduler::new(limits.worker_threads, backend.transactions_are_local());
+        let scheduler = Scheduler::new(
+            limits.worker_threads,
+            backend.transactions_are_local(),
+            limits.sp_scan_priority,
+        );
         // Told when the server stops, so that no scan job holds it up.
         let closing = Arc::clone(&scheduler);
         let dispatcher = Arc::new(

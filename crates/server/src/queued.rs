@@ -13,6 +13,10 @@ pub(crate) type SessionId = u64;
 #[derive(Debug)]
 pub(crate) struct Queued {
     pub line: Arc<str>,
+    /// A silent-payments notification's subscription, by the generation
+    /// its session gave it (`silent::SpGenerations`): written only while
+    /// that subscription is still the client's.
+    pub sp_generation: Option<u64>,
     _charge: Charge,
 }
 
@@ -22,7 +26,17 @@ impl Queued {
         let mut charge = Charge::new(budget);
         charge.resize(line.len()).then_some(Queued {
             line,
+            sp_generation: None,
             _charge: charge,
         })
+    }
+
+    /// This line, as a notification of the silent-payments subscription
+    /// of `generation`.
+    pub fn of_sp_generation(self, generation: u64) -> Queued {
+        Queued {
+            sp_generation: Some(generation),
+            ..self
+        }
     }
 }

@@ -31,12 +31,19 @@
 //! and nice 19 (a weight of 15 against a normal thread's 1024: about 1.4%
 //! of a core beside one busy normal thread, against about 0.3% for
 //! `SCHED_IDLE`); then chunks try `SCHED_IDLE` again. Its price: while it
-//! holds, a scan takes that share from everything else, the server's own
-//! wallets included (nice 19 alone left many-wallets p99 +12% with 4 scans
-//! on an idle machine, `SCHED_IDLE` within the spread), and only a slow
-//! chunk sets it off, which the server's own load can do too. A thread
-//! cannot go back from `SCHED_IDLE` to the normal policy without
-//! `CAP_SYS_NICE` (or `RLIMIT_NICE`), hence two sets of threads.
+//! holds, a scan takes that share from everything else. Not from the
+//! server's own wallets, though: the floor waits until no line has held a
+//! handler slot for [`Floor::lines_quiet`]: beside two busy loops, scan
+//! chunks at nice 19 beside fifty wallets cost their p99 a third or more
+//! (issue 35: `low` throughout, +37%; the run whose scans most likely met
+//! the floor, +50%), where `SCHED_IDLE` stayed within the spread; the
+//! wallets come and go, the programs the floor is for do not. A thread cannot go back
+//! from `SCHED_IDLE` to the normal policy without `CAP_SYS_NICE` (or
+//! `RLIMIT_NICE`), hence two sets of threads.
+//!
+//! `sp_scan_priority` chooses: `idle` (the above), `low` (nice 19
+//! throughout, no floor) or `normal` (the server's own priority; only the
+//! greedy slots bound the scans).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,30 +70,60 @@ pub(crate) struct Floor {
     /// How long the chunks then run at nice 19 before trying `SCHED_IDLE`
     /// again.
     pub hold: Duration,
+    /// The floor waits until the server's own lines (wallets' requests)
+    /// have held no handler slot for this long: its nice-19 share would
+    /// come out of theirs, and they come and go, where the busy programs it
+    /// is meant for do not.
+    pub lines_quiet: Duration,
 }
 
 impl Floor {
     pub const DEFAULT: Floor = Floor {
         after: Duration::from_secs(3),
         hold: Duration::from_secs(60),
+        lines_quiet: Duration::from_secs(1),
     };
 }
 
-/// The two priorities a chunk may run at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Priority {
-    /// `SCHED_IDLE` and nice 19: only the CPU nothing else wants.
+/// The CPU priority of silent-payment scans (`sp_scan_priority`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ScanPriority {
+    /// `SCHED_IDLE` and nice 19: only the CPU nothing else wants, with the
+    /// floor ([`Floor`]) when that is next to none.
+    #[default]
     Idle,
-    /// The normal policy at nice 19: the floor.
+    /// The normal policy at nice 19 throughout (also the floor's).
     Low,
+    /// The server's own priority: scans compete with wallets for the CPU,
+    /// bounded only by the greedy slots they share with greedy sessions.
+    Normal,
 }
 
-/// Low-priority threads, `SCHED_IDLE` ones and the floor's; jobs wait in
-/// line for a free thread of their priority.
+impl ScanPriority {
+    /// The setting's names, in the order of the enum.
+    pub const NAMES: [&'static str; 3] = ["idle", "low", "normal"];
+
+    /// The priority the setting `name` names, `None` if none.
+    pub fn from_name(name: &str) -> Option<ScanPriority> {
+        let all = [ScanPriority::Idle, ScanPriority::Low, ScanPriority::Normal];
+        Self::NAMES.iter().position(|n| *n == name).map(|i| all[i])
+    }
+
+    /// The setting's name for this priority.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
+/// Scan threads at the chosen priority and, for [`ScanPriority::Idle`],
+/// the floor's; jobs wait in line for a free thread of their priority.
 pub(crate) struct ScanThreads {
-    idle: mpsc::Sender<Job>,
-    /// `None` if none of the floor's threads could be started: every job
-    /// then runs at `SCHED_IDLE`.
+    priority: ScanPriority,
+    /// The threads at `priority`.
+    usual: mpsc::Sender<Job>,
+    /// The floor's threads, at [`ScanPriority::Low`]: only for
+    /// [`ScanPriority::Idle`], and `None` if none could be started (every
+    /// job then runs at `SCHED_IDLE`).
     low: Option<mpsc::Sender<Job>>,
     floor: Floor,
     /// Until when chunks run at the floor's priority.
@@ -94,32 +131,40 @@ pub(crate) struct ScanThreads {
 }
 
 impl ScanThreads {
-    /// Starts `threads` (at least one) scan threads of each priority.
-    /// Those that cannot be started are logged and left out; `None` if no
-    /// `SCHED_IDLE` one could be.
-    pub fn start(threads: usize, floor: Floor) -> Option<ScanThreads> {
-        let idle = pool(threads, Priority::Idle)?;
-        let low = pool(threads, Priority::Low);
+    /// Starts `threads` (at least one) scan threads at `priority`, and as
+    /// many for the floor if `priority` is [`ScanPriority::Idle`]. Those
+    /// that cannot be started are logged and left out; `None` if none at
+    /// `priority` could be.
+    pub fn start(threads: usize, priority: ScanPriority, floor: Floor) -> Option<ScanThreads> {
+        let usual = pool(threads, priority)?;
+        let low = match priority {
+            ScanPriority::Idle => pool(threads, ScanPriority::Low),
+            ScanPriority::Low | ScanPriority::Normal => None,
+        };
         Some(ScanThreads {
-            idle,
+            priority,
+            usual,
             low,
             floor,
             low_until: Mutex::new(None),
         })
     }
 
-    /// The priority of a job handed over now, at `now`.
-    fn priority(&self, now: Instant) -> Priority {
+    /// The priority of a job handed over at `now`, when the server's own
+    /// lines last held a slot at `lines_busy` (`None`: never).
+    fn priority(&self, now: Instant, lines_busy: Option<Instant>) -> ScanPriority {
         let low_until = *self.low_until.lock().unwrap_or_else(|e| e.into_inner());
+        let lines_quiet = lines_busy
+            .is_none_or(|busy| now.saturating_duration_since(busy) >= self.floor.lines_quiet);
         match low_until {
-            Some(until) if now < until && self.low.is_some() => Priority::Low,
-            _ => Priority::Idle,
+            Some(until) if now < until && lines_quiet && self.low.is_some() => ScanPriority::Low,
+            _ => self.priority,
         }
     }
 
     /// A job of `priority` handed over at `handed_over` has ended at `now`.
-    fn ended(&self, priority: Priority, handed_over: Instant, now: Instant) {
-        if priority == Priority::Idle && now.duration_since(handed_over) >= self.floor.after {
+    fn ended(&self, priority: ScanPriority, handed_over: Instant, now: Instant) {
+        if priority == ScanPriority::Idle && now.duration_since(handed_over) >= self.floor.after {
             let mut low_until = self.low_until.lock().unwrap_or_else(|e| e.into_inner());
             *low_until = Some(now + self.floor.hold);
             tracing::debug!(
@@ -132,14 +177,17 @@ impl ScanThreads {
 
     /// Runs `work` on a scan thread and waits for it: call it from a
     /// blocking task, which then stands for the chunk to tokio (a paused
-    /// test clock does not run ahead of it). `None` if `work` panicked, or
-    /// once `closing` is set: a job that a busy machine leaves no CPU for
-    /// may not run for minutes, and the process must not wait for it to
-    /// exit (the runtime waits for its blocking tasks).
+    /// test clock does not run ahead of it). `lines_busy`: when the
+    /// server's own lines last held a handler slot (now if one holds one),
+    /// which keeps the floor off while they are busy. `None` if `work`
+    /// panicked, or once `closing` is set: a job that a busy machine leaves
+    /// no CPU for may not run for minutes, and the process must not wait
+    /// for it to exit (the runtime waits for its blocking tasks).
     pub fn run<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> T + Send + 'static,
         closing: &AtomicBool,
+        lines_busy: Option<Instant>,
     ) -> Option<T> {
         let (done, result) = mpsc::sync_channel(1);
         let job: Job = Box::new(move || {
@@ -149,10 +197,10 @@ impl ScanThreads {
             let _ = done.send(outcome.ok());
         });
         let handed_over = Instant::now();
-        let priority = self.priority(handed_over);
+        let priority = self.priority(handed_over, lines_busy);
         let jobs = match (priority, &self.low) {
-            (Priority::Low, Some(low)) => low,
-            _ => &self.idle,
+            (ScanPriority::Low, Some(low)) if self.priority == ScanPriority::Idle => low,
+            _ => &self.usual,
         };
         // Sending fails only once every thread has ended, which they do
         // only when the pool is dropped.
@@ -172,14 +220,11 @@ impl ScanThreads {
 
 /// Starts `threads` (at least one) threads at `priority` taking jobs from
 /// one line; `None` if none could be started.
-fn pool(threads: usize, priority: Priority) -> Option<mpsc::Sender<Job>> {
+fn pool(threads: usize, priority: ScanPriority) -> Option<mpsc::Sender<Job>> {
     let (jobs, queue) = mpsc::channel::<Job>();
     let queue = Arc::new(Mutex::new(queue));
     let mut started = 0;
-    let kind = match priority {
-        Priority::Idle => "idle",
-        Priority::Low => "low",
-    };
+    let kind = priority.name();
     for i in 0..threads.max(1) {
         let queue = Arc::clone(&queue);
         let spawned = std::thread::Builder::new()
@@ -202,12 +247,16 @@ fn pool(threads: usize, priority: Priority) -> Option<mpsc::Sender<Job>> {
 }
 
 /// Lowers the calling thread's priority: nice [`SCAN_NICENESS`], and
-/// `SCHED_IDLE` for [`Priority::Idle`] (the floor's threads keep the
-/// normal policy they were started with); on failure the scans run at a
-/// higher priority (at worst the normal one) and say so.
+/// `SCHED_IDLE` for [`ScanPriority::Idle`] (the floor's threads keep the
+/// normal policy they were started with); nothing for
+/// [`ScanPriority::Normal`]. On failure the scans run at a higher priority
+/// (at worst the normal one) and say so.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
-fn lower_priority(priority: Priority) {
+fn lower_priority(priority: ScanPriority) {
+    if priority == ScanPriority::Normal {
+        return;
+    }
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: gettid, sched_setscheduler and setpriority take plain
     // integers and a pointer to `param`, which lives across the call and
@@ -216,7 +265,7 @@ fn lower_priority(priority: Priority) {
     let (idle, nice) = unsafe {
         let tid = libc::gettid();
         (
-            priority == Priority::Low
+            priority == ScanPriority::Low
                 || libc::sched_setscheduler(tid, libc::SCHED_IDLE, &param) == 0,
             libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, SCAN_NICENESS) == 0,
         )
@@ -231,7 +280,7 @@ fn lower_priority(priority: Priority) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn lower_priority(_: Priority) {}
+fn lower_priority(_: ScanPriority) {}
 
 #[cfg(test)]
 mod tests {
@@ -252,21 +301,56 @@ mod tests {
         // Tests may run under `nice`: the caller's own priority is the
         // reference.
         let caller = priority();
-        let threads = ScanThreads::start(2, Floor::DEFAULT).expect("threads");
+        let threads = ScanThreads::start(2, ScanPriority::Idle, Floor::DEFAULT).expect("threads");
         let open = AtomicBool::new(false);
         assert_eq!(
-            threads.run(priority, &open),
+            threads.run(priority, &open, None),
             Some((SCAN_NICENESS, libc::SCHED_IDLE))
         );
         assert_eq!(
-            threads.run(|| -> u8 { panic!("a chunk failed") }, &open),
+            threads.run(|| -> u8 { panic!("a chunk failed") }, &open, None),
             None
         );
         // Both threads still serve: more jobs than threads, one at a time.
         for i in 0..4 {
-            assert_eq!(threads.run(move || i * 2, &open), Some(i * 2));
+            assert_eq!(threads.run(move || i * 2, &open, None), Some(i * 2));
         }
         assert_eq!(priority(), caller, "the caller is untouched");
+    }
+
+    /// `low` runs every chunk at the normal policy and nice 19, `normal` at
+    /// the caller's own priority; neither has a floor to go to, however
+    /// starved a chunk was.
+    #[test]
+    fn low_and_normal_run_at_their_priority_without_a_floor() {
+        let caller = priority();
+        let open = AtomicBool::new(false);
+        let held = Floor {
+            after: Duration::ZERO,
+            hold: Duration::from_secs(3600),
+            lines_quiet: Duration::ZERO,
+        };
+        for (setting, expected) in [
+            (ScanPriority::Low, (SCAN_NICENESS, libc::SCHED_OTHER)),
+            (ScanPriority::Normal, caller),
+        ] {
+            let threads = ScanThreads::start(1, setting, held).expect("threads");
+            for _ in 0..3 {
+                assert_eq!(
+                    threads.run(priority, &open, None),
+                    Some(expected),
+                    "{setting:?}"
+                );
+            }
+            assert_eq!(threads.priority(Instant::now(), None), setting);
+        }
+        for name in ScanPriority::NAMES {
+            assert_eq!(
+                ScanPriority::from_name(name).map(ScanPriority::name),
+                Some(name)
+            );
+        }
+        assert_eq!(ScanPriority::from_name("IDLE"), None);
     }
 
     /// A chunk at `SCHED_IDLE` that took longer than the floor's `after`
@@ -285,40 +369,110 @@ mod tests {
         let never = Floor {
             after: Duration::from_secs(3600),
             hold: Duration::from_secs(3600),
+            lines_quiet: Duration::ZERO,
         };
-        let threads = ScanThreads::start(1, never).expect("threads");
+        let threads = ScanThreads::start(1, ScanPriority::Idle, never).expect("threads");
         for _ in 0..3 {
-            assert_eq!(threads.run(priority, &open), idle);
+            assert_eq!(threads.run(priority, &open, None), idle);
         }
 
         let held = Floor {
             after: Duration::ZERO,
             hold: Duration::from_secs(3600),
+            lines_quiet: Duration::ZERO,
         };
-        let threads = ScanThreads::start(1, held).expect("threads");
-        assert_eq!(threads.run(priority, &open), idle, "the first chunk");
+        let threads = ScanThreads::start(1, ScanPriority::Idle, held).expect("threads");
+        assert_eq!(threads.run(priority, &open, None), idle, "the first chunk");
         for _ in 0..3 {
             // Chunks at the floor do not extend it nor end it.
-            assert_eq!(threads.run(priority, &open), low);
+            assert_eq!(threads.run(priority, &open, None), low);
         }
 
         // When it ends, on explicit instants.
         let floor = Floor {
             after: Duration::from_secs(3),
             hold: Duration::from_secs(60),
+            lines_quiet: Duration::from_secs(1),
         };
-        let threads = ScanThreads::start(1, floor).expect("threads");
+        let threads = ScanThreads::start(1, ScanPriority::Idle, floor).expect("threads");
         let start = Instant::now();
         let at = |secs: u64| start + Duration::from_secs(secs);
         // Within `after`, and a slow chunk at the floor: no change.
-        threads.ended(Priority::Idle, at(0), at(2));
-        threads.ended(Priority::Low, at(0), at(100));
-        assert_eq!(threads.priority(at(2)), Priority::Idle);
+        threads.ended(ScanPriority::Idle, at(0), at(2));
+        threads.ended(ScanPriority::Low, at(0), at(100));
+        assert_eq!(threads.priority(at(2), None), ScanPriority::Idle);
         // A starved chunk ending at 10 s: the floor until 70 s.
-        threads.ended(Priority::Idle, at(5), at(10));
-        assert_eq!(threads.priority(at(10)), Priority::Low);
-        assert_eq!(threads.priority(at(69)), Priority::Low);
-        assert_eq!(threads.priority(at(70)), Priority::Idle);
+        threads.ended(ScanPriority::Idle, at(5), at(10));
+        assert_eq!(threads.priority(at(10), None), ScanPriority::Low);
+        assert_eq!(threads.priority(at(69), None), ScanPriority::Low);
+        assert_eq!(threads.priority(at(70), None), ScanPriority::Idle);
+        assert_eq!(priority(), caller, "the caller is untouched");
+    }
+
+    /// The floor takes its nice-19 share only once the server's own lines
+    /// have been quiet for `lines_quiet`: while wallets' requests hold
+    /// slots, a chunk under the floor runs at `SCHED_IDLE` (their p99 left
+    /// the spread when the floor's chunks ran beside them, issue 35), and
+    /// it applies again once they are quiet. Explicit instants, as above.
+    #[test]
+    fn the_floor_waits_for_the_servers_own_lines_to_be_quiet() {
+        let caller = priority();
+        let threads = ScanThreads::start(1, ScanPriority::Idle, Floor::DEFAULT).expect("threads");
+        let start = Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        let ms = |millis: u64| start + Duration::from_millis(millis);
+        // A starved chunk ending at 10 s: the floor until 70 s.
+        threads.ended(ScanPriority::Idle, at(5), at(10));
+        assert_eq!(
+            threads.priority(at(11), None),
+            ScanPriority::Low,
+            "no line ever ran"
+        );
+        assert_eq!(
+            threads.priority(at(11), Some(at(11))),
+            ScanPriority::Idle,
+            "a line holds a slot"
+        );
+        assert_eq!(
+            threads.priority(at(11), Some(ms(10_500))),
+            ScanPriority::Idle,
+            "a line ended half a second ago"
+        );
+        assert_eq!(
+            threads.priority(at(11), Some(at(10))),
+            ScanPriority::Low,
+            "quiet for lines_quiet"
+        );
+        assert_eq!(
+            threads.priority(at(70), None),
+            ScanPriority::Idle,
+            "the floor ended"
+        );
+
+        // Through `run`, on threads: at `SCHED_IDLE` while lines are busy.
+        let held = Floor {
+            after: Duration::ZERO,
+            hold: Duration::from_secs(3600),
+            lines_quiet: Duration::from_secs(3600),
+        };
+        let threads = ScanThreads::start(1, ScanPriority::Idle, held).expect("threads");
+        let open = AtomicBool::new(false);
+        let idle = Some((SCAN_NICENESS, libc::SCHED_IDLE));
+        assert_eq!(
+            threads.run(priority, &open, None),
+            idle,
+            "sets the floor off"
+        );
+        assert_eq!(
+            threads.run(priority, &open, None),
+            Some((SCAN_NICENESS, libc::SCHED_OTHER)),
+            "quiet lines: the floor"
+        );
+        assert_eq!(
+            threads.run(priority, &open, Some(Instant::now())),
+            idle,
+            "busy lines"
+        );
         assert_eq!(priority(), caller, "the caller is untouched");
     }
 
@@ -327,14 +481,14 @@ mod tests {
     /// task waiting for it, which the runtime waits for at exit, ends.
     #[test]
     fn a_wait_for_a_job_ends_when_the_server_closes() {
-        let threads = ScanThreads::start(1, Floor::DEFAULT).expect("threads");
+        let threads = ScanThreads::start(1, ScanPriority::Idle, Floor::DEFAULT).expect("threads");
         let closing = Arc::new(AtomicBool::new(false));
         let (release, held) = mpsc::channel::<()>();
         let (gave_up, waited) = mpsc::channel();
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 let job = move || held.recv().is_ok();
-                let _ = gave_up.send(threads.run(job, &closing));
+                let _ = gave_up.send(threads.run(job, &closing, None));
             });
             // Still waiting, however long: the job has not ended.
             assert!(waited.recv_timeout(CLOSING_CHECK * 3).is_err());

@@ -21,7 +21,7 @@ use crate::fair::{Scheduler, HARD_COST_MICROS};
 use crate::framer::Frame;
 use crate::notifier::{Control, SessionHandle};
 use crate::queued::{Queued, SessionId};
-use crate::silent::{HubContext, HubInput, SpHub};
+use crate::silent::{HubContext, HubInput, SpGenerations, SpHub};
 use crate::transport::{ListenerKind, Transport};
 use osprey_core::{ByteBudget, Charge};
 use osprey_electrum::{jsonrpc, Dispatcher, Effect, RpcError, SessionState};
@@ -51,11 +51,12 @@ pub(crate) struct SessionContext {
 }
 
 /// A session's silent-payments hub, started at its first subscription,
-/// and what it writes to.
+/// what it writes to, and which of its notifications are still wanted.
 struct HubSlot {
     hub: Option<SpHub>,
     queue: mpsc::Sender<Queued>,
     kick: Arc<Notify>,
+    generations: SpGenerations,
 }
 
 /// A line's handling: the session's state back, the outcome, the
@@ -151,6 +152,7 @@ pub(crate) async fn run(
         hub: None,
         queue: tx.clone(),
         kick: Arc::clone(&kick),
+        generations: SpGenerations::default(),
     };
     let handle = SessionHandle {
         tx,
@@ -376,12 +378,17 @@ async fn serve(
                 }
             }
             Some(queued) = notifications.recv() => {
-                if let Err(end) = writer.line(&queued.line).await {
-                    return end;
+                if hub.generations.admits(&queued) {
+                    if let Err(end) = writer.line(&queued.line).await {
+                        return end;
+                    }
                 }
                 // Drain what is already queued, then flush once.
                 for _ in 0..NOTIFICATIONS_PER_FLUSH {
                     let Ok(queued) = notifications.try_recv() else { break };
+                    if !hub.generations.admits(&queued) {
+                        continue;
+                    }
                     if let Err(end) = writer.line(&queued.line).await {
                         return end;
                     }
@@ -466,10 +473,17 @@ async fn deliver(
                     });
                     hub.hub = Some(started);
                 }
-                hub_inputs.push(HubInput::Subscribe(subscription));
+                // Before the response is written: from then on, lines of an
+                // earlier subscription to the address are not.
+                let generation = hub.generations.subscribed(&subscription.address);
+                hub_inputs.push(HubInput::Subscribe {
+                    subscription,
+                    generation,
+                });
                 continue;
             }
             Effect::SilentPaymentsUnsubscribed { address } => {
+                hub.generations.unsubscribed(&address);
                 hub_inputs.push(HubInput::Unsubscribe(address));
                 continue;
             }

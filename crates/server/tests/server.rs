@@ -2147,3 +2147,66 @@ async fn a_scan_that_ends_at_once_completes_for_sparrow() {
     );
     server.stop().await;
 }
+
+/// Issue 35: a client subscribing again right after a scan ends must read
+/// the new scan's end, never the old one's repeat (progress 1.0, no
+/// history, 2 s after it). Each round holds the hub in a new block's scan
+/// while the re-subscribe is answered and the repeat falls due: the hub
+/// then has both before it, and took either first; the old repeat, once
+/// queued after the answer, was read as the new scan ending with nothing.
+#[tokio::test(start_paused = true)]
+async fn a_re_subscribe_reads_its_own_scans_end() {
+    use osprey_electrum::fake::{made_up_txid, FakeSpTx, Gate};
+
+    let server = TestServer::start(Limits::default(), 16).await;
+    let (scan, spend, keys) = sp_receiver(8, 5);
+    server.backend.update(|s| {
+        s.sp_enabled = true;
+        s.sp_blocks.insert(90, vec![FakeSpTx::paying(&keys, 90)]);
+    });
+    let mut c = server.client().await;
+    let params = json!([scan, spend, 80, []]);
+    let subscribe = "blockchain.silentpayments.subscribe";
+    let paid = json!(made_up_txid(90).to_string());
+    assert!(c
+        .call(subscribe, params.clone())
+        .await
+        .get("result")
+        .is_some());
+    let end = c.read().await.expect("the scan's end");
+    assert_eq!(
+        (&end["params"][1], &end["params"][2][0]["tx_hash"]),
+        (&json!(1.0), &paid)
+    );
+    for round in 1..=8u32 {
+        let gate = Arc::new(Gate::default());
+        let height = 100 + round;
+        server.backend.update(|s| {
+            s.headers.push(fake_header(height));
+            s.sp_scan_gate = Some(Arc::clone(&gate));
+        });
+        server.publish(Change {
+            new_tip: Some((Height(height), fake_header(height))),
+            ..Change::default()
+        });
+        let reached = {
+            let gate = Arc::clone(&gate);
+            tokio::task::spawn_blocking(move || gate.wait_reached(Duration::from_secs(30)))
+                .await
+                .unwrap()
+        };
+        assert!(reached, "the hub scans the new block");
+        let r = c.call(subscribe, params.clone()).await;
+        assert!(r.get("result").is_some(), "{r}");
+        // Past the old end's repeat (`FINAL_REPEAT_DELAY`, 2 s).
+        tokio::time::advance(Duration::from_secs(3)).await;
+        gate.open();
+        let end = c.read().await.expect("the new scan's end");
+        assert_eq!(end["params"][1], 1.0, "round {round}: {end}");
+        assert_eq!(
+            end["params"][2][0]["tx_hash"], paid,
+            "round {round}: the old scan's repeat read as the new scan's end: {end}"
+        );
+    }
+    server.stop().await;
+}

@@ -19,8 +19,9 @@ use tokio::time::{sleep_until, Instant};
 /// One subscription's state.
 pub(super) struct Sub {
     pub(super) subscription: SpSubscription,
-    /// Tells a chunk of this subscription from one of an earlier
-    /// subscription to the same address.
+    /// Given by the session ([`super::SpGenerations`]): tells a chunk or a
+    /// line of this subscription from one of an earlier subscription to
+    /// the same address.
     pub(super) generation: u64,
     pub(super) phase: Phase,
     /// Matches not sent yet.
@@ -76,7 +77,6 @@ pub(super) struct Hub {
     pub(super) running: Option<Running>,
     /// The subscription whose historical chunk ran last (turns go round).
     pub(super) last_turn: Option<String>,
-    pub(super) generations: u64,
 }
 
 impl Drop for Hub {
@@ -115,7 +115,6 @@ impl Hub {
             scan_cost: SessionCost::new(),
             running: None,
             last_turn: None,
-            generations: 0,
         }
     }
 
@@ -167,7 +166,10 @@ impl Hub {
     /// once unless changes wait before it; changes in turn.
     pub(super) async fn receive(&mut self, input: HubInput) -> Result<(), Gone> {
         match input {
-            HubInput::Subscribe(subscription) => self.subscribe(subscription),
+            HubInput::Subscribe {
+                subscription,
+                generation,
+            } => self.subscribe(subscription, generation),
             HubInput::Unsubscribe(address) => {
                 if self.subs.remove(&address).is_some() {
                     self.ctx.metrics.silent_payments.subscriptions.dec();
@@ -182,8 +184,7 @@ impl Hub {
 
     /// A new subscription, or one made again: either way its historical
     /// scan starts (again) from its start height.
-    pub(super) fn subscribe(&mut self, subscription: SpSubscription) {
-        self.generations += 1;
+    pub(super) fn subscribe(&mut self, subscription: SpSubscription, generation: u64) {
         let done = subscription.start_height > subscription.end_height;
         let sub = Sub {
             phase: Phase::Historical {
@@ -192,7 +193,7 @@ impl Hub {
                 done,
             },
             subscription,
-            generation: self.generations,
+            generation,
             page: Vec::new(),
             last_sent: Instant::now(),
             quiet_until: Instant::now() + FIRST_NOTIFICATION_DELAY,
@@ -245,6 +246,7 @@ impl Hub {
         sub.progress = sub.progress.max(progress);
         sub.last_sent = Instant::now();
         let line: Arc<str> = sub.subscription.notification(sub.progress, history).into();
+        let generation = sub.generation;
         self.ctx
             .metrics
             .silent_payments
@@ -256,7 +258,7 @@ impl Hub {
             self.kick.notify_one();
             return Err(Gone);
         };
-        self.forward(queued).await
+        self.forward(queued.of_sp_generation(generation)).await
     }
 
     /// Sends `address`'s pending page in notifications of at most

@@ -59,6 +59,7 @@ use osprey_answers::{Backend, Change};
 use osprey_core::ByteBudget;
 use osprey_electrum::SpSubscription;
 use osprey_metrics::Metrics;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
@@ -97,7 +98,12 @@ const FINAL_REPEAT_DELAY: Duration = Duration::from_secs(2);
 /// the notifier (changes and the session's lines).
 #[derive(Debug)]
 pub(crate) enum HubInput {
-    Subscribe(SpSubscription),
+    /// A subscription, with the generation its session gave it
+    /// ([`SpGenerations::subscribed`]).
+    Subscribe {
+        subscription: SpSubscription,
+        generation: u64,
+    },
     Unsubscribe(String),
     /// The notifier has the hub: every change after this reaches it.
     Attached,
@@ -107,6 +113,46 @@ pub(crate) enum HubInput {
     /// A notification line of the session, queued after the changes
     /// before it are scanned.
     Line(Queued),
+}
+
+/// A session's silent-payments subscriptions as its client knows them: the
+/// generation of each address's latest accepted subscribe. The session
+/// writes a subscribe's response before the hub takes the subscription,
+/// so lines the hub queued meanwhile for the address's earlier
+/// subscription (a repeat of its end falling due, a page) would reach the
+/// client after that response, where they read as the new scan's (issue
+/// 35: a stale repeated end read as a new scan ending with nothing). The
+/// hub tags each notification with its subscription's generation, and the
+/// session writes only those of a current one. Holds one entry per
+/// subscription of the session, which the session's limit bounds.
+#[derive(Debug, Default)]
+pub(crate) struct SpGenerations {
+    current: HashMap<String, u64>,
+    last: u64,
+}
+
+impl SpGenerations {
+    /// A subscribe to `address` is accepted (before its response is
+    /// written): returns its generation, for the hub.
+    pub fn subscribed(&mut self, address: &str) -> u64 {
+        self.last += 1;
+        self.current.insert(address.to_owned(), self.last);
+        self.last
+    }
+
+    /// An unsubscribe of `address` is accepted: none of its lines goes out
+    /// after its response.
+    pub fn unsubscribed(&mut self, address: &str) {
+        self.current.remove(address);
+    }
+
+    /// Whether `queued` is to be written: any line but a notification of a
+    /// subscription since replaced or dropped.
+    pub fn admits(&self, queued: &Queued) -> bool {
+        queued
+            .sp_generation
+            .is_none_or(|generation| self.current.values().any(|&g| g == generation))
+    }
 }
 
 /// What every hub shares.

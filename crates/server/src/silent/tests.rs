@@ -24,6 +24,8 @@ struct Rig {
     metrics: Arc<Metrics>,
     hub: SpHub,
     queue: mpsc::Receiver<Queued>,
+    /// What the session would know of the subscriptions.
+    generations: SpGenerations,
 }
 
 /// A hub on a fake chain of `tip + 1` blocks, its notifier attached,
@@ -37,7 +39,7 @@ fn rig(tip: u32) -> Rig {
 fn rig_with(tip: u32, client_memory: Arc<ByteBudget>, kick: Arc<Notify>) -> Rig {
     let backend = Arc::new(FakeBackend::with_tip(tip));
     backend.update(|s| s.sp_enabled = true);
-    let scheduler = Scheduler::with_slots(8, 2, None);
+    let scheduler = Scheduler::with_slots(8, 2, None, crate::ScanPriority::Idle);
     let metrics = Arc::new(Metrics::default());
     let ctx = Arc::new(HubContext {
         backend: backend.clone(),
@@ -54,6 +56,7 @@ fn rig_with(tip: u32, client_memory: Arc<ByteBudget>, kick: Arc<Notify>) -> Rig 
         metrics,
         hub,
         queue,
+        generations: SpGenerations::default(),
     }
 }
 
@@ -75,13 +78,27 @@ async fn settle() {
 }
 
 impl Rig {
-    /// The next line, as JSON.
+    /// Accepts a subscribe as the session does: a new generation for its
+    /// address, then the hub handed it; false if the hub cannot take it.
+    fn subscribe(&mut self, subscription: SpSubscription) -> bool {
+        let generation = self.generations.subscribed(&subscription.address);
+        self.hub.send(HubInput::Subscribe {
+            subscription,
+            generation,
+        })
+    }
+
+    /// The next line the session would write, as JSON.
     async fn next(&mut self) -> Value {
-        let queued = tokio::time::timeout(Duration::from_secs(60), self.queue.recv())
-            .await
-            .expect("a line")
-            .expect("the hub is alive");
-        serde_json::from_str(&queued.line).unwrap()
+        loop {
+            let queued = tokio::time::timeout(Duration::from_secs(60), self.queue.recv())
+                .await
+                .expect("a line")
+                .expect("the hub is alive");
+            if self.generations.admits(&queued) {
+                return serde_json::from_str(&queued.line).unwrap();
+            }
+        }
     }
 
     /// Notifications up to and including the one with progress 1.0.
@@ -97,10 +114,15 @@ impl Rig {
         }
     }
 
+    /// Nothing the session would write is queued.
     async fn nothing_more(&mut self) {
         settle().await;
-        if let Ok(queued) = self.queue.try_recv() {
-            panic!("unexpected: {}", queued.line);
+        while let Ok(queued) = self.queue.try_recv() {
+            assert!(
+                !self.generations.admits(&queued),
+                "unexpected: {}",
+                queued.line
+            );
         }
     }
 
@@ -157,7 +179,7 @@ async fn a_historical_scan_sends_pages_then_one_final_notification() {
         }
         s.sp_mempool = vec![paying(&keys, 9001), decoy(9002), paying(&keys, 9003)];
     });
-    assert!(rig.hub.send(HubInput::Subscribe(subscription(keys, 0, 60))));
+    assert!(rig.subscribe(subscription(keys, 0, 60)));
     let notifications = rig.until_complete().await;
     rig.nothing_more().await;
     let mut progress = 0.0;
@@ -202,7 +224,7 @@ async fn a_scan_ending_at_once_waits_then_repeats_its_end_once() {
     rig.backend
         .update(|s| s.sp_blocks.insert(4, vec![paying(&keys, 4)]));
     let started = Instant::now();
-    assert!(rig.hub.send(HubInput::Subscribe(subscription(keys, 0, 10))));
+    assert!(rig.subscribe(subscription(keys, 0, 10)));
     let last = rig.next().await;
     assert_eq!(started.elapsed(), FIRST_NOTIFICATION_DELAY);
     assert_eq!(last["params"][1], 1.0);
@@ -229,7 +251,7 @@ async fn a_waiting_scan_says_so_every_five_seconds() {
         .update(|s| s.sp_blocks.insert(3, vec![paying(&keys, 3)]));
     let held = rig.scheduler.acquire_scan(0).await;
     let started = Instant::now();
-    assert!(rig.hub.send(HubInput::Subscribe(subscription(keys, 0, 10))));
+    assert!(rig.subscribe(subscription(keys, 0, 10)));
     for beat in 1..=2 {
         let v = rig.next().await;
         assert_eq!(started.elapsed(), HEARTBEAT * beat);
@@ -251,7 +273,7 @@ async fn a_mempool_payment_is_sent_once() {
     let (in_pool, later) = (paying(&keys, 100), paying(&keys, 101));
     rig.backend.update(|s| s.sp_mempool = vec![in_pool.clone()]);
     let subscription = subscription(scan_keys("carol"), 0, 10);
-    assert!(rig.hub.send(HubInput::Subscribe(subscription)));
+    assert!(rig.subscribe(subscription));
     let v = rig.until_complete().await;
     assert_eq!(history(&v[0]), [(0, txid(100).to_string())]);
     // The same transaction named again: nothing new.
@@ -291,9 +313,7 @@ async fn a_reorg_rescans_from_the_fork() {
         s.sp_blocks.insert(10, vec![paying(&keys, 10)]);
         s.sp_blocks.insert(19, vec![paying(&keys, 19)]);
     });
-    assert!(rig
-        .hub
-        .send(HubInput::Subscribe(subscription(scan_keys("dave"), 0, 20))));
+    assert!(rig.subscribe(subscription(scan_keys("dave"), 0, 20)));
     rig.until_complete().await;
     // Blocks 19 and 20 are replaced; the new 20 pays us too.
     let header = rig.backend.update(|s| {
@@ -331,7 +351,7 @@ async fn a_range_follows_the_tip_not_its_end() {
     let address = range.address(bitcoin::Network::Regtest);
     let subscription =
         SpSubscription::new(range, address, (Height(2), Height(5)), Height(10), false);
-    assert!(rig.hub.send(HubInput::Subscribe(subscription)));
+    assert!(rig.subscribe(subscription));
     let v = rig.until_complete().await;
     let all: Vec<_> = v.iter().flat_map(history).collect();
     assert_eq!(all, [(4, txid(4).to_string())]);
@@ -349,9 +369,7 @@ async fn a_lagged_feed_catches_up_on_blocks_and_the_whole_mempool() {
     let keys = scan_keys("kate");
     rig.backend
         .update(|s| s.sp_mempool = vec![paying(&keys, 60)]);
-    assert!(rig
-        .hub
-        .send(HubInput::Subscribe(subscription(scan_keys("kate"), 0, 10))));
+    assert!(rig.subscribe(subscription(scan_keys("kate"), 0, 10)));
     rig.until_complete().await;
     // Missed: a block paying us, and a mempool payment.
     rig.mine(vec![paying(&keys, 11)]);
@@ -376,9 +394,7 @@ async fn subscribing_again_scans_again() {
         s.sp_mempool = vec![paying(&keys, 50)];
     });
     for _ in 0..2 {
-        assert!(rig
-            .hub
-            .send(HubInput::Subscribe(subscription(scan_keys("erin"), 0, 10))));
+        assert!(rig.subscribe(subscription(scan_keys("erin"), 0, 10)));
         let v = rig.until_complete().await;
         let all: Vec<_> = v.iter().flat_map(history).collect();
         assert_eq!(all, [(5, txid(5).to_string()), (0, txid(50).to_string())]);
@@ -395,7 +411,7 @@ async fn unsubscribing_and_ending_drop_the_keys() {
     let first = subscription(scan_keys("frank"), 0, 10);
     let first_keys: Weak<ScanKeys> = Arc::downgrade(&first.keys);
     let address = first.address.clone();
-    assert!(rig.hub.send(HubInput::Subscribe(first)));
+    assert!(rig.subscribe(first));
     settle().await;
     assert!(first_keys.upgrade().is_some(), "held while subscribed");
     assert!(rig.hub.send(HubInput::Unsubscribe(address)));
@@ -413,7 +429,7 @@ async fn unsubscribing_and_ending_drop_the_keys() {
     let held = rig.scheduler.acquire_scan(0).await;
     let second = subscription(scan_keys("grace"), 0, 10);
     let second_keys = Arc::downgrade(&second.keys);
-    assert!(rig.hub.send(HubInput::Subscribe(second)));
+    assert!(rig.subscribe(second));
     settle().await;
     assert!(second_keys.upgrade().is_some());
     let Rig { hub, metrics, .. } = rig;
@@ -436,7 +452,7 @@ async fn a_notification_over_the_memory_budget_closes_the_session() {
         rig.backend
             .update(|s| s.sp_blocks.insert(4, vec![paying(&keys, 4)]));
         let sub = subscription(scan_keys("mallory"), 0, 10);
-        assert!(rig.hub.send(HubInput::Subscribe(sub)));
+        assert!(rig.subscribe(sub));
         let v = rig.next().await;
         assert_eq!(history(&v), [(4, txid(4).to_string())]);
         v.to_string().len()
@@ -452,7 +468,7 @@ async fn a_notification_over_the_memory_budget_closes_the_session() {
             .update(|s| s.sp_blocks.insert(4, vec![paying(&keys, 4)]));
         let sub = subscription(scan_keys("mallory"), 0, 10);
         let held_keys = Arc::downgrade(&sub.keys);
-        assert!(rig.hub.send(HubInput::Subscribe(sub)));
+        assert!(rig.subscribe(sub));
         if fits {
             assert_eq!(history(&rig.next().await), [(4, txid(4).to_string())]);
             assert!(held_keys.upgrade().is_some(), "still subscribed");
@@ -479,9 +495,7 @@ async fn a_notification_over_the_memory_budget_closes_the_session() {
 async fn lines_after_a_change_wait_for_its_scan() {
     let mut rig = rig(10);
     let keys = scan_keys("heidi");
-    assert!(rig
-        .hub
-        .send(HubInput::Subscribe(subscription(scan_keys("heidi"), 0, 10))));
+    assert!(rig.subscribe(subscription(scan_keys("heidi"), 0, 10)));
     rig.until_complete().await;
     let line = |text: &str| {
         HubInput::Line(Queued::charged(text.into(), &ByteBudget::new(usize::MAX)).unwrap())
@@ -503,7 +517,7 @@ async fn lines_after_a_change_wait_for_its_scan() {
 /// cores), and an ordinary line takes a slot at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scans_share_the_greedy_slots_and_wallets_are_served() {
-    let rig = rig(10);
+    let mut rig = rig(10);
     let gate = Arc::new(Gate::default());
     rig.backend
         .update(|s| s.sp_scan_gate = Some(Arc::clone(&gate)));
@@ -518,16 +532,13 @@ async fn scans_share_the_greedy_slots_and_wallets_are_served() {
         let (tx, queue) = mpsc::channel(8);
         let hub = SpHub::start(Arc::clone(&ctx), tx, Arc::new(Notify::new()), 8);
         assert!(hub.send(HubInput::Attached));
-        assert!(hub.send(HubInput::Subscribe(subscription(
-            scan_keys(&format!("o{i}")),
-            0,
-            10
-        ))));
+        assert!(hub.send(HubInput::Subscribe {
+            subscription: subscription(scan_keys(&format!("o{i}")), 0, 10),
+            generation: 1,
+        }));
         others.push((hub, queue));
     }
-    assert!(rig
-        .hub
-        .send(HubInput::Subscribe(subscription(scan_keys("ivan"), 0, 10))));
+    assert!(rig.subscribe(subscription(scan_keys("ivan"), 0, 10)));
     let reached = {
         let gate = Arc::clone(&gate);
         tokio::task::spawn_blocking(move || gate.wait_reached(Duration::from_secs(30)))
@@ -559,4 +570,71 @@ async fn scans_share_the_greedy_slots_and_wallets_are_served() {
             }
         }
     }
+}
+
+/// Issue 35: the session writes a subscribe's response before it hands
+/// the hub the subscription; a repeat of the address's earlier scan's end
+/// falling due in between was queued after that response, where the
+/// client reads it as the new scan ending with nothing. The session now
+/// drops it: what follows the response is the new scan's end.
+#[tokio::test(start_paused = true)]
+async fn a_stale_repeated_end_never_follows_a_new_subscribe() {
+    let mut rig = rig(10);
+    let keys = scan_keys("olivia");
+    rig.backend
+        .update(|s| s.sp_blocks.insert(4, vec![paying(&keys, 4)]));
+    assert!(rig.subscribe(subscription(scan_keys("olivia"), 0, 10)));
+    let first = rig.next().await;
+    assert_eq!(history(&first), [(4, txid(4).to_string())]);
+    // The client subscribes again: the session accepts it and writes the
+    // response; before it hands the hub the subscription, the old end
+    // falls due and is queued.
+    let again = subscription(scan_keys("olivia"), 0, 10);
+    let generation = rig.generations.subscribed(&again.address);
+    tokio::time::sleep(FINAL_REPEAT_DELAY).await;
+    settle().await;
+    let stale = rig.queue.try_recv().expect("the old end, repeated");
+    assert_eq!(stale.line, first_repeated(&first));
+    assert!(!rig.generations.admits(&stale), "dropped by the session");
+    assert!(rig.hub.send(HubInput::Subscribe {
+        subscription: again,
+        generation,
+    }));
+    let after_response = rig.next().await;
+    assert_eq!(after_response["params"][1], 1.0);
+    assert_eq!(history(&after_response), [(4, txid(4).to_string())]);
+}
+
+/// `first`, a final notification, as its repeat (no history) is written.
+fn first_repeated(first: &Value) -> Arc<str> {
+    let mut repeat = first.clone();
+    repeat["params"][2] = serde_json::json!([]);
+    repeat.to_string().into()
+}
+
+/// The session writes a line of the client's current subscriptions and
+/// any untagged line; not one of a subscription replaced or unsubscribed.
+#[test]
+fn the_session_writes_only_current_subscriptions_lines() {
+    let budget = ByteBudget::new(usize::MAX);
+    let line = |generation: Option<u64>| {
+        let queued = Queued::charged("{}".into(), &budget).unwrap();
+        match generation {
+            Some(generation) => queued.of_sp_generation(generation),
+            None => queued,
+        }
+    };
+    let mut generations = SpGenerations::default();
+    let alice = generations.subscribed("alice");
+    let bob = generations.subscribed("bob");
+    assert!(generations.admits(&line(None)));
+    assert!(generations.admits(&line(Some(alice))));
+    let alice_again = generations.subscribed("alice");
+    assert!(!generations.admits(&line(Some(alice))), "replaced");
+    assert!(generations.admits(&line(Some(alice_again))));
+    assert!(generations.admits(&line(Some(bob))));
+    generations.unsubscribed("bob");
+    assert!(!generations.admits(&line(Some(bob))), "unsubscribed");
+    assert!(generations.admits(&line(Some(alice_again))));
+    assert!(generations.admits(&line(None)));
 }
