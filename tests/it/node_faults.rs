@@ -265,3 +265,36 @@ fn core_killed_restarted_upgraded_and_unreadable_is_waited_for_and_followed() {
         );
     }
 }
+
+/// Osprey started while Core is down: it waits, says so once however many
+/// times it tries, and starts once Core is up.
+#[test]
+fn a_node_down_at_startup_is_waited_for_in_one_line() {
+    let Some(mut node) = BitcoindNode::start_or_skip(&BitcoindOptions::default()) else {
+        return;
+    };
+    node.generate(3).expect("mining");
+    node.stop().expect("stopping Core");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut osprey = Osprey::spawn(&node, &dir.path().join("db"), OspreyConfig::default());
+    // Its second attempt, a debug line: the first one's warning is not
+    // said again.
+    wait_until("osprey tries the node twice", NOTICE, || {
+        osprey
+            .log()
+            .contains("still waiting for node")
+            .then_some(())
+    });
+    let binary = node.binary().to_path_buf();
+    node.start_again(&binary, &BitcoindOptions::default(), &[])
+        .expect("Core starts again");
+    osprey.wait_ready(&node);
+    let log = osprey.log();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") && l.contains("waiting for node at"))
+        .collect();
+    assert_eq!(warned.len(), 1, "one warning, then debug lines: {warned:?}");
+    let back = format!("node at {} answers", node.rpc_addr());
+    assert!(log.contains(&back), "log:\n{}", osprey.log_tail(40));
+}
