@@ -652,6 +652,9 @@ class Soak:
             before = self.soaked.log_text().count(marker) if marker else 0
             try:
                 getattr(self, "fault_" + kind.replace("-", "_"))()
+                self.wait_recovered(kind)
+                # Counted once osprey caught up: a reorg is seen when it
+                # follows it, not when it is mined.
                 if not marker or self.soaked.log_text().count(marker) > before:
                     self.stats[kind]["effect"] += 1
                 self.check(kind)
