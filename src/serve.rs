@@ -102,9 +102,9 @@ fn remove_index(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Connects to the chain source, waiting (with one log line per attempt)
-/// while the node is down or still starting. Returns the source and the
-/// startup lines that say what it is.
+/// Connects to the chain source, waiting (with one log line, not one per
+/// attempt) while the node is down or still starting. Returns the source
+/// and the startup lines that say what it is.
 fn connect_source(
     config: &Config,
     stop: &AtomicBool,
@@ -125,27 +125,39 @@ fn connect_source(
             auth,
             block_source,
             blocks_dir,
-        } => loop {
-            let connected =
-                Daemon::connect(rpc_addr, auth.clone(), config.network).and_then(|mut daemon| {
-                    daemon.use_block_source(*block_source, blocks_dir.as_deref())?;
-                    Ok(daemon)
-                });
-            match connected {
-                Ok(daemon) => {
-                    let about = describe_node(&daemon, rpc_addr, *block_source, blocks_dir);
-                    return Ok((Arc::new(daemon), about));
-                }
-                Err(e) if e.is_transient() => {
-                    tracing::warn!("waiting for node at {rpc_addr}: {e}");
-                    sleep_unless_stopped(Duration::from_secs(5), stop);
-                    if stop.load(Ordering::Relaxed) {
-                        anyhow::bail!("stopped while waiting for the node");
+        } => {
+            let mut waiting = false;
+            loop {
+                let connected = Daemon::connect(rpc_addr, auth.clone(), config.network).and_then(
+                    |mut daemon| {
+                        daemon.use_block_source(*block_source, blocks_dir.as_deref())?;
+                        Ok(daemon)
+                    },
+                );
+                match connected {
+                    Ok(daemon) => {
+                        if waiting {
+                            tracing::info!("node at {rpc_addr} answers");
+                        }
+                        let about = describe_node(&daemon, rpc_addr, *block_source, blocks_dir);
+                        return Ok((Arc::new(daemon), about));
                     }
+                    Err(e) if e.is_transient() => {
+                        if waiting {
+                            tracing::debug!("still waiting for node at {rpc_addr}: {e}");
+                        } else {
+                            waiting = true;
+                            tracing::warn!("waiting for node at {rpc_addr}: {e}");
+                        }
+                        sleep_unless_stopped(Duration::from_secs(5), stop);
+                        if stop.load(Ordering::Relaxed) {
+                            anyhow::bail!("stopped while waiting for the node");
+                        }
+                    }
+                    Err(e) => return Err(e).context(format!("node at {rpc_addr}")),
                 }
-                Err(e) => return Err(e).context(format!("node at {rpc_addr}")),
             }
-        },
+        }
     }
 }
 
@@ -360,22 +372,35 @@ pub fn build(config: &Config, stop: &Arc<AtomicBool>) -> anyhow::Result<Parts> {
     })
 }
 
-/// Runs one tracker update, retrying transient node errors, and a full
-/// disk once it has room again, until `stop`.
+/// Runs one tracker update, retrying transient errors, and a full disk
+/// once it has room again, until `stop`. A wait is said once, not at
+/// every retry: the node client says when the node stops answering and
+/// when it is back, so a node's transient errors are only debug lines
+/// here; another's (the index's) gets one warning and one line when
+/// indexing resumes.
 fn update_until_ok(
     tracker: &mut Tracker,
     progress: &mut Progress,
     disk_full: &DiskFull<'_>,
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
+    let mut warned = false;
     loop {
         match tracker.update(&mut |s| progress.on_chunk(s)) {
             Ok(()) => {
+                if warned {
+                    tracing::info!("indexing resumes");
+                }
                 progress.on_update(tracker.node_height());
                 return Ok(());
             }
             Err(e) if e.is_transient() => {
-                tracing::warn!("node: {e}; retrying in 5 s");
+                if warned || matches!(e, osprey_indexer::Error::Chain(_)) {
+                    tracing::debug!("{e}; retrying in 5 s");
+                } else {
+                    warned = true;
+                    tracing::warn!("{e}: indexing waits, retrying every 5 s");
+                }
                 sleep_unless_stopped(Duration::from_secs(5), stop);
             }
             Err(osprey_indexer::Error::Store(e)) if e.is_no_space() => disk_full.wait(&e, stop)?,
@@ -738,7 +763,8 @@ fn follow_the_tip(
                     );
                 }
             }
-            Err(e) => tracing::warn!("node: {e}"),
+            // The node client says when the node stops answering.
+            Err(e) => tracing::debug!("node: {e}"),
         }
         sleep_unless_stopped(poll, stop);
     }

@@ -156,8 +156,10 @@ fn model(stored: &[u8], key: [u8; 8], magic: Option<[u8; 4]>) -> (Vec<(usize, us
 /// The records a node's scan (`CoreBlockFiles`) walks: unlike a static
 /// directory's reader, it goes on past a record too short for a block (a
 /// file Core is writing is not "broken"), to the end, preallocated zeros or
-/// a record not complete yet (a wrong magic or an oversized record make the
-/// open fail, which `check_core_files` skips).
+/// a record not complete yet. A wrong magic or an oversized record stops
+/// the node's scan where the static reader stops with an error (bytes Core
+/// wrote over after a crash look like that), so every block the static
+/// reader finds before it is still to be found.
 fn core_walk(stored: &[u8], key: [u8; 8]) -> Vec<(usize, usize)> {
     let plain_at = |i: usize| stored[i] ^ key[i % 8];
     let mut records = Vec::new();
@@ -185,7 +187,7 @@ fn check_core_files(
     walked: &[(usize, usize)],
 ) {
     let Ok(files) = CoreBlockFiles::open(dir, Network::Regtest) else {
-        // A broken record stops the scan with an error (checked above).
+        // No regtest genesis first: the directory is refused.
         return;
     };
     let blocks: Vec<(Block, usize, usize)> = records

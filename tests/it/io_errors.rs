@@ -29,7 +29,7 @@ const FAULT_TIMEOUT: Duration = Duration::from_secs(60);
 ///
 /// # Panics
 /// When `cc` fails: the test needs a C compiler (Rust's linker is one).
-fn build_shim(dir: &Path) -> PathBuf {
+pub(crate) fn build_shim(dir: &Path) -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/eio_shim.c");
     let library = dir.join("libeio_shim.so");
     let output = Command::new("cc")

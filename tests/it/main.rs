@@ -19,6 +19,7 @@
 //! | `kill9`       | SIGKILL during the initial sync never corrupts the index |
 //! | `io_errors`   | reads and writes failing with EIO (an LD_PRELOAD shim): a clear error and no panic on a failed write, an error and never a wrong answer on a failed read, a restart's digest equal to a fresh index's |
 //! | `disk_full`   | a disk that fills during the first sync, at the tip or during a snapshot import: one clear line, answers from the committed index, resumed by itself once there is room, digest equal to a fresh index's (as root: it mounts a tmpfs) |
+//! | `node_faults` | Bitcoin Core stopped, killed, "upgraded" (another binary path), its REST off and its files unreadable, during the first sync and at the tip: waited for, said once per outage, followed; answers the node's, digests a fresh build's |
 //! | `core`        | on Bitcoin Core: files, REST and JSON-RPC give one index; kills, a reorg, a restart |
 //! | `dropin`      | each node distribution's launch of electrs, the program renamed `osprey`, serves the node's tip |
 //! | `bench_e2e`   | `osprey chaingen`, `chaingen submit` and `bench` work end to end |
@@ -60,6 +61,7 @@ mod kill9;
 mod listeners;
 mod mempool;
 mod monitoring;
+mod node_faults;
 mod outpoint;
 mod packaging;
 mod protocol;

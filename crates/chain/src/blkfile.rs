@@ -71,7 +71,7 @@ impl FileKind {
 }
 
 /// What is at a position of a file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Record {
     /// A complete record: `len` bytes of data at `offset`; the next record
     /// starts at `next`.
@@ -81,6 +81,10 @@ pub(crate) enum Record {
     /// A record whose bytes are not all in the file: Core is still writing
     /// it, or a static file is truncated.
     Partial,
+    /// Bytes that are no record head (another magic, a length no record
+    /// has), and why: a damaged file, or, in a file Core writes to, bytes
+    /// it wrote over what was read before (see `CoreBlockFiles::rescan`).
+    Damaged(String),
 }
 
 /// A blocks directory: its network magic, its XOR key and a bounded cache
@@ -277,7 +281,7 @@ impl BlocksDir {
         let magic: [u8; 4] = head[..4].try_into().expect("4 bytes");
         let expected = *self.magic.get_or_init(|| magic);
         if magic != expected {
-            return Err(Error::persistent(format!(
+            return Ok(Record::Damaged(format!(
                 "{} at offset {pos}: magic {}, expected {} (another network's file, or not a block file)",
                 self.path(kind, n).display(),
                 hex::encode(magic),
@@ -286,7 +290,7 @@ impl BlocksDir {
         }
         let len = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
         if len > RECORD_BYTES_MAX {
-            return Err(Error::persistent(format!(
+            return Ok(Record::Damaged(format!(
                 "{} at offset {pos}: record announces {len} bytes, more than any {}",
                 self.path(kind, n).display(),
                 match kind {
@@ -308,24 +312,31 @@ impl BlocksDir {
 
     /// Walks the records of a file from `from`, calling `found` with each
     /// complete record's (offset of its data, length); returns where the
-    /// walk stopped (the end of the data, or a record not fully written
-    /// yet), which is where the next walk resumes.
+    /// walk stopped (the end of the data, a record not fully written yet,
+    /// or bytes that are no record), which is where the next walk resumes,
+    /// and, when it stopped at bytes that are no record, what is wrong
+    /// there.
     pub(crate) fn walk(
         &self,
         kind: FileKind,
         n: u32,
         from: u64,
         mut found: impl FnMut(u64, u32) -> Result<(), Error>,
-    ) -> Result<u64, Error> {
+    ) -> Result<(u64, Option<String>), Error> {
         let Some(file_len) = self.file_len(kind, n)? else {
-            return Ok(from);
+            return Ok((from, None));
         };
         let mut pos = from;
-        while let Record::Complete { offset, len, next } = self.record_at(kind, n, pos, file_len)? {
-            found(offset, len)?;
-            pos = next;
+        loop {
+            match self.record_at(kind, n, pos, file_len)? {
+                Record::Complete { offset, len, next } => {
+                    found(offset, len)?;
+                    pos = next;
+                }
+                Record::End | Record::Partial => return Ok((pos, None)),
+                Record::Damaged(what) => return Ok((pos, Some(what))),
+            }
         }
-        Ok(pos)
     }
 
     /// Every block record of the blk files present, in file order, for a
@@ -399,6 +410,7 @@ impl<D: Borrow<BlocksDir>> Records<D> {
                 }
             };
             match dir.record_at(FileKind::Blk, n, pos, file_len)? {
+                Record::Damaged(what) => return Err(Error::persistent(what)),
                 Record::End => self.current = None,
                 Record::Partial => {
                     return Err(Error::persistent(format!(
@@ -502,7 +514,7 @@ mod tests {
             })
             .unwrap();
         assert_eq!(records, vec![(8, 5), (21, 3)]);
-        assert_eq!(end, written as u64);
+        assert_eq!(end, (written as u64, None));
     }
 
     #[test]
@@ -512,12 +524,13 @@ mod tests {
         let files = BlocksDir::open(dir.path(), Some(REGTEST_MAGIC)).unwrap();
         let walk = || {
             let mut found = Vec::new();
-            let end = files
+            let (end, damage) = files
                 .walk(FileKind::Rev, 0, 0, |offset, len| {
                     found.push((offset, len));
                     Ok(())
                 })
                 .unwrap();
+            assert_eq!(damage, None);
             (found, end)
         };
         assert_eq!(walk(), (vec![], 0), "no file yet");

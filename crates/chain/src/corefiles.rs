@@ -38,12 +38,26 @@ const SCRIPT_BYTES_MAX: u64 = 10_000;
 struct BlockIndex {
     /// First 8 bytes of a block hash -> where it is (confirmed on read).
     by_hash: HashMap<u64, BlockPosition>,
-    /// First 8 bytes of every parent hash in the files, and of those with
-    /// two children or more: the undo checksum cannot tell siblings apart.
-    parents: HashSet<u64>,
+    /// First 8 bytes of every parent hash in the files (with those of its
+    /// first child), and of those with two children or more: the undo
+    /// checksum cannot tell siblings apart. A block stored twice (Core
+    /// stores a block again when it lost it in a crash) is no sibling.
+    parents: HashMap<u64, u64>,
     forks: HashSet<u64>,
     /// Per blk file, how far it has been scanned.
     scanned: Vec<u64>,
+    /// Per blk file, where its scan last stopped at bytes that are no
+    /// record (see [`CoreBlockFiles::rescan`]).
+    damaged_at: HashMap<u32, u64>,
+}
+
+/// What one scan of a blk file found: (hash key, parent's hash key,
+/// position) of each block, where it stopped, and why when that was bytes
+/// that are no block record.
+struct Scan {
+    blocks: Vec<(u64, u64, BlockPosition)>,
+    end: u64,
+    damage: Option<String>,
 }
 
 /// Matched blocks a rev file remembers (see `RevFile::after`): far more
@@ -66,6 +80,8 @@ struct RevFile {
     /// recent blocks are parents of blocks still to come, so the map is
     /// emptied at `RECENT_MATCHES_MAX` entries.
     after: HashMap<u64, usize>,
+    /// Where the last walk stopped at bytes that are no record.
+    damaged_at: Option<u64>,
 }
 
 pub struct CoreBlockFiles {
@@ -109,6 +125,14 @@ impl CoreBlockFiles {
     }
 
     /// Indexes what was appended to the blk files since the last scan.
+    ///
+    /// Bytes that are no block record where a scan resumes mean Core wrote
+    /// over what was scanned: restarted after a crash, it writes from where
+    /// its last flush left the file, over the blocks it lost, and records
+    /// scanned before may now be elsewhere. The file is scanned again from
+    /// its start then, once per such place, up to the first bytes that are
+    /// no record: where Core writes its next block. Blocks not found come
+    /// from the node meanwhile.
     fn rescan(&self) -> Result<(), Error> {
         let mut index = self.index.lock().expect("block index lock");
         let mut file = index.scanned.len().saturating_sub(1) as u32;
@@ -117,50 +141,94 @@ impl CoreBlockFiles {
                 return Ok(());
             }
             let from = index.scanned.get(file as usize).copied().unwrap_or(0);
-            let mut found = Vec::new();
-            let mut unwritten = None;
-            let end = self.dir.walk(FileKind::Blk, file, from, |offset, len| {
-                let mut header = [0u8; 80];
-                if unwritten.is_none() && len >= 80 {
-                    self.dir
-                        .read_stored(FileKind::Blk, file, offset, &mut header)?;
-                    if header == [0; 80] {
-                        // Core wrote the record's head but its header is not
-                        // on disk yet: scan it again next time.
-                        unwritten = Some(offset - 8);
-                        return Ok(());
-                    }
-                    self.dir.unobfuscate(offset, &mut header);
-                    let header: Header = deserialize(&header).map_err(|e| {
-                        Error::persistent(format!(
-                            "{} at offset {offset}: bad block header: {e}",
-                            self.dir.path(FileKind::Blk, file).display()
-                        ))
-                    })?;
-                    found.push((
-                        hash_key(&header.block_hash()),
-                        hash_key(&header.prev_blockhash),
-                        offset,
-                        len,
-                    ));
+            let mut scan = self.scan(file, from)?;
+            if let Some(what) = &scan.damage {
+                if from > 0 && index.damaged_at.get(&file) != Some(&scan.end) {
+                    tracing::warn!(
+                        "{what}: written over since it was scanned (the node restarted after a crash?); scanning {} again from its start",
+                        self.dir.path(FileKind::Blk, file).display()
+                    );
+                    scan = self.scan(file, 0)?;
                 }
-                Ok(())
-            })?;
-            let end = unwritten.unwrap_or(end);
-            for (key, parent, offset, len) in found {
-                index
-                    .by_hash
-                    .insert(key, BlockPosition { file, offset, len });
-                if !index.parents.insert(parent) {
-                    index.forks.insert(parent);
+            }
+            match scan.damage {
+                Some(_) => index.damaged_at.insert(file, scan.end),
+                None => index.damaged_at.remove(&file),
+            };
+            for (key, parent, pos) in scan.blocks {
+                index.by_hash.insert(key, pos);
+                match index.parents.get(&parent) {
+                    None => {
+                        index.parents.insert(parent, key);
+                    }
+                    Some(&child) if child != key => {
+                        index.forks.insert(parent);
+                    }
+                    Some(_) => {}
                 }
             }
             match index.scanned.get_mut(file as usize) {
-                Some(scanned) => *scanned = end,
-                None => index.scanned.push(end),
+                Some(scanned) => *scanned = scan.end,
+                None => index.scanned.push(scan.end),
             }
             file += 1;
         }
+    }
+
+    /// Scans blk file `file` from `from`: each record's 8-byte head and
+    /// 80-byte header.
+    fn scan(&self, file: u32, from: u64) -> Result<Scan, Error> {
+        let mut blocks = Vec::new();
+        let mut unwritten = None;
+        let mut bad_header = None;
+        let (end, damage) = self.dir.walk(FileKind::Blk, file, from, |offset, len| {
+            let mut header = [0u8; 80];
+            if unwritten.is_none() && bad_header.is_none() && len >= 80 {
+                self.dir
+                    .read_stored(FileKind::Blk, file, offset, &mut header)?;
+                if header == [0; 80] {
+                    // Core wrote the record's head but its header is not
+                    // on disk yet: scan it again next time.
+                    unwritten = Some(offset - 8);
+                    return Ok(());
+                }
+                self.dir.unobfuscate(offset, &mut header);
+                match deserialize::<Header>(&header) {
+                    Ok(header) => blocks.push((
+                        hash_key(&header.block_hash()),
+                        hash_key(&header.prev_blockhash),
+                        BlockPosition { file, offset, len },
+                    )),
+                    Err(e) => {
+                        bad_header = Some((
+                            offset - 8,
+                            format!(
+                                "{} at offset {offset}: bad block header: {e}",
+                                self.dir.path(FileKind::Blk, file).display()
+                            ),
+                        ))
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(match (unwritten, bad_header) {
+            (Some(at), _) => Scan {
+                blocks,
+                end: at,
+                damage: None,
+            },
+            (None, Some((at, what))) => Scan {
+                blocks,
+                end: at,
+                damage: Some(what),
+            },
+            (None, None) => Scan {
+                blocks,
+                end,
+                damage,
+            },
+        })
     }
 
     /// Where the block with this hash is; rescans once on a miss.
@@ -313,14 +381,25 @@ impl CoreBlockFiles {
         // and try every record, under the lock (rare: a new file, a reorg).
         let mut revs = self.revs.lock().expect("rev files lock");
         let rev = revs.entry(pos.file).or_default();
+        // Bytes that are no record where the walk resumes: Core wrote over
+        // the file after a crash, as over blk files (see `rescan`): walked
+        // again from its start, once per such place.
         let from = rev.scanned;
         let mut found = Vec::new();
-        rev.scanned = self
-            .dir
-            .walk(FileKind::Rev, pos.file, from, |offset, len| {
+        let walk = |from: u64, found: &mut Vec<(u64, u32)>| {
+            self.dir.walk(FileKind::Rev, pos.file, from, |offset, len| {
                 found.push((offset, len));
                 Ok(())
-            })?;
+            })
+        };
+        let (mut end, mut damage) = walk(from, &mut found)?;
+        if damage.is_some() && from > 0 && rev.damaged_at != Some(end) {
+            found.clear();
+            (end, damage) = walk(0, &mut found)?;
+            *rev = RevFile::default();
+        }
+        rev.damaged_at = damage.map(|_| end);
+        rev.scanned = end;
         rev.records.extend(found);
         let n = rev.records.len();
         let start = rev.cursor;
@@ -499,6 +578,65 @@ pub fn decode_block_undo(mut bytes: &[u8], block: &Block) -> Result<Vec<TxOut>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bitcoin::consensus::serialize;
+
+    const REGTEST_MAGIC: [u8; 4] = [0xfa, 0xbf, 0xb5, 0xda];
+
+    /// A block on `parent` whose coinbase carries `tag` (`tag` bytes of it:
+    /// blocks of different sizes).
+    fn block_on(parent: BlockHash, tag: usize) -> Block {
+        let mut block = bitcoin::blockdata::constants::genesis_block(bitcoin::Network::Regtest);
+        block.header.prev_blockhash = parent;
+        block.txdata[0].input[0].script_sig = ScriptBuf::from_bytes(vec![0x51; tag]);
+        block.header.merkle_root = block.compute_merkle_root().expect("a coinbase");
+        block
+    }
+
+    fn record(block: &Block) -> Vec<u8> {
+        let bytes = serialize(block);
+        let mut r = REGTEST_MAGIC.to_vec();
+        r.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        r.extend_from_slice(&bytes);
+        r
+    }
+
+    /// Core killed after storing blocks A and B, restarted, and storing C
+    /// and D from where its last flush left the file (after the genesis),
+    /// over A and B: C and D are found, though the bytes where the last
+    /// scan stopped are inside D now, and A is not mistaken for a fork of
+    /// itself when the file is scanned again.
+    #[test]
+    fn blocks_written_over_after_a_crash_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blk00000.dat");
+        let genesis = bitcoin::blockdata::constants::genesis_block(bitcoin::Network::Regtest);
+        let a = block_on(genesis.block_hash(), 10);
+        let b = block_on(a.block_hash(), 10);
+        let mut data = record(&genesis);
+        let flushed = data.len();
+        data.extend(record(&a));
+        data.extend(record(&b));
+        std::fs::write(&path, &data).unwrap();
+        let files = CoreBlockFiles::open(dir.path(), Network::Regtest).unwrap();
+        assert!(files.block(&b.block_hash()).unwrap().is_some());
+
+        // C and D are longer than A and B: the old scan's end falls inside D.
+        let c = block_on(genesis.block_hash(), 40);
+        let d = block_on(c.block_hash(), 40);
+        data.truncate(flushed);
+        data.extend(record(&c));
+        data.extend(record(&d));
+        std::fs::write(&path, &data).unwrap();
+        for block in [&c, &d] {
+            let (found, _) = files.block(&block.block_hash()).unwrap().expect("found");
+            assert_eq!(found, *block);
+        }
+        // A and C are siblings: their undo cannot tell them apart. A block
+        // seen twice is not its own sibling.
+        let index = files.index.lock().unwrap();
+        assert!(index.forks.contains(&hash_key(&genesis.block_hash())));
+        assert!(!index.forks.contains(&hash_key(&c.block_hash())));
+    }
 
     #[test]
     fn varints_read_cores_encodings() {

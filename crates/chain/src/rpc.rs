@@ -7,6 +7,10 @@
 //! positional params), reads the cookie file once and again only when the
 //! node answers 401 (it restarted with a new cookie), and sorts every
 //! outcome into an [`Error`] of the right kind.
+//!
+//! A node that stops answering (killed, restarting, warming up) is logged
+//! once per outage by the client itself, whichever caller met it first,
+//! and once more when it answers again: callers retry quietly.
 
 use crate::error::Error;
 use base64::Engine;
@@ -16,7 +20,7 @@ use std::io::ErrorKind as IoKind;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How the node authenticates us.
 #[derive(Clone, Debug)]
@@ -73,6 +77,10 @@ pub struct RpcClient {
     agent: ureq::Agent,
     response_bytes_max: u64,
     next_id: AtomicU64,
+    /// Since when the node has not answered, during an outage: its first
+    /// failure is logged and the others are not, however many callers
+    /// retry, and the first answer after it ends it.
+    outage: Mutex<Option<Instant>>,
 }
 
 impl RpcClient {
@@ -111,7 +119,41 @@ impl RpcClient {
             agent: ureq::Agent::new_with_config(config),
             response_bytes_max,
             next_id: AtomicU64::new(1),
+            outage: Mutex::new(None),
         }
+    }
+
+    /// Whether the node is in an outage: its last call failed in a way
+    /// that waiting can mend (unreachable, restarting, warming up).
+    #[cfg(test)]
+    fn is_down(&self) -> bool {
+        self.outage.lock().expect("rpc outage lock").is_some()
+    }
+
+    /// Notes how a call went: a transient failure starts an outage (one
+    /// line), any answer from the node ends one (one line).
+    fn note<T>(&self, result: Result<T, Error>) -> Result<T, Error> {
+        let failed = matches!(&result, Err(e) if e.is_transient());
+        let mut outage = self.outage.lock().expect("rpc outage lock");
+        match (&*outage, &result) {
+            (None, Err(e)) if failed => {
+                *outage = Some(Instant::now());
+                tracing::warn!(
+                    "node at {} is not answering ({e}): waiting for it, and going on by itself once it is back",
+                    self.addr
+                );
+            }
+            (Some(since), _) if !failed => {
+                tracing::info!(
+                    "node at {} answers again, after {:.1} s",
+                    self.addr,
+                    since.elapsed().as_secs_f64()
+                );
+                *outage = None;
+            }
+            _ => {}
+        }
+        result
     }
 
     pub fn addr(&self) -> &str {
@@ -126,8 +168,11 @@ impl RpcClient {
     pub fn call<T: DeserializeOwned>(&self, method: &str, params: &[Value]) -> Result<T, Error> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let request = json!({"jsonrpc": "1.0", "id": id, "method": method, "params": params});
-        let (status, body) = self.post(&request)?;
-        let value = decode_reply(&self.addr, status, &body).and_then(|r| take_result(method, r))?;
+        let value = self.note(
+            self.post(&request)
+                .and_then(|(status, body)| decode_reply(&self.addr, status, &body))
+                .and_then(|r| take_result(method, r)),
+        )?;
         serde_json::from_value(value)
             .map_err(|e| Error::persistent(format!("{method}: unexpected result shape: {e}")))
     }
@@ -136,7 +181,8 @@ impl RpcClient {
     /// each call's result (or error) in order.
     ///
     /// # Errors
-    /// When the batch as a whole fails (transport, HTTP, malformed reply).
+    /// When the batch as a whole fails (transport, HTTP, malformed reply),
+    /// or any call of it failed transiently (the node warming up).
     pub fn call_batch(
         &self,
         method: &str,
@@ -153,9 +199,21 @@ impl RpcClient {
             .enumerate()
             .map(|(i, p)| json!({"jsonrpc": "1.0", "id": first + i as u64, "method": method, "params": p}))
             .collect();
-        let (status, body) = self.post(&Value::Array(requests))?;
-        let reply = decode_reply(&self.addr, status, &body)?;
-        split_batch(method, first, params.len(), reply)
+        let reply = self.note(
+            self.post(&Value::Array(requests))
+                .and_then(|(status, body)| decode_reply(&self.addr, status, &body)),
+        )?;
+        // A node warming up answers each call of a batch with -28: the
+        // batch failed as a whole (a caller reading "out of range" from a
+        // failed `getblockhash` would take the chain for shorter).
+        let results = split_batch(method, first, params.len(), reply)?;
+        if let Some(Err(e)) = results
+            .iter()
+            .find(|r| matches!(r, Err(e) if e.is_transient()))
+        {
+            return self.note(Err(e.clone()));
+        }
+        Ok(results)
     }
 
     /// GETs a Bitcoin Core REST resource (`/rest/...`, served on the RPC
@@ -167,7 +225,7 @@ impl RpcClient {
     /// Transport failures (transient) and any other non-200 status.
     pub fn rest_get(&self, path: &str) -> Result<Option<Vec<u8>>, Error> {
         let url = format!("{}{path}", self.base_url);
-        let (status, body) = self.exchange(|agent| agent.get(&url).call())?;
+        let (status, body) = self.note(self.exchange(|agent| agent.get(&url).call()))?;
         match status {
             200 => Ok(Some(body)),
             404 => Ok(None),

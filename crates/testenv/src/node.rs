@@ -255,6 +255,30 @@ impl Process {
         Ok(process)
     }
 
+    /// Stops the node: with `grace`, over RPC (`stop`), killed when it
+    /// has not exited by then; without, killed at once.
+    fn stop(&mut self, grace: Option<Duration>) -> Result<()> {
+        if let Some(grace) = grace {
+            let asked = self.rpc.call::<Value>("stop", &[]);
+            let deadline = Instant::now() + grace;
+            while asked.is_ok() && Instant::now() < deadline {
+                if self.child.try_wait()?.is_some() {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.child.kill();
+            self.child.wait()?;
+            bail!(
+                "node did not stop within {grace:?} of RPC stop ({asked:?}); log:\n{}",
+                self.log_tail()
+            );
+        }
+        let _ = self.child.kill();
+        self.child.wait()?;
+        Ok(())
+    }
+
     /// Kills the node and runs `command` in its place (same directory,
     /// same log, appended to), waiting for its RPC to answer.
     fn respawn(&mut self, mut command: Command) -> Result<()> {
@@ -548,6 +572,52 @@ impl BitcoindNode {
             self.process.p2p_addr,
             &self.options,
         );
+        self.process.respawn(command)
+    }
+
+    /// The binary this node was started from.
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
+    /// SIGKILLs bitcoind, as a crash or the OOM killer would: whatever it
+    /// had not flushed is lost. [`BitcoindNode::start_again`] restarts it.
+    ///
+    /// # Errors
+    /// When it cannot be waited for.
+    pub fn kill(&mut self) -> Result<()> {
+        self.process.stop(None)
+    }
+
+    /// Stops bitcoind cleanly (RPC `stop`, as its service manager would)
+    /// and waits up to a minute for it to exit.
+    ///
+    /// # Errors
+    /// When it does not exit in time (it is then killed).
+    pub fn stop(&mut self) -> Result<()> {
+        self.process.stop(Some(Duration::from_secs(60)))
+    }
+
+    /// Starts a stopped bitcoind again on the same data directory and
+    /// ports from `binary` (an upgrade's new path) with `options` and
+    /// `extra_args`: it writes a new cookie.
+    ///
+    /// # Errors
+    /// When it does not come up (with its log).
+    pub fn start_again(
+        &mut self,
+        binary: &Path,
+        options: &BitcoindOptions,
+        extra_args: &[&str],
+    ) -> Result<()> {
+        let mut command = bitcoind_command(
+            binary,
+            self.process.dir.path(),
+            self.process.rpc_addr,
+            self.process.p2p_addr,
+            options,
+        );
+        command.args(extra_args);
         self.process.respawn(command)
     }
 

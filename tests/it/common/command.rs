@@ -8,20 +8,27 @@ use std::time::{Duration, Instant};
 
 use osprey_chaingen::manifest::SilentPaymentReceiver;
 use osprey_chaingen::Manifest;
-use osprey_testenv::Node;
+use osprey_testenv::{Node, NodeKind};
 
 /// `osprey index --digest` on `db` (with the flags `extra`, e.g.
-/// `--silent-payments`): catches up to btcd's tip and returns `(height, tip
-/// hash, digest)`.
+/// `--silent-payments`): catches up to the node's tip and returns `(height,
+/// tip hash, digest)`. Bitcoin Core is reached as its users do (the cookie
+/// and the block files through `--daemon-dir`), btcd with its password.
 pub fn index_digest(
-    node: &osprey_testenv::BtcdNode,
+    node: &dyn Node,
     dir: &Path,
     db: &Path,
     extra: &[&str],
 ) -> (u64, String, String) {
-    let (user, pass) = node.auth();
     let rpc = node.rpc_addr().to_string();
-    let auth = format!("{user}:{pass}");
+    let (user, pass) = node.auth();
+    let credentials = match node.kind() {
+        NodeKind::Bitcoind => [
+            "--daemon-dir".to_string(),
+            node.datadir().display().to_string(),
+        ],
+        NodeKind::Btcd => ["--auth".to_string(), format!("{user}:{pass}")],
+    };
     let db = db.display().to_string();
     let mut args = vec![
         "index",
@@ -29,8 +36,8 @@ pub fn index_digest(
         "regtest",
         "--daemon-rpc-addr",
         &rpc,
-        "--auth",
-        &auth,
+        &credentials[0],
+        &credentials[1],
         "--db-dir",
         &db,
         "--log-filter",

@@ -12,24 +12,34 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 impl Daemon {
     /// Core's own files: blocks and undo records read and parsed on several
-    /// threads; a block they do not give comes from REST or JSON-RPC.
+    /// threads; a block they do not give comes from REST or JSON-RPC, and
+    /// so does one they cannot give (a file unreadable for a while: a disk
+    /// failing or gone, permissions changed), said once until the files
+    /// serve again.
     fn blocks_from_files(
         &self,
         files: &CoreBlockFiles,
         hashes: &[(Height, BlockHash)],
     ) -> Result<Vec<BlockWithPrevouts>, Error> {
         in_parallel(hashes, 2, |&(height, hash)| {
-            if let Some((block, pos)) = files.block(&hash)? {
-                if let Some(prevouts) = files.spent_outputs(&block, pos)? {
-                    return Ok(BlockWithPrevouts {
-                        height,
-                        block,
-                        prevouts,
-                        size: pos.len as usize,
-                    });
+            match block_from_files(files, height, hash) {
+                Ok(Some(block)) => {
+                    if self.files_failing.swap(false, Ordering::Relaxed) {
+                        tracing::info!("Core's block files read again: blocks come from them");
+                    }
+                    return Ok(block);
+                }
+                Ok(None) => {
+                    tracing::debug!(height = height.0, %hash, "block not in Core's files yet; asking the node");
+                }
+                Err(e) => {
+                    if !self.files_failing.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            "Core's block files cannot be read ({e}): blocks come from the node until they can"
+                        );
+                    }
                 }
             }
-            tracing::debug!(height = height.0, %hash, "block not in Core's files yet; asking the node");
             let one = [(height, hash)];
             let mut fetched = if self.rest {
                 self.blocks_rest(&one)?
@@ -41,6 +51,26 @@ impl Daemon {
                 .ok_or_else(|| Error::transient(format!("node has no block {height}")))
         })
     }
+}
+
+/// Block `hash` with its spent outputs from Core's files, `None` when the
+/// files do not hold it or its undo record (yet).
+fn block_from_files(
+    files: &CoreBlockFiles,
+    height: Height,
+    hash: BlockHash,
+) -> Result<Option<BlockWithPrevouts>, Error> {
+    let Some((block, pos)) = files.block(&hash)? else {
+        return Ok(None);
+    };
+    Ok(files
+        .spent_outputs(&block, pos)?
+        .map(|prevouts| BlockWithPrevouts {
+            height,
+            block,
+            prevouts,
+            size: pos.len as usize,
+        }))
 }
 
 /// Runs `fetch` for every item on up to `workers` threads; results keep the

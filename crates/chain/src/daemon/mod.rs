@@ -98,6 +98,12 @@ pub struct Daemon {
     /// REST); cleared, and logged once, the first time it does not.
     blockpart: AtomicBool,
     fee_fallback_logged: AtomicBool,
+    /// Whether Core's files failed to give the last block they were asked
+    /// for (said once, and once more when they serve again).
+    files_failing: AtomicBool,
+    /// Whether REST failed to give the last block it was asked for (the
+    /// node restarted with `-rest=0`), likewise.
+    rest_failing: AtomicBool,
 }
 
 impl NodeKind {
@@ -191,6 +197,8 @@ impl Daemon {
             rest: false,
             blockpart: AtomicBool::new(kind.is_core()),
             fee_fallback_logged: AtomicBool::new(false),
+            files_failing: AtomicBool::new(false),
+            rest_failing: AtomicBool::new(false),
         })
     }
 

@@ -19,40 +19,61 @@ const REST_REQUESTS_IN_FLIGHT: usize = 4;
 impl Daemon {
     /// Binary REST: the block and its spent outputs, both as Core stores
     /// them, several blocks in flight at once; parsing happens on the
-    /// requesting threads, so it runs on all cores.
+    /// requesting threads, so it runs on all cores. A block REST does not
+    /// give (the node restarted with `-rest=0`) comes over JSON-RPC, said
+    /// once until REST serves again.
     pub(super) fn blocks_rest(
         &self,
         hashes: &[(Height, BlockHash)],
     ) -> Result<Vec<BlockWithPrevouts>, Error> {
         in_parallel(hashes, REST_REQUESTS_IN_FLIGHT, |&(height, hash)| {
-            let missing = || {
-                Error::transient(format!(
-                    "REST: node has no block {height} ({hash}) or its undo data"
-                ))
-            };
-            let raw = self
-                .rpc
-                .rest_get(&format!("/rest/block/{hash}.bin"))?
-                .ok_or_else(missing)?;
-            let block: Block = deserialize(&raw).map_err(|e| {
-                Error::persistent(format!("block {height} ({hash}) does not parse: {e}"))
-            })?;
-            let spent = self
-                .rpc
-                .rest_get(&format!("/rest/spenttxouts/{hash}.bin"))?
-                .ok_or_else(missing)?;
-            let prevouts = decode_spent_outputs(&spent, &block).map_err(|what| {
-                Error::persistent(format!(
-                    "REST spenttxouts of block {height} ({hash}): {what}"
-                ))
-            })?;
-            Ok(BlockWithPrevouts {
-                height,
-                block,
-                prevouts,
-                size: raw.len(),
-            })
+            if let Some(block) = self.block_rest(height, hash)? {
+                if self.rest_failing.swap(false, Ordering::Relaxed) {
+                    tracing::info!("the node's REST serves blocks again");
+                }
+                return Ok(block);
+            }
+            if !self.rest_failing.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "the node's REST does not serve block {height} ({hash}) or its spent outputs (restarted with -rest=0?): blocks come over JSON-RPC until it does"
+                );
+            }
+            self.blocks_verbose3(&[(height, hash)])?
+                .pop()
+                .ok_or_else(|| Error::transient(format!("node has no block {height} ({hash})")))
         })
+    }
+
+    /// One block and its spent outputs over REST; `None` when REST does
+    /// not serve them.
+    fn block_rest(
+        &self,
+        height: Height,
+        hash: BlockHash,
+    ) -> Result<Option<BlockWithPrevouts>, Error> {
+        let Some(raw) = self.rpc.rest_get(&format!("/rest/block/{hash}.bin"))? else {
+            return Ok(None);
+        };
+        let block: Block = deserialize(&raw).map_err(|e| {
+            Error::persistent(format!("block {height} ({hash}) does not parse: {e}"))
+        })?;
+        let Some(spent) = self
+            .rpc
+            .rest_get(&format!("/rest/spenttxouts/{hash}.bin"))?
+        else {
+            return Ok(None);
+        };
+        let prevouts = decode_spent_outputs(&spent, &block).map_err(|what| {
+            Error::persistent(format!(
+                "REST spenttxouts of block {height} ({hash}): {what}"
+            ))
+        })?;
+        Ok(Some(BlockWithPrevouts {
+            height,
+            block,
+            prevouts,
+            size: raw.len(),
+        }))
     }
 
     /// A confirmed transaction's own bytes out of its block, over REST

@@ -570,3 +570,46 @@ fn an_unreachable_node_is_a_transient_error() {
     assert!(e.is_transient(), "{e}");
     assert!(e.to_string().contains("cannot connect"), "{e}");
 }
+
+#[test]
+fn a_batch_answered_during_warmup_fails_as_a_whole() {
+    // Core restarting answers each call of a batch with -28: read one by
+    // one, the first "error" would look like the end of the chain.
+    let answers = r#"[{"result":"a","error":null,"id":1},
+        {"result":null,"error":{"code":-28,"message":"Loading block index…"},"id":2}]"#;
+    let node = CannedNode::start(vec![keep(reply("200 OK", answers))]);
+    let client = node.client();
+    let e = client
+        .call_batch("getblockhash", &[vec![json!(0)], vec![json!(1)]])
+        .unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert_eq!(e.code(), -28);
+    assert!(client.is_down(), "a node warming up is waited for");
+}
+
+#[test]
+fn an_outage_lasts_from_the_first_failure_to_the_next_answer() {
+    let node = CannedNode::start(vec![
+        keep(reply(
+            "200 OK",
+            r#"{"result":null,"error":{"code":-28,"message":"Verifying blocks…"},"id":1}"#,
+        )),
+        keep(reply(
+            "200 OK",
+            r#"{"result":null,"error":{"code":-28,"message":"Verifying blocks…"},"id":2}"#,
+        )),
+        // The node's own error is an answer: it is up.
+        keep(reply(
+            "200 OK",
+            r#"{"result":null,"error":{"code":-5,"message":"not found"},"id":3}"#,
+        )),
+    ]);
+    let client = node.client();
+    assert!(!client.is_down());
+    for _ in 0..2 {
+        assert!(call(&client).unwrap_err().is_transient());
+        assert!(client.is_down());
+    }
+    assert_eq!(call(&client).unwrap_err().code(), -5);
+    assert!(!client.is_down(), "an answer ends the outage");
+}
