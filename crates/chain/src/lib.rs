@@ -7,6 +7,7 @@ mod blkfiles;
 mod corefiles;
 mod daemon;
 mod error;
+mod parallel;
 pub mod rpc;
 mod source;
 

@@ -2,8 +2,8 @@
 //! (`/rest/block`, `/rest/spenttxouts`, Core 30+) and single transactions
 //! out of their block (`/rest/blockpart`, Core 31+).
 
-use super::feed::in_parallel;
 use super::Daemon;
+use crate::parallel::in_parallel;
 use crate::source::{BlockWithPrevouts, TxLocation};
 use crate::Error;
 use bitcoin::consensus::{deserialize, Decodable};
