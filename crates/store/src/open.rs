@@ -343,7 +343,7 @@ fn family_options(
     }
     if family == Family::History {
         // A script's rows of one epoch are one value, appended to by
-        // merge operands (`codec::history_operands`): see `codec`.
+        // merge operands (`codec::Operands`): see `codec`.
         o.set_merge_operator_associative("osprey-history-4", |key, existing, operands| {
             codec::merge_history(key, existing, operands.iter())
         });
