@@ -54,6 +54,26 @@ fn wait_logged(servers: &[&Osprey], what: &str, times: usize) {
     }
 }
 
+/// One outage of Core: `down` takes it down (a clean stop or SIGKILL),
+/// both servers must say so, then it starts from `binary` with `options`
+/// and `args`, and both must say it is back.
+fn outage(
+    node: &mut BitcoindNode,
+    servers: &[&Osprey],
+    outages: &mut usize,
+    down: fn(&mut BitcoindNode) -> anyhow::Result<()>,
+    binary: &std::path::Path,
+    options: &BitcoindOptions,
+    args: &[&str],
+) {
+    down(node).expect("taking Core down");
+    *outages += 1;
+    wait_logged(servers, OUTAGE, *outages);
+    node.start_again(binary, options, args)
+        .expect("Core starts again");
+    wait_logged(servers, BACK, *outages);
+}
+
 fn cookie(node: &BitcoindNode) -> String {
     std::fs::read_to_string(node.cookie_file()).expect("reading Core's cookie")
 }
@@ -113,23 +133,29 @@ fn core_killed_restarted_upgraded_and_unreadable_is_waited_for_and_followed() {
     let first_sync = !files.log().contains("serving Electrum");
     eprintln!("clean stop during the first sync: {first_sync}");
     let old_cookie = cookie(&node);
-    node.stop().expect("stopping Core");
-    outages += 1;
-    wait_logged(&[&files, &rest], OUTAGE, outages);
     let binary = node.binary().to_path_buf();
-    node.start_again(&binary, &BitcoindOptions::default(), &[])
-        .expect("Core starts again");
-    wait_logged(&[&files, &rest], BACK, outages);
+    outage(
+        &mut node,
+        &[&files, &rest],
+        &mut outages,
+        BitcoindNode::stop,
+        &binary,
+        &BitcoindOptions::default(),
+        &[],
+    );
     assert_ne!(cookie(&node), old_cookie, "Core wrote a new cookie");
 
     // 2. SIGKILL, at once (the first sync may still be going on).
     std::thread::sleep(Duration::from_millis(rng.below(300)));
-    node.kill().expect("killing Core");
-    outages += 1;
-    wait_logged(&[&files, &rest], OUTAGE, outages);
-    node.start_again(&binary, &BitcoindOptions::default(), &[])
-        .expect("Core starts again");
-    wait_logged(&[&files, &rest], BACK, outages);
+    outage(
+        &mut node,
+        &[&files, &rest],
+        &mut outages,
+        BitcoindNode::kill,
+        &binary,
+        &BitcoindOptions::default(),
+        &[],
+    );
     files.wait_ready(&node);
     rest.wait_ready(&node);
 
@@ -137,12 +163,15 @@ fn core_killed_restarted_upgraded_and_unreadable_is_waited_for_and_followed() {
     //    mined (Core may lose them: the servers follow it back), more
     //    mined after the restart.
     node.generate(1 + rng.below(3) as u32).expect("mining");
-    node.kill().expect("killing Core");
-    outages += 1;
-    wait_logged(&[&files, &rest], OUTAGE, outages);
-    node.start_again(&binary, &BitcoindOptions::default(), &[])
-        .expect("Core starts again");
-    wait_logged(&[&files, &rest], BACK, outages);
+    outage(
+        &mut node,
+        &[&files, &rest],
+        &mut outages,
+        BitcoindNode::kill,
+        &binary,
+        &BitcoindOptions::default(),
+        &[],
+    );
     node.generate(2).expect("mining");
     files.wait_synced(&node);
     rest.wait_synced(&node);
@@ -150,9 +179,6 @@ fn core_killed_restarted_upgraded_and_unreadable_is_waited_for_and_followed() {
     // 4. "Upgraded": stopped, started from a copy of the binary at another
     //    path, with other arguments and REST off. R takes its blocks over
     //    JSON-RPC meanwhile.
-    node.stop().expect("stopping Core");
-    outages += 1;
-    wait_logged(&[&files, &rest], OUTAGE, outages);
     let upgraded = dir.path().join("upgraded/bin/bitcoind");
     std::fs::create_dir_all(upgraded.parent().expect("a parent")).expect("mkdir");
     std::fs::copy(&binary, &upgraded).expect("copying bitcoind");
@@ -160,9 +186,15 @@ fn core_killed_restarted_upgraded_and_unreadable_is_waited_for_and_followed() {
         rest: false,
         ..BitcoindOptions::default()
     };
-    node.start_again(&upgraded, &no_rest, &["-dbcache=64", "-par=1"])
-        .expect("the upgraded Core starts");
-    wait_logged(&[&files, &rest], BACK, outages);
+    outage(
+        &mut node,
+        &[&files, &rest],
+        &mut outages,
+        BitcoindNode::stop,
+        &upgraded,
+        &no_rest,
+        &["-dbcache=64", "-par=1"],
+    );
     node.generate(3).expect("mining");
     files.wait_synced(&node);
     rest.wait_synced(&node);
@@ -190,12 +222,15 @@ fn core_killed_restarted_upgraded_and_unreadable_is_waited_for_and_followed() {
     assert_eq!(count(&files, "block files read again"), 1);
 
     // 6. Back to the original binary with REST: R reads REST again.
-    node.stop().expect("stopping Core");
-    outages += 1;
-    wait_logged(&[&files, &rest], OUTAGE, outages);
-    node.start_again(&binary, &BitcoindOptions::default(), &[])
-        .expect("Core starts again");
-    wait_logged(&[&files, &rest], BACK, outages);
+    outage(
+        &mut node,
+        &[&files, &rest],
+        &mut outages,
+        BitcoindNode::stop,
+        &binary,
+        &BitcoindOptions::default(),
+        &[],
+    );
     node.generate(1).expect("mining");
     files.wait_synced(&node);
     rest.wait_synced(&node);

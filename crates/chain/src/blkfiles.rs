@@ -22,6 +22,11 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
+/// The ids of `block`'s transactions, in order.
+fn txids_of(block: &Block) -> Vec<Txid> {
+    block.txdata.iter().map(|tx| tx.compute_txid()).collect()
+}
+
 /// Threads that read and parse a request's blocks.
 const PARSE_THREADS: usize = 2;
 
@@ -221,7 +226,7 @@ impl BlockFeed for BlkFiles {
             if block.block_hash() != hash {
                 return Err(Error::persistent(format!("block {height} is not {hash}")));
             }
-            let txids: Vec<Txid> = block.txdata.iter().map(|tx| tx.compute_txid()).collect();
+            let txids = txids_of(&block);
             Ok((height, block, size, txids))
         })?;
         let mut unspent = self.unspent.lock().expect("unspent lock poisoned");
@@ -237,7 +242,7 @@ impl BlockFeed for BlkFiles {
             while unspent.next < height.0 {
                 let next = unspent.next;
                 let (block, _) = self.read_block(Height(next))?;
-                let txids: Vec<Txid> = block.txdata.iter().map(|tx| tx.compute_txid()).collect();
+                let txids = txids_of(&block);
                 Self::connect(&mut unspent, next, &block, &txids)?;
             }
             let prevouts = Self::connect(&mut unspent, height.0, &block, &txids)?;
