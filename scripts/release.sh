@@ -10,6 +10,11 @@
 #                                              directories one after the
 #                                              other: the two SHA256SUMS
 #                                              must be equal
+#   --arch amd64|arm64                         (with any of the above) one
+#                                              architecture only: its .deb
+#                                              and tarball, no OCI image
+#                                              (which holds both); half the
+#                                              build time
 #
 # What DIR gets:
 #   osprey_VERSION_amd64.deb, osprey_VERSION_arm64.deb   (scripts/package.sh)
@@ -45,13 +50,16 @@ cd "$(dirname "$0")/.."
 step() { echo "== release [${SECONDS}s]: $*" >&2; }
 fail() { echo "release: FAILED: $*" >&2; exit 1; }
 
-out="" debs="" verify=""
+out="" debs="" verify="" archs="amd64 arm64" arch_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
     --debs) debs=$(cd "$2" && pwd); shift 2 ;;
     --verify-reproducible) verify=yes; shift ;;
-    *) echo "usage: $0 [--out DIR] [--debs DIR] | --verify-reproducible" >&2; exit 2 ;;
+    --arch)
+      case "$2" in amd64|arm64) archs="$2"; arch_args=(--arch "$2") ;; *) fail "--arch takes amd64 or arm64" ;; esac
+      shift 2 ;;
+    *) echo "usage: $0 [--out DIR] [--debs DIR] [--arch amd64|arm64] | --verify-reproducible [--arch A]" >&2; exit 2 ;;
   esac
 done
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
@@ -66,7 +74,7 @@ if [ -n "$verify" ]; then
     step "build $n of $(git rev-parse --short HEAD) in $dir"
     git archive HEAD | tar -x -C "$dir"
     # Unsigned: the signature is over SHA256SUMS, which is what is compared.
-    (cd "$dir" && env -u OSPREY_RELEASE_KEY scripts/release.sh --out "$dir/out") || fail "build $n"
+    (cd "$dir" && env -u OSPREY_RELEASE_KEY scripts/release.sh --out "$dir/out" "${arch_args[@]}") || fail "build $n"
     sums+=("$dir/out/SHA256SUMS")
   done
   if diff -u "${sums[0]}" "${sums[1]}"; then
@@ -85,7 +93,7 @@ trap 'rm -rf "$work"' EXIT
 
 if [ -n "$debs" ]; then
   step "the packages from $debs (not built here)"
-  for arch in amd64 arm64; do
+  for arch in $archs; do
     cp "$debs/osprey_${version}_$arch.deb" "$out/"
   done
 else
@@ -98,7 +106,7 @@ else
     rustflags+=" --remap-path-prefix=$map"
     cflags+=" -ffile-prefix-map=$map"
   done
-  for arch in amd64 arm64; do
+  for arch in $archs; do
     step "scripts/package.sh --arch $arch (in target/release-build)"
     CARGO_TARGET_DIR="$target" RUSTFLAGS="${rustflags# }" CFLAGS="${cflags# }" CXXFLAGS="${cflags# }" \
       scripts/package.sh --arch "$arch" --out "$out" >&2
@@ -106,7 +114,7 @@ else
 fi
 
 step "tarballs"
-for arch in amd64 arm64; do
+for arch in $archs; do
   case "$arch" in amd64) cpu=x86_64 ;; arm64) cpu=aarch64 ;; esac
   name="osprey-$version-$cpu-linux"
   rm -rf "${work:?}/$name" "$work/deb"
@@ -120,6 +128,9 @@ for arch in amd64 arm64; do
   cp "$work/$name/osprey" "$work/$name/osprey-tools" "$work/binaries-$arch/usr/local/bin/"
 done
 
+if [ "$archs" != "amd64 arm64" ]; then
+  step "no OCI image: it holds both architectures, and --arch builds one"
+else
 step "the OCI image (linux/amd64 and linux/arm64)"
 image="localhost/osprey-release:$version"
 podman manifest rm "$image" >/dev/null 2>&1 || true
@@ -173,6 +184,7 @@ podman manifest push --all --format oci "$image" "oci:$work/oci:$version" >/dev/
   || { cat "$work/push.log" >&2; fail "podman manifest push"; }
 tar -C "$work/oci" --sort=name --format=gnu --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 \
   --numeric-owner -cf "$out/osprey-$version-oci.tar" .
+fi
 
 step "SHA256SUMS"
 (cd "$out" && rm -f SHA256SUMS SHA256SUMS.asc && sha256sum osprey_* osprey-* >SHA256SUMS)

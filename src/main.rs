@@ -7,6 +7,7 @@ mod admin;
 mod bans;
 mod config;
 mod demo;
+mod follow;
 mod index_report;
 mod memory;
 mod monitoring;

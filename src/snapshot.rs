@@ -195,7 +195,7 @@ fn room_waiter(config: &Config) -> impl FnMut(&osprey_store::Error) -> bool {
         };
         match reminded {
             None => {
-                crate::serve::log_disk_full(
+                crate::follow::log_disk_full(
                     &path,
                     *free,
                     *needed,
@@ -207,9 +207,9 @@ fn room_waiter(config: &Config) -> impl FnMut(&osprey_store::Error) -> bool {
             Some(at) if at.elapsed() >= Duration::from_secs(60) => {
                 tracing::warn!(
                     "disk still full: {} free in {}, about {} left to write; the import waits",
-                    crate::serve::human_bytes(*free),
+                    crate::follow::human_bytes(*free),
                     path.display(),
-                    crate::serve::human_bytes(*needed)
+                    crate::follow::human_bytes(*needed)
                 );
                 reminded = Some(Instant::now());
             }
