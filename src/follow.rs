@@ -181,28 +181,21 @@ pub(crate) fn follow_the_tip(
         let at_node_tip = tracker
             .node_height()
             .is_some_and(|node| query.tip().0 >= node);
-        match query.source().initial_block_download() {
+        let waiting = match query.source().initial_block_download() {
             Ok(false) if at_node_tip => break,
-            Ok(false) => {
-                if ibd_logged.elapsed() >= Duration::from_secs(30) {
-                    ibd_logged = Instant::now();
-                    tracing::info!(
-                        height = query.tip().0 .0,
-                        "the index is behind the node's tip (a replica's writer still indexing): wallets are served once it reaches it"
-                    );
-                }
-            }
-            Ok(true) => {
-                if ibd_logged.elapsed() >= Duration::from_secs(30) {
-                    ibd_logged = Instant::now();
-                    tracing::info!(
-                        height = query.tip().0 .0,
-                        "node is in initial block download: indexing as it goes; wallets are served once it is done"
-                    );
-                }
-            }
+            Ok(false) => Some("the index is behind the node's tip (a replica's writer still indexing): wallets are served once it reaches it"),
+            Ok(true) => Some("node is in initial block download: indexing as it goes; wallets are served once it is done"),
             // The node client says when the node stops answering.
-            Err(e) => tracing::debug!("node: {e}"),
+            Err(e) => {
+                tracing::debug!("node: {e}");
+                None
+            }
+        };
+        if let Some(waiting) = waiting {
+            if ibd_logged.elapsed() >= Duration::from_secs(30) {
+                ibd_logged = Instant::now();
+                tracing::info!(height = query.tip().0 .0, "{waiting}");
+            }
         }
         sleep_unless_stopped(poll, stop);
     }
