@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+/// Sleeps for `duration`, or less once `stop` is set (looked at every
+/// 50 ms), so that a stop is not held up by a wait.
 pub(crate) fn sleep_unless_stopped(duration: Duration, stop: &AtomicBool) {
     let until = Instant::now() + duration;
     while Instant::now() < until && !stop.load(Ordering::Relaxed) {
