@@ -1116,20 +1116,25 @@ fn readme_lists_every_electrs_setting() {
     );
 }
 
+/// `osprey serve FLAGS`'s settings over those of a config file holding
+/// `file`, resolved.
+fn serve_flags_over_file(flags: &[&str], file: &str) -> anyhow::Result<Config> {
+    use clap::Parser as _;
+    let cli = crate::Cli::try_parse_from([&["osprey", "serve"], flags].concat())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let crate::Command::Serve { config: args, .. } = cli.command else {
+        panic!("not serve");
+    };
+    let file: ConfigArgs = toml::from_str(file).unwrap();
+    args.over(file)
+}
+
 /// `--silent-payments` alone turns the records on; a value, or the file,
 /// can say either way, and the flag wins over the file.
 #[test]
 fn silent_payments_is_a_switch_that_takes_a_value() {
-    use clap::Parser as _;
-    let resolve = |flags: &[&str], file: &str| {
-        let cli = crate::Cli::try_parse_from([&["osprey", "serve"], flags].concat())
-            .unwrap_or_else(|e| panic!("{e}"));
-        let crate::Command::Serve { config: args, .. } = cli.command else {
-            panic!("not serve");
-        };
-        let file: ConfigArgs = toml::from_str(file).unwrap();
-        args.over(file).unwrap().silent_payments
-    };
+    let resolve =
+        |flags: &[&str], file: &str| serve_flags_over_file(flags, file).unwrap().silent_payments;
     assert!(!resolve(&[], ""));
     assert!(resolve(&["--silent-payments"], ""));
     assert!(resolve(&["--silent-payments", "true"], ""));
@@ -1146,17 +1151,9 @@ fn silent_payments_is_a_switch_that_takes_a_value() {
 /// choices.
 #[test]
 fn sp_scan_priority_takes_one_of_three_names() {
-    use clap::Parser as _;
     use osprey_server::ScanPriority;
-    let resolve = |flags: &[&str], file: &str| {
-        let cli = crate::Cli::try_parse_from([&["osprey", "serve"], flags].concat())
-            .unwrap_or_else(|e| panic!("{e}"));
-        let crate::Command::Serve { config: args, .. } = cli.command else {
-            panic!("not serve");
-        };
-        let file: ConfigArgs = toml::from_str(file).unwrap();
-        args.over(file).map(|c| c.sp_scan_priority)
-    };
+    let resolve =
+        |flags: &[&str], file: &str| serve_flags_over_file(flags, file).map(|c| c.sp_scan_priority);
     assert_eq!(resolve(&[], "").unwrap(), ScanPriority::Idle);
     assert_eq!(
         resolve(&[], "sp_scan_priority = \"low\"").unwrap(),
