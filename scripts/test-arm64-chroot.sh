@@ -17,6 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { echo "== test-arm64-chroot [${SECONDS}s]: $*"; }
+. scripts/chroot.sh
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 deb=${1:-target/debian/osprey_${version}_arm64.deb}
 [ -s "$deb" ] || { echo "test-arm64-chroot: no $deb (scripts/package.sh --arch arm64 makes it)" >&2; exit 1; }
@@ -44,17 +45,11 @@ step "an arm64 bookworm (debootstrap --arch arm64 --foreign, second stage under 
 tarball=$(scripts/bookworm-rootfs.sh --arch arm64 --include systemd)
 root=target/arm64-chroot/root
 rm -rf target/arm64-chroot
-mkdir -p "$root"
-tar -C "$root" -xzf "$tarball"
+unpack_rootfs "$tarball" "$root"
 cp "$deb" "$root/tmp/osprey.deb"
 cp tests/packaging/in-chroot.sh "$root/root/in-chroot.sh"
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-in_chroot() {
-  # shellcheck disable=SC2016 # expanded by the inner bash, from its arguments
-  timeout 900 unshare --mount --propagation private bash -c \
-    'mount -t proc proc "$0/proc" && mount --rbind /dev "$0/dev" && exec chroot "$0" /bin/bash /root/in-chroot.sh "$@"' \
-    "$root" "$@"
-}
+port=$(free_port)
+in_chroot() { run_in_chroot 900 "$root" in-chroot.sh "$@"; }
 echo "chroot: $(chroot "$root" dpkg --print-architecture), $(chroot "$root" uname -m) (emulated), $(cat "$root/etc/debian_version")"
 file "$root/bin/bash" | cut -d, -f1-2
 

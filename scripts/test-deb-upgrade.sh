@@ -37,7 +37,7 @@ esac
 repo=$(pwd)
 bitcoind=${BITCOIND_EXE:-$(command -v bitcoind || echo ../shared/peers/bin/bitcoind)}
 bitcoin_cli="$(dirname "$bitcoind")/bitcoin-cli"
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. scripts/chroot.sh
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 format=$(sed -n 's/^pub const SCHEMA_VERSION: u32 = \([0-9]*\);/\1/p' crates/store/src/lib.rs)
@@ -111,17 +111,11 @@ echo "bitcoind $("$bitcoind" -version | head -1 | sed 's/.*version \([^ ]*\).*/\
 step "a clean bookworm"
 tarball=$(scripts/bookworm-rootfs.sh --include systemd)
 root="$work/root"
-mkdir -p "$root"
-tar -C "$root" -xzf "$tarball"
+unpack_rootfs "$tarball" "$root"
 cp "$work/old.deb" "$work/new.deb" "$work/same.deb" "$root/tmp/"
 cp tests/packaging/upgrade-in-chroot.sh "$root/root/"
 port=$(free_port)
-in_chroot() {
-  # shellcheck disable=SC2016 # expanded by the inner bash, from its arguments
-  timeout 600 unshare --mount --propagation private bash -c \
-    'mount -t proc proc "$0/proc" && mount --rbind /dev "$0/dev" && exec chroot "$0" /bin/bash /root/upgrade-in-chroot.sh "$@"' \
-    "$root" "$@"
-}
+in_chroot() { run_in_chroot 600 "$root" upgrade-in-chroot.sh "$@"; }
 index="$root/var/lib/osprey/db/regtest"
 identity() { cat "$index/rocksdb/IDENTITY" 2>/dev/null || echo none; }
 rebuild_line="indexing again"

@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { echo "== test-deb [${SECONDS}s]: $*"; }
+. scripts/chroot.sh
 
 need_apt=()
 command -v lintian >/dev/null 2>&1 || need_apt+=(lintian)
@@ -36,21 +37,12 @@ step "a clean bookworm"
 tarball=$(scripts/bookworm-rootfs.sh --include systemd)
 root=target/deb-test/root
 rm -rf target/deb-test
-mkdir -p "$root"
-tar -C "$root" -xzf "$tarball"
+unpack_rootfs "$tarball" "$root"
 cp "$deb" "$root/tmp/osprey.deb"
 cp tests/packaging/in-chroot.sh "$root/root/in-chroot.sh"
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-
-# In a mount namespace of its own: /proc (osprey finds osprey-tools
-# through /proc/self/exe) and /dev go away with it, even on failure. The
-# network is the host's: the demo listens on a free loopback port.
-in_chroot() {
-  # shellcheck disable=SC2016 # expanded by the inner bash, from its arguments
-  timeout 300 unshare --mount --propagation private bash -c \
-    'mount -t proc proc "$0/proc" && mount --rbind /dev "$0/dev" && exec chroot "$0" /bin/bash /root/in-chroot.sh "$@"' \
-    "$root" "$@"
-}
+# The demo listens on a free loopback port (the chroot has the host's network).
+port=$(free_port)
+in_chroot() { run_in_chroot 300 "$root" in-chroot.sh "$@"; }
 
 step "in the chroot: dpkg -i, the files, systemd-analyze verify, osprey --version, osprey demo on port $port"
 in_chroot install "$port"
