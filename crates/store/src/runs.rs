@@ -55,8 +55,8 @@ use crate::{Error, Family, Result, PARTITIONS};
 pub(crate) const RUNS_DIR: &str = "bulk";
 
 /// Raw bytes of a run file's block before it is compressed. A merge holds
-/// one block, raw and compressed, for each run: mainnet's ~650 runs, two
-/// partitions at a time, take ~85 MB.
+/// one block, raw and compressed, for each run: mainnet's ~650 runs take
+/// ~43 MB.
 const BLOCK_BYTES: usize = 32 << 10;
 
 /// The flag, in a block's compressed length, of a zstd block (an LZ4 one
@@ -364,7 +364,7 @@ pub(crate) fn merge_runs(
         })?);
     }
     // One decompression context for all the runs: a reader each would
-    // hold ~100 KB more per run, mainnet's ~650 runs times two partitions.
+    // hold ~100 KB more per run, mainnet's ~650 runs.
     let mut decompressor = zstd_safe::DCtx::create();
     let mut heap = BinaryHeap::with_capacity(readers.len());
     for (i, reader) in readers.iter_mut().enumerate() {
@@ -426,14 +426,14 @@ pub(crate) fn merge_runs(
 /// RocksDB's open files (`max_open_files`), sockets, the flat files.
 const OTHER_OPEN_FILES: u64 = 1024;
 
-/// Makes room for merges that open `runs` files at once: mainnet's ~650
-/// runs for each of two merges, and RocksDB's files, pass the soft limit
+/// Makes room for a merge that opens `runs` files at once: mainnet's ~650
+/// runs and RocksDB's files pass the soft limit
 /// many systems start processes with (1,024), so it is raised towards the
 /// hard limit (as Bitcoin Core does); when even that is too low, the merge
 /// is refused with what to raise, rather than failing halfway.
-pub(crate) fn allow_open_files(runs: u64, merges: u64) -> Result<()> {
+pub(crate) fn allow_open_files(runs: u64) -> Result<()> {
     use rustix::process::{getrlimit, setrlimit, Resource};
-    let needed = runs * merges + OTHER_OPEN_FILES;
+    let needed = runs + OTHER_OPEN_FILES;
     let limit = getrlimit(Resource::Nofile);
     if limit.current.is_none_or(|current| current >= needed) {
         return Ok(());
@@ -452,7 +452,7 @@ pub(crate) fn allow_open_files(runs: u64, merges: u64) -> Result<()> {
         return Ok(());
     }
     Err(Error::OpenFiles(format!(
-        "the bulk load's merge reads its {runs} runs in {merges} partitions at once and needs {needed} open files, \
+        "the bulk load's merge reads its {runs} runs at once and needs {needed} open files, \
          but the limit is {} (hard limit {}): raise it (LimitNOFILE= in a systemd unit, ulimit -n)",
         limit.current.unwrap_or(0),
         limit

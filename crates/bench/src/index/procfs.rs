@@ -191,16 +191,20 @@ pub struct DiskPeak {
 }
 
 impl DiskPeak {
+    /// Samples every `interval`, or every 20 walks' time when a walk of
+    /// the directory takes longer than a twentieth of it.
     pub fn watch(dir: &Path, interval: std::time::Duration) -> DiskPeak {
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let dir = dir.to_path_buf();
         let sampler = std::thread::spawn(move || {
             let mut peak = None;
             loop {
+                let walk = std::time::Instant::now();
                 if let Ok(usage) = disk_usage(&dir) {
                     peak = peak.max(Some(usage.allocated_bytes));
                 }
-                match stopped.recv_timeout(interval) {
+                let wait = interval.max(walk.elapsed() * 20);
+                match stopped.recv_timeout(wait) {
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                     _ => return peak,
                 }
