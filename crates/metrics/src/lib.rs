@@ -49,7 +49,9 @@ pub struct SilentPaymentMetrics {
     pub records_scanned: IntCounter,
     /// Time scan chunks held a handler slot.
     pub scan_seconds: Counter,
-    /// Transactions reported to subscribers.
+    /// Transactions in the notifications written to subscribers (counted by
+    /// the session as it writes them: a replaced subscription's lines,
+    /// dropped, are not).
     pub matches: IntCounter,
 }
 
@@ -349,7 +351,7 @@ impl Metrics {
             ),
             matches: r.counter(
                 "osprey_sp_matches_total",
-                "Transactions reported to silent-payment subscribers",
+                "Transactions in silent-payment notifications written to subscribers",
             ),
         };
         Metrics {

@@ -17,6 +17,10 @@ pub(crate) struct Queued {
     /// its session gave it (`silent::SpGenerations`): written only while
     /// that subscription is still the client's.
     pub sp_generation: Option<u64>,
+    /// Transactions a silent-payments notification reports: counted
+    /// (`osprey_sp_matches_total`) when the session writes it, not when it
+    /// is queued, since a replaced subscription's lines are dropped.
+    pub sp_matches: u64,
     _charge: Charge,
 }
 
@@ -27,15 +31,17 @@ impl Queued {
         charge.resize(line.len()).then_some(Queued {
             line,
             sp_generation: None,
+            sp_matches: 0,
             _charge: charge,
         })
     }
 
     /// This line, as a notification of the silent-payments subscription
-    /// of `generation`.
-    pub fn of_sp_generation(self, generation: u64) -> Queued {
+    /// of `generation` reporting `matches` transactions.
+    pub fn of_sp_subscription(self, generation: u64, matches: usize) -> Queued {
         Queued {
             sp_generation: Some(generation),
+            sp_matches: matches as u64,
             ..self
         }
     }

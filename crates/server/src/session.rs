@@ -378,7 +378,7 @@ async fn serve(
                 }
             }
             Some(queued) = notifications.recv() => {
-                if hub.generations.admits(&queued) {
+                if hub.generations.admit(&queued, &ctx.metrics.silent_payments.matches) {
                     if let Err(end) = writer.line(&queued.line).await {
                         return end;
                     }
@@ -386,7 +386,7 @@ async fn serve(
                 // Drain what is already queued, then flush once.
                 for _ in 0..NOTIFICATIONS_PER_FLUSH {
                     let Ok(queued) = notifications.try_recv() else { break };
-                    if !hub.generations.admits(&queued) {
+                    if !hub.generations.admit(&queued, &ctx.metrics.silent_payments.matches) {
                         continue;
                     }
                     if let Err(end) = writer.line(&queued.line).await {

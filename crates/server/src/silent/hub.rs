@@ -247,18 +247,14 @@ impl Hub {
         sub.last_sent = Instant::now();
         let line: Arc<str> = sub.subscription.notification(sub.progress, history).into();
         let generation = sub.generation;
-        self.ctx
-            .metrics
-            .silent_payments
-            .matches
-            .inc_by(history.len() as u64);
         let Some(queued) = Queued::charged(line, &self.ctx.client_memory) else {
             // As the notifier does: a session the budget cannot hold
             // closes rather than wait.
             self.kick.notify_one();
             return Err(Gone);
         };
-        self.forward(queued.of_sp_generation(generation)).await
+        self.forward(queued.of_sp_subscription(generation, history.len()))
+            .await
     }
 
     /// Sends `address`'s pending page in notifications of at most

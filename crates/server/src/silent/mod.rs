@@ -147,11 +147,17 @@ impl SpGenerations {
     }
 
     /// Whether `queued` is to be written: any line but a notification of a
-    /// subscription since replaced or dropped.
-    pub fn admits(&self, queued: &Queued) -> bool {
-        queued
+    /// subscription since replaced or dropped. A notification admitted
+    /// counts its transactions in `matches` (`osprey_sp_matches_total`):
+    /// the metric counts what clients are sent.
+    pub fn admit(&self, queued: &Queued, matches: &osprey_metrics::IntCounter) -> bool {
+        let admitted = queued
             .sp_generation
-            .is_none_or(|generation| self.current.values().any(|&g| g == generation))
+            .is_none_or(|generation| self.current.values().any(|&g| g == generation));
+        if admitted {
+            matches.inc_by(queued.sp_matches);
+        }
+        admitted
     }
 }
 

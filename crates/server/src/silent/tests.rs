@@ -95,7 +95,10 @@ impl Rig {
                 .await
                 .expect("a line")
                 .expect("the hub is alive");
-            if self.generations.admits(&queued) {
+            if self
+                .generations
+                .admit(&queued, &self.metrics.silent_payments.matches)
+            {
                 return serde_json::from_str(&queued.line).unwrap();
             }
         }
@@ -119,7 +122,9 @@ impl Rig {
         settle().await;
         while let Ok(queued) = self.queue.try_recv() {
             assert!(
-                !self.generations.admits(&queued),
+                !self
+                    .generations
+                    .admit(&queued, &self.metrics.silent_payments.matches),
                 "unexpected: {}",
                 queued.line
             );
@@ -595,7 +600,11 @@ async fn a_stale_repeated_end_never_follows_a_new_subscribe() {
     settle().await;
     let stale = rig.queue.try_recv().expect("the old end, repeated");
     assert_eq!(stale.line, first_repeated(&first));
-    assert!(!rig.generations.admits(&stale), "dropped by the session");
+    assert!(
+        !rig.generations
+            .admit(&stale, &rig.metrics.silent_payments.matches),
+        "dropped by the session"
+    );
     assert!(rig.hub.send(HubInput::Subscribe {
         subscription: again,
         generation,
@@ -614,27 +623,35 @@ fn first_repeated(first: &Value) -> Arc<str> {
 
 /// The session writes a line of the client's current subscriptions and
 /// any untagged line; not one of a subscription replaced or unsubscribed.
+/// `osprey_sp_matches_total` counts the transactions of the lines written.
 #[test]
 fn the_session_writes_only_current_subscriptions_lines() {
     let budget = ByteBudget::new(usize::MAX);
     let line = |generation: Option<u64>| {
         let queued = Queued::charged("{}".into(), &budget).unwrap();
         match generation {
-            Some(generation) => queued.of_sp_generation(generation),
+            Some(generation) => queued.of_sp_subscription(generation, 3),
             None => queued,
         }
     };
+    let matches = osprey_metrics::IntCounter::new("matches", "test").unwrap();
     let mut generations = SpGenerations::default();
     let alice = generations.subscribed("alice");
     let bob = generations.subscribed("bob");
-    assert!(generations.admits(&line(None)));
-    assert!(generations.admits(&line(Some(alice))));
+    assert!(generations.admit(&line(None), &matches));
+    assert!(generations.admit(&line(Some(alice)), &matches));
+    assert_eq!(matches.get(), 3);
     let alice_again = generations.subscribed("alice");
-    assert!(!generations.admits(&line(Some(alice))), "replaced");
-    assert!(generations.admits(&line(Some(alice_again))));
-    assert!(generations.admits(&line(Some(bob))));
+    assert!(!generations.admit(&line(Some(alice)), &matches), "replaced");
+    assert_eq!(matches.get(), 3, "a dropped line is not counted");
+    assert!(generations.admit(&line(Some(alice_again)), &matches));
+    assert!(generations.admit(&line(Some(bob)), &matches));
     generations.unsubscribed("bob");
-    assert!(!generations.admits(&line(Some(bob))), "unsubscribed");
-    assert!(generations.admits(&line(Some(alice_again))));
-    assert!(generations.admits(&line(None)));
+    assert!(
+        !generations.admit(&line(Some(bob)), &matches),
+        "unsubscribed"
+    );
+    assert!(generations.admit(&line(Some(alice_again)), &matches));
+    assert!(generations.admit(&line(None), &matches));
+    assert_eq!(matches.get(), 12);
 }
