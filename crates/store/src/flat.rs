@@ -16,6 +16,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(crate) struct FlatFile {
     path: PathBuf,
@@ -24,8 +25,10 @@ pub(crate) struct FlatFile {
     records: u64,
     /// Appended bytes not yet written to the file.
     pending: Vec<u8>,
-    /// Written since the last sync ([`FlatFile::flush`]).
-    unsynced: bool,
+    /// Written since the last sync ([`FlatFile::flush`]). Atomic so that
+    /// [`FlatFile::sync`] needs only a shared reference: the writer syncs
+    /// under the read lock of the files, and readers go on meanwhile.
+    unsynced: AtomicBool,
 }
 
 impl FlatFile {
@@ -43,7 +46,7 @@ impl FlatFile {
             record_len,
             records: len / record_len,
             pending: Vec::new(),
-            unsynced: false,
+            unsynced: AtomicBool::new(false),
         })
     }
 
@@ -56,7 +59,7 @@ impl FlatFile {
             record_len: record_len as u64,
             records: 0,
             pending: Vec::new(),
-            unsynced: false,
+            unsynced: AtomicBool::new(false),
         })
     }
 
@@ -95,12 +98,18 @@ impl FlatFile {
 
     /// Writes pending records and makes them durable.
     pub(crate) fn flush_and_sync(&mut self) -> io::Result<()> {
-        if self.pending.is_empty() && !self.unsynced {
-            return Ok(());
-        }
         self.flush()?;
-        self.file.sync_data()?;
-        self.unsynced = false;
+        self.sync()
+    }
+
+    /// Makes the records written ([`FlatFile::flush`]) durable.
+    pub(crate) fn sync(&self) -> io::Result<()> {
+        if self.unsynced.swap(false, Ordering::SeqCst) {
+            if let Err(e) = self.file.sync_data() {
+                self.unsynced.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        }
         Ok(())
     }
 
@@ -113,7 +122,7 @@ impl FlatFile {
         self.file.write_all(&self.pending)?;
         self.records += self.pending.len() as u64 / self.record_len;
         self.pending.clear();
-        self.unsynced = true;
+        self.unsynced.store(true, Ordering::SeqCst);
         Ok(())
     }
 

@@ -439,6 +439,16 @@ impl Files {
         Ok(())
     }
 
+    /// Syncs what [`Files::flush`] wrote ([`FlatFile::sync`]), with a
+    /// shared reference: under the read lock, which readers share; on an
+    /// error, the file's name.
+    fn sync_written(&self) -> std::result::Result<(), (&'static str, std::io::Error)> {
+        for (name, file) in self.named() {
+            file.sync().map_err(|e| (name, e))?;
+        }
+        Ok(())
+    }
+
     /// [`Files::named`], to write.
     fn named_mut(&mut self) -> Vec<(&'static str, &mut FlatFile)> {
         let mut named = vec![
