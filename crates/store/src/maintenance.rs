@@ -13,62 +13,9 @@ use crate::{
     META_BULK, META_TIP, PARTITIONS,
 };
 
-/// Threads writing a partition's merged SST files, taking turns by file.
-const SST_WRITERS: usize = 2;
-
-/// A partition's merge cuts its rows into this many SST files at least
-/// (by the bytes of its runs), so that every writer has files to write.
-const MERGED_FILES_AT_LEAST: u64 = 6;
-
-/// Merged rows (keys and values) handed at once from a partition's merge
-/// to a thread writing its SST files.
-const MERGED_BATCH_BYTES: usize = 1 << 20;
-
-/// Batches of merged rows each SST writer may have waiting: the merge runs
-/// ahead by at most this many (a few MiB; a batch holds at least one row,
-/// and a busy script's value is a few MB).
-const MERGED_BATCHES: usize = 4;
-
-/// Merged rows of one SST file in one buffer: keys and values back to back.
-#[derive(Default)]
-struct MergedRows {
-    /// The file they go to: the partition's first is 0.
-    file: usize,
-    bytes: Vec<u8>,
-    /// Each row's key end and value end in `bytes`.
-    pairs: Vec<(usize, usize)>,
-}
-
-impl MergedRows {
-    fn push(&mut self, key: &[u8], value: &[u8]) {
-        self.bytes.extend_from_slice(key);
-        let key_end = self.bytes.len();
-        self.bytes.extend_from_slice(value);
-        self.pairs.push((key_end, self.bytes.len()));
-    }
-
-    fn bytes(&self) -> usize {
-        self.bytes.len()
-    }
-
-    fn clear(&mut self) {
-        self.bytes.clear();
-        self.pairs.clear();
-    }
-
-    fn is_empty(&self) -> bool {
-        self.pairs.is_empty()
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        let mut start = 0;
-        self.pairs.iter().map(move |&(key_end, value_end)| {
-            let row = (&self.bytes[start..key_end], &self.bytes[key_end..value_end]);
-            start = value_end;
-            row
-        })
-    }
-}
+/// Key ranges of a partition a bulk load's merge works on at once, a
+/// thread each: the halves of the partition.
+const MERGE_THREADS: usize = 2;
 
 impl Store {
     /// A digest of every row and file of the index, to check that two
@@ -257,9 +204,9 @@ impl Store {
         let runs = self.runs_written.load(Ordering::SeqCst);
         self.runs_merged.store(u64::from(runs), Ordering::SeqCst);
         let started = std::time::Instant::now();
-        // One partition at a time, its merge and its SST writing on two
-        // threads (`merge_partition` says why).
-        runs::allow_open_files(u64::from(runs))?;
+        // One partition at a time, its two halves on two threads
+        // (`merge_partition` says why).
+        runs::allow_open_files(u64::from(runs) * MERGE_THREADS as u64)?;
         for partition in 0..PARTITIONS {
             if stop.load(Ordering::SeqCst) {
                 self.merging.store(0, Ordering::SeqCst);
@@ -301,14 +248,14 @@ impl Store {
     /// values, hands them to RocksDB (moved, not copied) as that column
     /// family's last level, and deletes the runs.
     ///
-    /// This thread merges the runs (reads, decompresses, merges a key's
-    /// values); [`SST_WRITERS`] threads write the SST files, taking turns
-    /// by file (building and compressing blocks and filters, the larger
-    /// part of the work). One partition at a time, rather than two with a
-    /// thread each: until a partition is ingested and its runs deleted,
-    /// its merged files sit on disk beside its runs, so two partitions in
-    /// flight doubled that overlap (the 50M chain's peak at `lsm_scale` 24
-    /// was 1.155 times the final index with two; issue 33 asks for 1.15).
+    /// The partition's two halves by key are merged at once, each on a
+    /// thread of its own (reading and decompressing the runs, merging,
+    /// compressing the SST files), and ingested together. One partition
+    /// at a time, rather than two with a thread each: until a partition
+    /// is ingested and its runs deleted, its merged files sit on disk
+    /// beside its runs, so two partitions in flight doubled that overlap
+    /// (the 50M chain's peak at `lsm_scale` 24 was 1.155 times the final
+    /// index with two; issue 33 asks for 1.15).
     pub(crate) fn merge_partition(
         &self,
         family: Family,
@@ -322,18 +269,51 @@ impl Store {
         let name = family.column_families()[partition];
         let ingested = column_family_holds_rows(&*self.db()?, name)?;
         if !ingested && runs > 0 {
-            let mut run_bytes = 0;
-            for path in &paths {
-                run_bytes += std::fs::metadata(path).map_err(open::file_err(path))?.len();
-            }
-            // Files of the scaled target size, or smaller, so that a small
-            // partition still makes files for both writers. Cut by rows'
-            // bytes before compression, so files come out somewhat smaller.
-            let file_bytes = (self.config.scaled(open::TARGET_FILE_BYTES) as u64)
-                .min(run_bytes / MERGED_FILES_AT_LEAST)
-                .max(1);
-            let outputs = self.write_merged_files(family, &dir, name, file_bytes, |emit| {
-                runs::merge_runs(&paths, emit).map(drop)
+            // A partition's keys share the top 4 bits of their first byte;
+            // the next bit halves it.
+            let middle = [(partition as u8) << 4 | 0x08];
+            let halves = [
+                runs::KeyRange {
+                    start: None,
+                    end: Some(&middle),
+                },
+                runs::KeyRange {
+                    start: Some(&middle),
+                    end: None,
+                },
+            ];
+            let outputs = std::thread::scope(|scope| {
+                let merges: Vec<_> = halves
+                    .iter()
+                    .enumerate()
+                    .map(|(half, &range)| {
+                        let (paths, dir) = (&paths, &dir);
+                        scope.spawn(move || {
+                            self.write_merged_files(
+                                family,
+                                paths,
+                                range,
+                                dir,
+                                &format!("{name}.{half}"),
+                            )
+                        })
+                    })
+                    .collect();
+                // A full disk is the error to report: the one a caller
+                // waits out.
+                let mut outputs = Vec::new();
+                let mut failed: Option<Error> = None;
+                for merge in merges {
+                    match merge.join().expect("a merge does not panic") {
+                        Ok(files) => outputs.extend(files),
+                        Err(e) => {
+                            if failed.as_ref().is_none_or(|f| !f.is_no_space()) {
+                                failed = Some(e);
+                            }
+                        }
+                    }
+                }
+                failed.map_or(Ok(outputs), Err)
             })?;
             for path in &outputs {
                 let bytes = std::fs::metadata(path).map_err(open::file_err(path))?.len();
@@ -349,99 +329,42 @@ impl Store {
         runs::remove_files(&paths)
     }
 
-    /// Writes the rows `merge` emits, in key order, as SST files of
-    /// `family`'s last level named `ingest.NAME.N.sst` in `dir`, a new
-    /// file after `file_bytes` of rows, file N by writer N mod
-    /// [`SST_WRITERS`]. Returns their paths in key order. A writer's error
-    /// (a full disk) is the one returned, before the merge's own.
+    /// Merges the keys in `range` of the run files `paths` into SST files
+    /// of `family`'s last level, `ingest.NAME.N.sst` in `dir`, each closed
+    /// at the scaled target file size. Returns their paths in key order.
     pub(crate) fn write_merged_files(
         &self,
         family: Family,
+        paths: &[std::path::PathBuf],
+        range: runs::KeyRange<'_>,
         dir: &std::path::Path,
         name: &str,
-        file_bytes: u64,
-        merge: impl FnOnce(&mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()>,
     ) -> Result<Vec<std::path::PathBuf>> {
-        use std::sync::mpsc;
-        let config = &self.config;
-        let (written, empty) = mpsc::channel::<MergedRows>();
-        for _ in 0..SST_WRITERS * (MERGED_BATCHES + 1) + 1 {
-            written
-                .send(MergedRows::default())
-                .expect("the receiver is here");
-        }
-        std::thread::scope(|scope| {
-            let mut queues = Vec::with_capacity(SST_WRITERS);
-            let mut writers = Vec::with_capacity(SST_WRITERS);
-            for _ in 0..SST_WRITERS {
-                let (queue, to_write) = mpsc::sync_channel::<MergedRows>(MERGED_BATCHES);
-                let written = written.clone();
-                queues.push(queue);
-                writers.push(
-                    scope.spawn(move || {
-                        write_sst_files(family, config, dir, name, to_write, written)
-                    }),
-                );
+        let options = open::sst_options(family, &self.config);
+        let target = self.config.scaled(open::TARGET_FILE_BYTES) as u64;
+        let mut outputs: Vec<std::path::PathBuf> = Vec::new();
+        let mut writer: Option<rocksdb::SstFileWriter> = None;
+        runs::merge_runs(paths, range, |key, value| {
+            if writer.as_ref().is_some_and(|w| w.file_size() >= target) {
+                writer.take().expect("checked above").finish()?;
             }
-            drop(written);
-            // The writer a send or receive finds gone stopped on an error,
-            // which it returns below.
-            let writer_gone = || Error::File {
-                path: dir.to_path_buf(),
-                source: std::io::Error::other("the merge's SST writer stopped"),
+            let w = match &mut writer {
+                Some(w) => w,
+                None => {
+                    let path = dir.join(format!("ingest.{}.{}.sst", name, outputs.len()));
+                    let w = rocksdb::SstFileWriter::create(&options);
+                    w.open(&path)?;
+                    outputs.push(path);
+                    writer.insert(w)
+                }
             };
-            let mut rows = MergedRows::default();
-            let mut in_file = 0;
-            let merged = merge(&mut |key, value| {
-                // A full file goes on in the next file; a full batch, in
-                // the next batch of the same file.
-                let file = rows.file;
-                let next_file = if in_file >= file_bytes {
-                    Some(file + 1)
-                } else {
-                    (rows.bytes() >= MERGED_BATCH_BYTES).then_some(file)
-                };
-                if let Some(next_file) = next_file {
-                    let mut next = empty.recv().map_err(|_| writer_gone())?;
-                    next.file = next_file;
-                    queues[file % SST_WRITERS]
-                        .send(std::mem::replace(&mut rows, next))
-                        .map_err(|_| writer_gone())?;
-                    if next_file != file {
-                        in_file = 0;
-                    }
-                }
-                rows.push(key, value);
-                in_file += (key.len() + value.len()) as u64;
-                Ok(())
-            })
-            .and_then(|()| {
-                let file = rows.file;
-                queues[file % SST_WRITERS]
-                    .send(std::mem::take(&mut rows))
-                    .map_err(|_| writer_gone())
-            });
-            drop(queues);
-            let mut outputs = Vec::new();
-            let mut failed: Option<Error> = None;
-            for writer in writers {
-                match writer.join().expect("an SST writer does not panic") {
-                    Ok(files) => outputs.extend(files),
-                    // A full disk is the error to report: the one a caller waits out.
-                    Err(e) => {
-                        if failed.as_ref().is_none_or(|f| !f.is_no_space()) {
-                            failed = Some(e);
-                        }
-                    }
-                }
-            }
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            merged?;
-            outputs.sort_unstable();
-            Ok(outputs.into_iter().map(|(_, path)| path).collect())
-        })
+            w.put(key, value)?;
+            Ok(())
+        })?;
+        if let Some(mut w) = writer.take() {
+            w.finish()?;
+        }
+        Ok(outputs)
     }
 
     /// The partition a bulk load's merge is merging now (1 for the first)
@@ -624,48 +547,4 @@ fn column_family_holds_rows(db: &DB, name: &str) -> Result<bool> {
     rows.seek_to_first();
     rows.status()?;
     Ok(rows.valid())
-}
-
-/// One SST writer of a partition's merge (`Store::write_merged_files`):
-/// writes the batches it receives, a file per batch's `file` number, and
-/// sends each batch back emptied. Returns its files with their numbers.
-fn write_sst_files(
-    family: Family,
-    config: &crate::StoreConfig,
-    dir: &std::path::Path,
-    name: &str,
-    to_write: std::sync::mpsc::Receiver<MergedRows>,
-    written: std::sync::mpsc::Sender<MergedRows>,
-) -> Result<Vec<(usize, std::path::PathBuf)>> {
-    // Options are not Sync: each writer makes its own.
-    let options = open::sst_options(family, config);
-    let mut files = Vec::new();
-    let mut writer: Option<(usize, rocksdb::SstFileWriter)> = None;
-    for mut rows in to_write {
-        if writer.as_ref().is_some_and(|(file, _)| *file != rows.file) {
-            writer.take().expect("checked above").1.finish()?;
-        }
-        if !rows.is_empty() {
-            let w = match &mut writer {
-                Some((_, w)) => w,
-                None => {
-                    let path = dir.join(format!("ingest.{}.{}.sst", name, rows.file));
-                    let w = rocksdb::SstFileWriter::create(&options);
-                    w.open(&path)?;
-                    files.push((rows.file, path));
-                    &mut writer.insert((rows.file, w)).1
-                }
-            };
-            for (key, value) in rows.iter() {
-                w.put(key, value)?;
-            }
-        }
-        rows.clear();
-        // The merge may be done and gone: the batch is not needed.
-        let _ = written.send(rows);
-    }
-    if let Some((_, mut w)) = writer.take() {
-        w.finish()?;
-    }
-    Ok(files)
 }

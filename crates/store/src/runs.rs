@@ -55,8 +55,8 @@ use crate::{Error, Family, Result, PARTITIONS};
 pub(crate) const RUNS_DIR: &str = "bulk";
 
 /// Raw bytes of a run file's block before it is compressed. A merge holds
-/// one block, raw and compressed, for each run: mainnet's ~650 runs take
-/// ~43 MB.
+/// one block, raw and compressed, for each run, in each of the two halves
+/// of a partition it merges at once: mainnet's ~650 runs take ~85 MB.
 const BLOCK_BYTES: usize = 32 << 10;
 
 /// The flag, in a block's compressed length, of a zstd block (an LZ4 one
@@ -349,11 +349,15 @@ impl RunReader {
 /// in key order, handed to `emit`; a key in several runs (a script's rows
 /// of one epoch) is merged with the history merge, the earlier run's rows
 /// first. Keys of one family are all of one length, at most 16 bytes.
+/// Only the keys in `range` (from its start, up to but not including its
+/// end) are merged: a reader passes the keys below the start without
+/// merging them (it decompresses their blocks) and stops at the end.
 ///
 /// # Errors
 /// On I/O errors, a damaged run, or an error of `emit`.
 pub(crate) fn merge_runs(
     paths: &[PathBuf],
+    range: KeyRange<'_>,
     mut emit: impl FnMut(&[u8], &[u8]) -> Result<()>,
 ) -> Result<u64> {
     let mut readers = Vec::with_capacity(paths.len());
@@ -368,7 +372,15 @@ pub(crate) fn merge_runs(
     let mut decompressor = zstd_safe::DCtx::create();
     let mut heap = BinaryHeap::with_capacity(readers.len());
     for (i, reader) in readers.iter_mut().enumerate() {
-        if reader.advance(&mut decompressor)? {
+        let mut more = reader.advance(&mut decompressor)?;
+        while more
+            && range
+                .start
+                .is_some_and(|start| reader.key.as_slice() < start)
+        {
+            more = reader.advance(&mut decompressor)?;
+        }
+        if more && range.end.is_none_or(|end| reader.key.as_slice() < end) {
             heap.push(Reverse((crate::write::sort_key(&reader.key), i)));
         }
     }
@@ -415,25 +427,35 @@ pub(crate) fn merge_runs(
                 if next <= sort_key {
                     return Err(readers[j].corrupt("keys out of order"));
                 }
-                heap.push(Reverse((next, j)));
+                if range.end.is_none_or(|end| readers[j].key.as_slice() < end) {
+                    heap.push(Reverse((next, j)));
+                }
             }
         }
     }
     Ok(rows)
 }
 
+/// Keys from `start` (all when `None`) up to but not including `end` (all
+/// the rest when `None`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct KeyRange<'a> {
+    pub start: Option<&'a [u8]>,
+    pub end: Option<&'a [u8]>,
+}
+
 /// File descriptors the process keeps for everything but a merge's runs:
 /// RocksDB's open files (`max_open_files`), sockets, the flat files.
 const OTHER_OPEN_FILES: u64 = 1024;
 
-/// Makes room for a merge that opens `runs` files at once: mainnet's ~650
-/// runs and RocksDB's files pass the soft limit
+/// Makes room for a merge that opens `files` run files at once: mainnet's
+/// ~650 runs, twice, and RocksDB's files pass the soft limit
 /// many systems start processes with (1,024), so it is raised towards the
 /// hard limit (as Bitcoin Core does); when even that is too low, the merge
 /// is refused with what to raise, rather than failing halfway.
-pub(crate) fn allow_open_files(runs: u64) -> Result<()> {
+pub(crate) fn allow_open_files(files: u64) -> Result<()> {
     use rustix::process::{getrlimit, setrlimit, Resource};
-    let needed = runs + OTHER_OPEN_FILES;
+    let needed = files + OTHER_OPEN_FILES;
     let limit = getrlimit(Resource::Nofile);
     if limit.current.is_none_or(|current| current >= needed) {
         return Ok(());
@@ -452,7 +474,7 @@ pub(crate) fn allow_open_files(runs: u64) -> Result<()> {
         return Ok(());
     }
     Err(Error::OpenFiles(format!(
-        "the bulk load's merge reads its {runs} runs at once and needs {needed} open files, \
+        "the bulk load's merge reads {files} run files at once and needs {needed} open files, \
          but the limit is {} (hard limit {}): raise it (LimitNOFILE= in a systemd unit, ulimit -n)",
         limit.current.unwrap_or(0),
         limit
@@ -562,6 +584,55 @@ mod tests {
             at += 8 + (field & !ZSTD_BLOCK) as usize;
         }
         fields
+    }
+
+    /// A partition's two halves, merged apart, are its whole merge: each
+    /// key once, in order, the lower half's below the middle key and the
+    /// upper half's from it, whichever block the middle falls in.
+    #[test]
+    fn a_merge_by_key_range_gives_exactly_the_keys_in_the_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = records();
+        // Two runs taking turns (no key in both, so no value merge).
+        let paths: Vec<PathBuf> = (0..2)
+            .map(|run| {
+                let path = dir.path().join(format!("{run:06}.h5"));
+                let mut writer = RunWriter::create(&path).unwrap();
+                for (key, value) in all.iter().skip(run).step_by(2) {
+                    writer.push(key, value).unwrap();
+                }
+                writer.finish().unwrap();
+                path
+            })
+            .collect();
+        let merge = |range: KeyRange<'_>| {
+            let mut rows = Vec::new();
+            let count = merge_runs(&paths, range, |key, value| {
+                rows.push((key.to_vec(), value.to_vec()));
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(count as usize, rows.len());
+            rows
+        };
+        assert_eq!(merge(KeyRange::default()), all);
+        let middle = all[12_345].0.clone();
+        let lower = merge(KeyRange {
+            start: None,
+            end: Some(&middle),
+        });
+        let upper = merge(KeyRange {
+            start: Some(&middle),
+            end: None,
+        });
+        assert_eq!(lower, all[..12_345]);
+        assert_eq!(upper, all[12_345..]);
+        let past = [0xff];
+        assert!(merge(KeyRange {
+            start: Some(&past),
+            end: None
+        })
+        .is_empty());
     }
 
     #[test]

@@ -502,91 +502,25 @@ fn a_bulk_load_merge_goes_on_after_a_restart() {
     assert_eq!(store.digest().unwrap(), plain.digest().unwrap());
 }
 
-/// Rows of partition 0's history keys, ascending, each with a value of
-/// its own.
-fn merged_rows(count: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
-    (0..count)
-        .map(|i| {
-            let mut key = vec![0u8; 14];
-            key[4..8].copy_from_slice(&i.to_be_bytes());
-            (key, i.to_le_bytes().repeat(1 + i as usize % 5))
-        })
-        .collect()
-}
-
 #[test]
-fn a_partitions_merged_files_take_turns_between_writers_and_hold_every_row_in_order() {
+fn a_merge_that_cannot_write_its_files_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
-    let rows = merged_rows(2_000);
-    let out = tempfile::tempdir().unwrap();
-    let name = Family::History.column_families()[0];
-    // About 1,000 bytes of rows per file: ~30 files, both writers busy.
-    let files = store
-        .write_merged_files(Family::History, out.path(), name, 1_000, |emit| {
-            for (key, value) in &rows {
-                emit(key, value)?;
-            }
-            Ok(())
-        })
-        .unwrap();
-    assert!(files.len() > 20, "{} files", files.len());
-    let numbers: Vec<usize> = files
-        .iter()
-        .map(|path| {
-            let name = path.file_name().unwrap().to_str().unwrap();
-            name.rsplit('.').nth(1).unwrap().parse().unwrap()
-        })
-        .collect();
-    assert_eq!(
-        numbers,
-        (0..files.len()).collect::<Vec<_>>(),
-        "in key order"
-    );
-    let db = store.db().unwrap();
-    let mut opts = rocksdb::IngestExternalFileOptions::default();
-    opts.set_move_files(true);
-    db.ingest_external_file_cf_opts(cf(&db, name), &opts, files)
-        .unwrap();
-    let read: Vec<(Vec<u8>, Vec<u8>)> = db
-        .iterator_cf(cf(&db, name), rocksdb::IteratorMode::Start)
-        .map(|item| {
-            let (k, v) = item.unwrap();
-            (k.to_vec(), v.to_vec())
-        })
-        .collect();
-    assert_eq!(read, rows);
-}
-
-#[test]
-fn a_failed_merge_is_the_error_returned_and_its_writers_stop() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
-    let rows = merged_rows(500);
-    let out = tempfile::tempdir().unwrap();
-    let name = Family::History.column_families()[0];
+    let runs = tempfile::tempdir().unwrap();
+    let mut buffer = runs::RunBuffer::default();
+    let rows = [HistoryRow::funding(TxNum(7), 0, 1_000).of(&script(1))];
+    buffer.push(&rows, &[]);
+    runs::write_run(runs.path(), 0, buffer).unwrap();
+    let run = runs::run_path(runs.path(), 0, Family::History, rows[0].partition());
+    let gone = runs.path().join("gone");
     let failed = store
-        .write_merged_files(Family::History, out.path(), name, 1_000, |emit| {
-            for (key, value) in &rows[..300] {
-                emit(key, value)?;
-            }
-            Err(Error::Corrupt("a damaged run".into()))
-        })
-        .unwrap_err();
-    assert!(
-        matches!(&failed, Error::Corrupt(what) if what == "a damaged run"),
-        "{failed}"
-    );
-    // A writer that cannot write (its directory is gone) is the error
-    // returned, not the merge's "writer stopped".
-    let gone = out.path().join("gone");
-    let failed = store
-        .write_merged_files(Family::History, &gone, name, 1_000, |emit| {
-            for (key, value) in &rows {
-                emit(key, value)?;
-            }
-            Ok(())
-        })
+        .write_merged_files(
+            Family::History,
+            &[run],
+            runs::KeyRange::default(),
+            &gone,
+            "history.0.0",
+        )
         .unwrap_err();
     assert!(matches!(failed, Error::Db(_)), "{failed}");
 }
