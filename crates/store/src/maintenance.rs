@@ -13,9 +13,9 @@ use crate::{
     META_BULK, META_TIP, PARTITIONS,
 };
 
-/// Key ranges of a partition a bulk load's merge works on at once, a
-/// thread each: the halves of the partition.
-const MERGE_THREADS: usize = 2;
+/// A bulk load's merge works on a partition's halves by key at once, a
+/// thread each; each half reads every run of the partition.
+const PARTITION_HALVES: usize = 2;
 
 impl Store {
     /// A digest of every row and file of the index, to check that two
@@ -206,7 +206,7 @@ impl Store {
         let started = std::time::Instant::now();
         // One partition at a time, its two halves on two threads
         // (`merge_partition` says why).
-        runs::allow_open_files(u64::from(runs) * MERGE_THREADS as u64)?;
+        runs::allow_open_files(u64::from(runs) * PARTITION_HALVES as u64)?;
         for partition in 0..PARTITIONS {
             if stop.load(Ordering::SeqCst) {
                 self.merging.store(0, Ordering::SeqCst);
@@ -272,7 +272,7 @@ impl Store {
             // A partition's keys share the top 4 bits of their first byte;
             // the next bit halves it.
             let middle = [(partition as u8) << 4 | 0x08];
-            let halves = [
+            let halves: [runs::KeyRange; PARTITION_HALVES] = [
                 runs::KeyRange {
                     start: None,
                     end: Some(&middle),

@@ -373,14 +373,10 @@ pub(crate) fn merge_runs(
     let mut heap = BinaryHeap::with_capacity(readers.len());
     for (i, reader) in readers.iter_mut().enumerate() {
         let mut more = reader.advance(&mut decompressor)?;
-        while more
-            && range
-                .start
-                .is_some_and(|start| reader.key.as_slice() < start)
-        {
+        while more && range.is_before_start(&reader.key) {
             more = reader.advance(&mut decompressor)?;
         }
-        if more && range.end.is_none_or(|end| reader.key.as_slice() < end) {
+        if more && range.is_before_end(&reader.key) {
             heap.push(Reverse((crate::write::sort_key(&reader.key), i)));
         }
     }
@@ -427,7 +423,7 @@ pub(crate) fn merge_runs(
                 if next <= sort_key {
                     return Err(readers[j].corrupt("keys out of order"));
                 }
-                if range.end.is_none_or(|end| readers[j].key.as_slice() < end) {
+                if range.is_before_end(&readers[j].key) {
                     heap.push(Reverse((next, j)));
                 }
             }
@@ -442,6 +438,16 @@ pub(crate) fn merge_runs(
 pub(crate) struct KeyRange<'a> {
     pub start: Option<&'a [u8]>,
     pub end: Option<&'a [u8]>,
+}
+
+impl KeyRange<'_> {
+    fn is_before_start(&self, key: &[u8]) -> bool {
+        self.start.is_some_and(|start| key < start)
+    }
+
+    fn is_before_end(&self, key: &[u8]) -> bool {
+        self.end.is_none_or(|end| key < end)
+    }
 }
 
 /// File descriptors the process keeps for everything but a merge's runs:
