@@ -189,6 +189,11 @@ impl ScriptRow {
         self.id_high >> (64 - 8 * bytes)
     }
 
+    /// The row's transaction.
+    pub(crate) fn tx_num(&self) -> u64 {
+        self.tx_num
+    }
+
     /// The partition of its history key (see `crate::partition_of`): the
     /// top 4 bits of the script id.
     pub fn partition(&self) -> usize {
@@ -227,6 +232,11 @@ fn epoch_of(tx_num: u64) -> [u8; EPOCH_LEN] {
     u16::try_from(tx_num >> EPOCH_SHIFT)
         .unwrap_or(u16::MAX)
         .to_be_bytes()
+}
+
+/// The first tx_num of the epoch of `tx_num` (the last epoch's, past it).
+fn epoch_start(tx_num: u64) -> u64 {
+    u64::from(u16::from_be_bytes(epoch_of(tx_num))) << EPOCH_SHIFT
 }
 
 /// The first tx_num of the epoch a history key names: the base its
@@ -285,13 +295,17 @@ fn entries(base: u64, value: &[u8]) -> impl Iterator<Item = Option<Entry<'_>>> {
     })
 }
 
-/// A sorted batch's rows as one stored value per script and epoch: a
-/// merge operand for RocksDB, or a value of a run. A lending iterator, so
-/// that a batch's operands need no allocation each.
+/// A sorted batch's rows as one stored value per script and epoch (a
+/// merge operand for RocksDB), or, for a bulk load's run, one value per
+/// script. A lending iterator, so that a batch's operands need no
+/// allocation each.
 pub struct Operands<'a> {
     rows: &'a [ScriptRow],
     key: [u8; SCRIPT_ID_LEN + EPOCH_LEN],
     value: Vec<u8>,
+    /// A run's first tx_num: `Some` for a run's values (see
+    /// [`Operands::for_run`]).
+    run_base: Option<u64>,
 }
 
 impl<'a> Operands<'a> {
@@ -302,20 +316,39 @@ impl<'a> Operands<'a> {
             rows: sorted,
             key: [0; SCRIPT_ID_LEN + EPOCH_LEN],
             value: Vec::new(),
+            run_base: None,
         }
     }
 
-    /// The next script and epoch's stored key and value.
+    /// Over `sorted`, as a bulk load's run holds them: a script's rows of
+    /// every epoch as one value under its script id alone, the first entry
+    /// counting from `base`, the run's first tx_num. A run spans about a
+    /// thousandth of mainnet, so that entry's delta takes 3 bytes where
+    /// one from its epoch's start takes 4, and a key needs no epoch: a
+    /// tenth of a run's bytes (the merge puts the epochs back,
+    /// [`EpochValues`]).
+    pub(crate) fn for_run(sorted: &'a [ScriptRow], base: u64) -> Operands<'a> {
+        Operands {
+            run_base: Some(base),
+            ..Operands::new(sorted)
+        }
+    }
+
+    /// The next script and epoch's stored key and value (a run's: the
+    /// next script's).
     pub fn next_operand(&mut self) -> Option<(&[u8], &[u8])> {
         let first = self.rows.first()?;
         self.key = first.key();
         self.value.clear();
         let epoch = epoch_of(first.tx_num);
-        let mut previous = epoch_base(&self.key).expect("a whole key");
+        let (key_len, mut previous) = match self.run_base {
+            Some(base) => (SCRIPT_ID_LEN, base),
+            None => (self.key.len(), epoch_start(first.tx_num)),
+        };
         let mut taken = 0;
         for row in self.rows {
             if (row.id_high, row.id_low) != (first.id_high, first.id_low)
-                || epoch_of(row.tx_num) != epoch
+                || (self.run_base.is_none() && epoch_of(row.tx_num) != epoch)
             {
                 break;
             }
@@ -324,7 +357,76 @@ impl<'a> Operands<'a> {
             taken += 1;
         }
         self.rows = &self.rows[taken..];
-        Some((&self.key, &self.value))
+        Some((&self.key[..key_len], &self.value))
+    }
+}
+
+/// A script's stored values, one per epoch, put back together from the
+/// values its rows have in a bulk load's runs ([`Operands::for_run`]),
+/// appended in chain order.
+pub(crate) struct EpochValues {
+    key: [u8; SCRIPT_ID_LEN + EPOCH_LEN],
+    value: Vec<u8>,
+    /// The tx_num the next entry's delta counts from.
+    previous: u64,
+}
+
+impl EpochValues {
+    pub(crate) fn new() -> EpochValues {
+        EpochValues {
+            key: [0; SCRIPT_ID_LEN + EPOCH_LEN],
+            value: Vec::new(),
+            previous: 0,
+        }
+    }
+
+    /// Starts the values of the script `id` (its id's bytes).
+    pub(crate) fn begin(&mut self, id: &[u8]) {
+        self.key[..SCRIPT_ID_LEN].copy_from_slice(id);
+        self.value.clear();
+    }
+
+    /// Appends a run's value of the script, its first entry counting from
+    /// `base`. A value whose epoch the rows leave goes to `emit` with its
+    /// key. `None` (a damaged run) when the value does not decode or its
+    /// rows come before the rows appended already.
+    pub(crate) fn append<E>(
+        &mut self,
+        base: u64,
+        run_value: &[u8],
+        emit: &mut impl FnMut(&[u8], &[u8]) -> Result<(), E>,
+    ) -> Option<Result<(), E>> {
+        for entry in entries(base, run_value) {
+            let entry = entry?;
+            let epoch = epoch_of(entry.tx_num);
+            if self.value.is_empty() || epoch != self.key[SCRIPT_ID_LEN..] {
+                if !self.value.is_empty() && epoch[..] < self.key[SCRIPT_ID_LEN..] {
+                    return None;
+                }
+                if let Err(e) = self.finish(emit) {
+                    return Some(Err(e));
+                }
+                self.key[SCRIPT_ID_LEN..].copy_from_slice(&epoch);
+                self.previous = epoch_start(entry.tx_num);
+            }
+            write_varint(&mut self.value, entry.tx_num.checked_sub(self.previous)?);
+            self.value.extend_from_slice(entry.body);
+            self.previous = entry.tx_num;
+        }
+        Some(Ok(()))
+    }
+
+    /// Hands the value being built, if any, to `emit`.
+    pub(crate) fn finish<E>(
+        &mut self,
+        emit: &mut impl FnMut(&[u8], &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if self.value.is_empty() {
+            return Ok(());
+        }
+        let done = emit(&self.key, &self.value);
+        self.value.clear();
+        done
     }
 }
 

@@ -344,7 +344,7 @@ impl Store {
         let target = self.config.scaled(open::TARGET_FILE_BYTES) as u64;
         let mut outputs: Vec<std::path::PathBuf> = Vec::new();
         let mut writer: Option<rocksdb::SstFileWriter> = None;
-        runs::merge_runs(paths, range, |key, value| {
+        runs::merge_runs(paths, family, range, |key, value| {
             if writer.as_ref().is_some_and(|w| w.file_size() >= target) {
                 writer.take().expect("checked above").finish()?;
             }

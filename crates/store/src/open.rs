@@ -44,6 +44,9 @@ impl Store {
         // the merge at the tip, and the tip is the last run's.
         let bulk = bulk_load_recorded(&db)?;
         runs::clear(dir, bulk)?;
+        if bulk.is_some() {
+            runs::refuse_earlier_runs(dir, config.silent_payments)?;
+        }
         let (files, chain) = load_chain(&db, dir, config.silent_payments)?;
         let store = Store {
             db: RwLock::new(Some(db)),

@@ -21,17 +21,28 @@
 //! merge reads each run once, and mainnet's ~650 runs of 256 MiB merge in
 //! one pass with one buffered reader each.
 //!
-//! A run file is a sequence of blocks, each `raw length (u32 LE) ·
-//! compressed length (u32 LE, its top bit set for zstd) · compressed
-//! block`. Blocks are zstd's (level 1). Earlier builds wrote LZ4's, which
-//! are still read: a bulk load may be carried on across an upgrade. Why
-//! zstd: the runs are the first sync's peak on disk, and with LZ4 the 50M
-//! chain's at `lsm_scale` 24 took the database to 1.25 times its final
-//! size (issue 33 asks for 1.15); zstd's runs are about a tenth smaller.
-//! A block's records are
-//! `varint(bytes shared with the previous key) · varint(bytes not shared) ·
-//! those bytes · varint(value length) · value`, the first of a block
-//! sharing nothing. Runs are named by their number, which is their order in
+//! A run file is a 16-byte header, [`RUN_MAGIC`] and the run's first
+//! tx_num (u64 LE), then a sequence of blocks, each `raw length (u32 LE) ·
+//! compressed length (u32 LE, its top bit set: zstd) · compressed block`,
+//! zstd's level 1. Why zstd: the runs are the first sync's peak on disk,
+//! and with LZ4 the 50M chain's at `lsm_scale` 24 took the database to
+//! 1.25 times its final size (issue 33 asks for 1.15); zstd's runs are
+//! about a tenth smaller. zstd finds little to take out of hashes and
+//! varints (a tenth), so the records themselves are lean: each is
+//! `varint(bytes of the key shared with the previous one) · the rest of
+//! the key`, the first of a block sharing nothing, then
+//! - history: the key is the script id (12 bytes; no epoch), then
+//!   `varint(value length) · value`, the script's rows in the run with
+//!   the first entry counting from the run's first tx_num
+//!   ([`codec::Operands::for_run`]);
+//! - txid: the key is the txid's prefix (4 bytes), then `varint(tx_num −
+//!   the run's first tx_num)`.
+//!
+//! Against runs of stored keys and values (the layout before this one)
+//! that is 9.7% fewer history bytes and 26% fewer txid bytes, compressed
+//! (one partition's 129 runs of the 10M mainnet-profile chain at
+//! `lsm_scale` 24, rewritten both ways). A bulk load under way with runs
+//! of the earlier layout is not carried on ([`refuse_earlier_runs`]). Runs are named by their number, which is their order in
 //! the chain (`000012.h3` holds run 12's history rows of partition 3); the
 //! index's `bulk` record counts the runs that are complete, and a file of a
 //! later number (a run whose writing a crash interrupted) is deleted on
@@ -59,9 +70,17 @@ pub(crate) const RUNS_DIR: &str = "bulk";
 /// of a partition it merges at once: mainnet's ~650 runs take ~85 MB.
 const BLOCK_BYTES: usize = 32 << 10;
 
-/// The flag, in a block's compressed length, of a zstd block (an LZ4 one
-/// without it).
+/// The flag, in a block's compressed length, of a zstd block (the only
+/// kind: an LZ4 block of the layout before `RUN_MAGIC` has it clear).
 const ZSTD_BLOCK: u32 = 1 << 31;
+
+/// What a run file of this layout starts with. A bulk load under way
+/// whose runs lack it (an earlier build's) is not carried on: the index
+/// is of another format ([`refuse_earlier_runs`]).
+const RUN_MAGIC: [u8; 8] = *b"osprun2\0";
+
+/// The header's bytes: the magic and the run's first tx_num.
+const HEADER_BYTES: u64 = 16;
 
 /// zstd's level for run blocks: written once and read once, they want
 /// the fastest level that still finds a block's repeats.
@@ -105,34 +124,44 @@ pub(crate) fn run_path(dir: &Path, run: u32, family: Family, partition: usize) -
 }
 
 /// Writes `buffer` as run number `run` in `dir`: its rows sorted, a
-/// script's rows of one epoch as one value, one file per family and
-/// partition, each synced, then the directory. Returns the bytes written.
+/// script's rows as one value, one file per family and partition, each
+/// synced, then the directory. Returns the bytes written.
 ///
 /// # Errors
 /// On I/O errors.
 pub(crate) fn write_run(dir: &Path, run: u32, mut buffer: RunBuffer) -> Result<u64> {
     std::fs::create_dir_all(dir).map_err(file_err(dir))?;
-    // Sorted, a script's rows of one epoch are together, in chain order.
+    // Sorted, a script's rows are together, in chain order.
     buffer.history.par_sort_unstable();
     buffer.txids.par_sort_unstable();
     let buffer = &buffer;
+    let base = buffer
+        .history
+        .iter()
+        .map(codec::ScriptRow::tx_num)
+        .chain(buffer.txids.iter().map(|&key| txid_key_tx_num(key)))
+        .min()
+        .unwrap_or(0);
     let history_parts = split_by_partition(&buffer.history, codec::ScriptRow::partition);
     let txid_parts = split_by_partition(&buffer.txids, |key| (key >> 124) as usize);
     let written: Vec<u64> = (0..PARTITIONS)
         .into_par_iter()
         .map(|partition| -> Result<u64> {
             let path = run_path(dir, run, Family::History, partition);
-            let mut out = RunWriter::create(&path).map_err(file_err(&path))?;
-            let mut operands = codec::Operands::new(history_parts[partition]);
-            while let Some((key, value)) = operands.next_operand() {
-                out.push(key, value).map_err(file_err(&path))?;
+            let mut out = RunWriter::create(&path, base).map_err(file_err(&path))?;
+            let mut operands = codec::Operands::for_run(history_parts[partition], base);
+            while let Some((id, value)) = operands.next_operand() {
+                out.push_history(id, value).map_err(file_err(&path))?;
             }
             let mut bytes = out.finish().map_err(file_err(&path))?;
             let path = run_path(dir, run, Family::Txid, partition);
-            let mut out = RunWriter::create(&path).map_err(file_err(&path))?;
-            for key in txid_parts[partition] {
-                out.push(&codec::txid_key_of_bits(*key), &[])
-                    .map_err(file_err(&path))?;
+            let mut out = RunWriter::create(&path, base).map_err(file_err(&path))?;
+            for &key in txid_parts[partition] {
+                out.push_txid(
+                    &codec::txid_key_of_bits(key)[..codec::TXID_PREFIX_LEN],
+                    txid_key_tx_num(key),
+                )
+                .map_err(file_err(&path))?;
             }
             bytes += out.finish().map_err(file_err(&path))?;
             Ok(bytes)
@@ -140,6 +169,15 @@ pub(crate) fn write_run(dir: &Path, run: u32, mut buffer: RunBuffer) -> Result<u
         .collect::<Result<_>>()?;
     sync_dir(dir).map_err(file_err(dir))?;
     Ok(written.iter().sum())
+}
+
+/// The tx_num of a txid key given as [`codec::txid_key_bits`].
+fn txid_key_tx_num(bits: u128) -> u64 {
+    let key = codec::txid_key_of_bits(bits);
+    let mut tx_num = [0u8; 8];
+    tx_num[8 - (codec::TXID_KEY_LEN - codec::TXID_PREFIX_LEN)..]
+        .copy_from_slice(&key[codec::TXID_PREFIX_LEN..]);
+    u64::from_be_bytes(tx_num)
 }
 
 /// `sorted` cut into the runs of each partition (`partition_of` rises
@@ -163,6 +201,8 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 /// Writes one run file.
 struct RunWriter {
     out: BufWriter<File>,
+    /// The run's first tx_num.
+    base: u64,
     block: Vec<u8>,
     compressed: Vec<u8>,
     zstd: zstd_safe::CCtx<'static>,
@@ -171,32 +211,54 @@ struct RunWriter {
 }
 
 impl RunWriter {
-    fn create(path: &Path) -> io::Result<RunWriter> {
+    fn create(path: &Path, base: u64) -> io::Result<RunWriter> {
+        let mut out = BufWriter::with_capacity(256 << 10, File::create(path)?);
+        out.write_all(&RUN_MAGIC)?;
+        out.write_all(&base.to_le_bytes())?;
         Ok(RunWriter {
-            out: BufWriter::with_capacity(256 << 10, File::create(path)?),
+            out,
+            base,
             block: Vec::with_capacity(BLOCK_BYTES + 1024),
             compressed: Vec::new(),
             // (It panics only where zstd's malloc fails: Rust's own
             // allocations abort there too.)
             zstd: zstd_safe::CCtx::create(),
             previous: Vec::new(),
-            bytes: 0,
+            bytes: HEADER_BYTES,
         })
     }
 
-    fn push(&mut self, key: &[u8], value: &[u8]) -> io::Result<()> {
+    /// A script's rows: its id and its run value.
+    fn push_history(&mut self, id: &[u8], value: &[u8]) -> io::Result<()> {
+        debug_assert_eq!(id.len(), codec::SCRIPT_ID_LEN);
+        self.push_key(id);
+        write_varint(&mut self.block, value.len() as u64);
+        self.block.extend_from_slice(value);
+        self.end_record()
+    }
+
+    /// A txid key: the txid's prefix and the tx_num.
+    fn push_txid(&mut self, prefix: &[u8], tx_num: u64) -> io::Result<()> {
+        debug_assert_eq!(prefix.len(), codec::TXID_PREFIX_LEN);
+        self.push_key(prefix);
+        write_varint(&mut self.block, tx_num - self.base);
+        self.end_record()
+    }
+
+    /// The key's bytes not shared with the previous record's.
+    fn push_key(&mut self, key: &[u8]) {
         let shared = key
             .iter()
             .zip(&self.previous)
             .take_while(|(a, b)| a == b)
             .count();
         write_varint(&mut self.block, shared as u64);
-        write_varint(&mut self.block, (key.len() - shared) as u64);
         self.block.extend_from_slice(&key[shared..]);
-        write_varint(&mut self.block, value.len() as u64);
-        self.block.extend_from_slice(value);
         self.previous.clear();
         self.previous.extend_from_slice(key);
+    }
+
+    fn end_record(&mut self) -> io::Result<()> {
         if self.block.len() >= BLOCK_BYTES {
             self.write_block()?;
         }
@@ -247,24 +309,44 @@ impl RunWriter {
 struct RunReader {
     input: File,
     path: PathBuf,
+    family: Family,
+    /// The run's first tx_num.
+    base: u64,
     block: Vec<u8>,
     compressed: Vec<u8>,
     at: usize,
+    /// The record's key: a script id (history), or the whole stored key
+    /// (txid).
     key: Vec<u8>,
     value: std::ops::Range<usize>,
 }
 
 impl RunReader {
-    fn open(path: &Path) -> io::Result<RunReader> {
-        Ok(RunReader {
-            input: File::open(path)?,
+    /// Opens run file `path` of `family`; `Err(Error::Corrupt)` when it
+    /// is not a run of this layout.
+    fn open(path: &Path, family: Family) -> Result<RunReader> {
+        let mut reader = RunReader {
+            input: File::open(path).map_err(file_err(path))?,
             path: path.to_path_buf(),
+            family,
+            base: 0,
             block: Vec::new(),
             compressed: Vec::new(),
             at: 0,
             key: Vec::new(),
             value: 0..0,
-        })
+        };
+        let mut header = [0u8; HEADER_BYTES as usize];
+        match reader.input.read_exact(&mut header) {
+            Ok(()) if header[..RUN_MAGIC.len()] == RUN_MAGIC => {}
+            Ok(()) => return Err(reader.corrupt("not a run of this build's layout")),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(reader.corrupt("shorter than its header"))
+            }
+            Err(e) => return Err(file_err(path)(e)),
+        }
+        reader.base = u64::from_le_bytes(header[RUN_MAGIC.len()..].try_into().expect("8 bytes"));
+        Ok(reader)
     }
 
     fn corrupt(&self, what: &str) -> Error {
@@ -279,14 +361,31 @@ impl RunReader {
         let mut rest = &self.block[self.at..];
         let before = rest.len();
         let shared = read_varint(&mut rest).ok_or_else(|| self.corrupt("bad record"))? as usize;
-        let unshared = read_varint(&mut rest).ok_or_else(|| self.corrupt("bad record"))? as usize;
-        if shared > self.key.len() || unshared > rest.len() {
+        let key_len = match self.family {
+            Family::History => codec::SCRIPT_ID_LEN,
+            _ => codec::TXID_PREFIX_LEN,
+        };
+        if shared > key_len || shared > self.key.len() || key_len - shared > rest.len() {
             return Err(self.corrupt("bad key"));
         }
         self.key.truncate(shared);
-        self.key.extend_from_slice(&rest[..unshared]);
-        rest = &rest[unshared..];
-        let len = read_varint(&mut rest).ok_or_else(|| self.corrupt("bad record"))? as usize;
+        self.key.extend_from_slice(&rest[..key_len - shared]);
+        rest = &rest[key_len - shared..];
+        let len = match self.family {
+            Family::History => {
+                read_varint(&mut rest).ok_or_else(|| self.corrupt("bad record"))? as usize
+            }
+            _ => {
+                let tx_num = read_varint(&mut rest)
+                    .and_then(|delta| self.base.checked_add(delta))
+                    .filter(|&tx_num| tx_num < 1 << (8 * (codec::TXID_KEY_LEN - key_len)))
+                    .ok_or_else(|| self.corrupt("bad record"))?;
+                self.key.extend_from_slice(
+                    &tx_num.to_be_bytes()[8 - (codec::TXID_KEY_LEN - key_len)..],
+                );
+                0
+            }
+        };
         if len > rest.len() {
             return Err(self.corrupt("bad value"));
         }
@@ -307,14 +406,11 @@ impl RunReader {
         }
         let raw = u32::from_le_bytes(lengths[..4].try_into().expect("4 bytes")) as usize;
         let field = u32::from_le_bytes(lengths[4..].try_into().expect("4 bytes"));
-        let zstd = field & ZSTD_BLOCK != 0;
         let compressed = (field & !ZSTD_BLOCK) as usize;
-        let bound = if zstd {
-            zstd_safe::compress_bound(raw)
-        } else {
-            lz4_flex::block::get_maximum_output_size(raw)
-        };
-        if raw > 2 * BLOCK_BYTES + (1 << 20) || compressed > bound {
+        if field & ZSTD_BLOCK == 0
+            || raw > 2 * BLOCK_BYTES + (1 << 20)
+            || compressed > zstd_safe::compress_bound(raw)
+        {
             return Err(self.corrupt("bad block length"));
         }
         self.compressed.resize(compressed, 0);
@@ -322,16 +418,11 @@ impl RunReader {
             .read_exact(&mut self.compressed)
             .map_err(file_err(&self.path))?;
         self.block.resize(raw, 0);
-        let n = if zstd {
-            decompressor
-                .decompress(&mut self.block[..], &self.compressed)
-                .map_err(|code| {
-                    self.corrupt(&format!("bad block: {}", zstd_safe::get_error_name(code)))
-                })?
-        } else {
-            lz4_flex::block::decompress_into(&self.compressed, &mut self.block)
-                .map_err(|e| self.corrupt(&format!("bad block: {e}")))?
-        };
+        let n = decompressor
+            .decompress(&mut self.block[..], &self.compressed)
+            .map_err(|code| {
+                self.corrupt(&format!("bad block: {}", zstd_safe::get_error_name(code)))
+            })?;
         if n != raw {
             return Err(self.corrupt("short block"));
         }
@@ -345,27 +436,26 @@ impl RunReader {
     }
 }
 
-/// Merges the run files `paths` (in run order) into one sequence of rows
-/// in key order, handed to `emit`; a key in several runs (a script's rows
-/// of one epoch) is merged with the history merge, the earlier run's rows
-/// first. Keys of one family are all of one length, at most 16 bytes.
-/// Only the keys in `range` (from its start, up to but not including its
-/// end) are merged: a reader passes the keys below the start without
-/// merging them (it decompresses their blocks) and stops at the end.
+/// Merges the run files `paths` of `family` (in run order) into its
+/// stored keys and values in key order, handed to `emit`. A history key
+/// of the runs is a script id: its values in every run that has it, the
+/// earlier run's rows first, become the script's stored values, one per
+/// epoch ([`codec::EpochValues`]). Only the keys in `range` (from its
+/// start, up to but not including its end) are merged: a reader passes
+/// the keys below the start without merging them (it decompresses their
+/// blocks) and stops at the end. Returns the stored values emitted.
 ///
 /// # Errors
 /// On I/O errors, a damaged run, or an error of `emit`.
 pub(crate) fn merge_runs(
     paths: &[PathBuf],
+    family: Family,
     range: KeyRange<'_>,
     mut emit: impl FnMut(&[u8], &[u8]) -> Result<()>,
 ) -> Result<u64> {
     let mut readers = Vec::with_capacity(paths.len());
     for path in paths {
-        readers.push(RunReader::open(path).map_err(|source| Error::File {
-            path: path.clone(),
-            source,
-        })?);
+        readers.push(RunReader::open(path, family)?);
     }
     // One decompression context for all the runs: a reader each would
     // hold ~100 KB more per run, mainnet's ~650 runs.
@@ -380,43 +470,42 @@ pub(crate) fn merge_runs(
             heap.push(Reverse((crate::write::sort_key(&reader.key), i)));
         }
     }
-    let mut rows = 0;
-    let mut merged: Vec<u8> = Vec::new();
-    let mut key: Vec<u8> = Vec::new();
+    let mut emitted = 0;
+    let mut counted = |key: &[u8], value: &[u8]| {
+        emitted += 1;
+        emit(key, value)
+    };
+    let mut values = codec::EpochValues::new();
     let mut advanced: Vec<usize> = Vec::new();
+    // Ties pop in run order: the reader's index breaks them.
     while let Some(Reverse((sort_key, i))) = heap.pop() {
-        key.clear();
-        key.extend_from_slice(&readers[i].key);
-        // The same key in later runs: their rows come after this run's.
-        let mut more = heap
-            .peek()
-            .is_some_and(|Reverse((next, _))| *next == sort_key);
-        if more {
-            merged.clear();
-            merged.extend_from_slice(readers[i].value());
-        }
         advanced.clear();
         advanced.push(i);
-        while more {
-            let Some(Reverse((_, j))) = heap.pop() else {
+        while let Some(&Reverse((next, j))) = heap.peek() {
+            if next != sort_key {
                 break;
-            };
-            if readers[j].key != key {
-                return Err(readers[j].corrupt("keys of different lengths"));
             }
-            merged = codec::merge_history(&key, Some(&merged), std::iter::once(readers[j].value()))
-                .ok_or_else(|| Error::Codec(codec::CodecError::History(key.clone())))?;
+            heap.pop();
             advanced.push(j);
-            more = heap
-                .peek()
-                .is_some_and(|Reverse((next, _))| *next == sort_key);
         }
-        if advanced.len() == 1 {
-            emit(&key, readers[i].value())?;
-        } else {
-            emit(&key, &merged)?;
+        match family {
+            Family::History => {
+                values.begin(&readers[i].key);
+                for &j in &advanced {
+                    let reader = &readers[j];
+                    values
+                        .append(reader.base, reader.value(), &mut counted)
+                        .ok_or_else(|| reader.corrupt("a script's rows do not decode"))??;
+                }
+                values.finish(&mut counted)?;
+            }
+            _ => {
+                if advanced.len() > 1 {
+                    return Err(readers[advanced[1]].corrupt("a txid key in two runs"));
+                }
+                counted(&readers[i].key, &[])?;
+            }
         }
-        rows += 1;
         for &j in &advanced {
             if readers[j].advance(&mut decompressor)? {
                 let next = crate::write::sort_key(&readers[j].key);
@@ -429,7 +518,7 @@ pub(crate) fn merge_runs(
             }
         }
     }
-    Ok(rows)
+    Ok(emitted)
 }
 
 /// Keys from `start` (all when `None`) up to but not including `end` (all
@@ -502,6 +591,42 @@ pub(crate) fn clear(index_dir: &Path, runs: Option<u32>) -> Result<()> {
     cleared.map_err(file_err(&dir))
 }
 
+/// Refuses a bulk load under way in the index in `index_dir` whose runs
+/// an earlier build wrote, in the layout before [`RUN_MAGIC`]: it cannot
+/// be carried on, so the index is of another format (and is rebuilt, or
+/// refused when the user turned that off).
+pub(crate) fn refuse_earlier_runs(index_dir: &Path, silent_payments: bool) -> Result<()> {
+    let dir = index_dir.join(RUNS_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(file_err(&dir)(e)),
+    };
+    for entry in entries {
+        let path = entry.map_err(file_err(&dir))?.path();
+        let mut magic = [0u8; RUN_MAGIC.len()];
+        let read = File::open(&path).and_then(|mut file| file.read_exact(&mut magic));
+        match read {
+            Ok(()) if magic == RUN_MAGIC => return Ok(()),
+            // An empty or torn file says nothing: the next one does.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => continue,
+            Ok(()) => {
+                return Err(Error::Schema {
+                    path: index_dir.to_path_buf(),
+                    found: format!(
+                        "of an earlier build: a first sync under way whose runs ({}) are in \
+                         an earlier layout",
+                        path.display()
+                    ),
+                    expected: osprey_core::to_hex(&crate::schema_tag(silent_payments)),
+                })
+            }
+            Err(e) => return Err(file_err(&path)(e)),
+        }
+    }
+    Ok(())
+}
+
 /// Deletes the files `paths` (a merged partition's runs), those already
 /// gone included.
 pub(crate) fn remove_files(paths: &[PathBuf]) -> Result<()> {
@@ -545,51 +670,170 @@ fn remove_stray_files(dir: &Path, runs: u32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bitcoin::hashes::Hash;
+    use osprey_core::{ScriptHash, TxNum};
 
-    /// Records of a run, in key order: keys sharing prefixes, values of
-    /// varied lengths, several blocks' worth.
-    fn records() -> Vec<(Vec<u8>, Vec<u8>)> {
-        (0u32..20_000)
-            .map(|i| {
-                let mut key = vec![0x51, (i / 256) as u8];
-                key.extend_from_slice(&i.to_be_bytes());
-                let value = vec![(i % 251) as u8; (i % 37) as usize];
-                (key, value)
-            })
+    /// A script hash per number, spread over every partition.
+    fn script(n: u32) -> ScriptHash {
+        let mut hash = [0u8; 32];
+        for (i, byte) in hash.iter_mut().enumerate() {
+            *byte = (n.wrapping_mul(2_654_435_761).rotate_left(i as u32 % 32) >> 3) as u8 ^ i as u8;
+        }
+        ScriptHash(hash)
+    }
+
+    /// The first tx_num of the second epoch (in a `short-prefixes` build,
+    /// of one epoch among millions).
+    const EPOCH: u64 = 1 << 24;
+
+    /// History rows of 30,000 scripts over transactions on both sides of
+    /// an epoch's start and a few two epochs later, funding and spending
+    /// (amounts and indexes of every varint length), in chain order.
+    fn rows() -> Vec<codec::ScriptRow> {
+        let mut rows = Vec::new();
+        let far = 3 * EPOCH + 17;
+        for (i, tx_num) in (EPOCH - 20_000..EPOCH + 20_000)
+            .chain(far..far + 500)
+            .enumerate()
+        {
+            let i = i as u32;
+            let funded = script(i % 30_000);
+            rows.push(
+                codec::HistoryRow::funding(TxNum(tx_num), i % 3, u64::from(i) << (i % 40))
+                    .of(&funded),
+            );
+            if !i.is_multiple_of(4) {
+                let spent = bitcoin::Txid::from_byte_array([(i % 251) as u8; 32]);
+                rows.push(
+                    codec::HistoryRow::spending(TxNum(tx_num), i % 200, &spent, i % 7)
+                        .of(&script(i * 7 % 30_000)),
+                );
+            }
+        }
+        rows
+    }
+
+    /// `rows` (in chain order) written as runs cut at `cuts` (tx_nums),
+    /// with each transaction's txid key; returns the runs' count.
+    fn write_runs(dir: &Path, rows: &[codec::ScriptRow], cuts: &[u64]) -> u32 {
+        let mut run = 0;
+        let mut start = 0;
+        for end in cuts.iter().copied().chain([u64::MAX]) {
+            let taken: Vec<_> = rows[start..]
+                .iter()
+                .take_while(|r| r.tx_num() < end)
+                .copied()
+                .collect();
+            start += taken.len();
+            if taken.is_empty() {
+                continue;
+            }
+            let mut txids: Vec<u128> = taken
+                .iter()
+                .map(|r| codec::txid_key_bits(&txid_of(r.tx_num()), TxNum(r.tx_num())))
+                .collect();
+            txids.dedup();
+            let mut buffer = RunBuffer::default();
+            buffer.push(&taken, &txids);
+            write_run(dir, run, buffer).unwrap();
+            run += 1;
+        }
+        run
+    }
+
+    fn txid_of(tx_num: u64) -> bitcoin::Txid {
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&tx_num.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes());
+        bitcoin::Txid::from_byte_array(bytes)
+    }
+
+    fn paths(dir: &Path, runs: u32, family: Family, partition: usize) -> Vec<PathBuf> {
+        (0..runs)
+            .map(|run| run_path(dir, run, family, partition))
             .collect()
     }
 
-    fn read_all(path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut reader = RunReader::open(path).expect("open");
-        let mut read = Vec::new();
-        let mut decompressor = zstd_safe::DCtx::create();
-        while reader.advance(&mut decompressor)? {
-            read.push((reader.key.clone(), reader.value().to_vec()));
-        }
-        Ok(read)
+    fn merge(
+        paths: &[PathBuf],
+        family: Family,
+        range: KeyRange<'_>,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut merged = Vec::new();
+        let count = merge_runs(paths, family, range, |key, value| {
+            merged.push((key.to_vec(), value.to_vec()));
+            Ok(())
+        })?;
+        assert_eq!(count as usize, merged.len());
+        Ok(merged)
     }
 
-    /// Writes `records()` as a run at `path` (this build's blocks);
-    /// returns the bytes written.
-    fn write_records(path: &Path) -> u64 {
-        let mut writer = RunWriter::create(path).unwrap();
-        for (key, value) in records() {
-            writer.push(&key, &value).unwrap();
+    /// What commits store for `rows`: a value per script and epoch.
+    fn stored(rows: &[codec::ScriptRow], partition: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut sorted: Vec<_> = rows
+            .iter()
+            .filter(|r| r.partition() == partition)
+            .copied()
+            .collect();
+        sorted.sort_unstable();
+        let mut operands = codec::Operands::new(&sorted);
+        let mut values = Vec::new();
+        while let Some((key, value)) = operands.next_operand() {
+            values.push((key.to_vec(), value.to_vec()));
         }
-        writer.finish().unwrap()
+        values
     }
 
-    /// The compressed-length fields of a run file's blocks.
-    fn block_fields(path: &Path) -> Vec<u32> {
-        let bytes = std::fs::read(path).unwrap();
-        let mut fields = Vec::new();
-        let mut at = 0;
-        while at < bytes.len() {
-            let field = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap());
-            fields.push(field);
-            at += 8 + (field & !ZSTD_BLOCK) as usize;
+    /// However the rows fall into runs (a run across an epoch's start, a
+    /// script in many runs or one), the merge gives exactly the values
+    /// commits store, and every transaction's txid key once.
+    #[test]
+    fn merged_runs_are_the_values_commits_store() {
+        let rows = rows();
+        for cuts in [
+            vec![],
+            vec![EPOCH - 1_000, EPOCH + 10, EPOCH + 2_000, 3 * EPOCH],
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let runs = write_runs(dir.path(), &rows, &cuts);
+            assert_eq!(runs as usize, cuts.len() + 1);
+            let mut txids: Vec<[u8; codec::TXID_KEY_LEN]> = rows
+                .iter()
+                .map(|r| {
+                    codec::txid_key_of_bits(codec::txid_key_bits(
+                        &txid_of(r.tx_num()),
+                        TxNum(r.tx_num()),
+                    ))
+                })
+                .collect();
+            txids.sort_unstable();
+            txids.dedup();
+            let mut merged_txids = Vec::new();
+            for partition in 0..PARTITIONS {
+                let history = merge(
+                    &paths(dir.path(), runs, Family::History, partition),
+                    Family::History,
+                    KeyRange::default(),
+                )
+                .unwrap();
+                let expected = stored(&rows, partition);
+                assert!(!expected.is_empty());
+                assert_eq!(history, expected, "partition {partition}, cuts {cuts:?}");
+                let txid = merge(
+                    &paths(dir.path(), runs, Family::Txid, partition),
+                    Family::Txid,
+                    KeyRange::default(),
+                )
+                .unwrap();
+                merged_txids.extend(txid.into_iter().map(|(key, value)| {
+                    assert!(value.is_empty());
+                    key
+                }));
+            }
+            assert_eq!(
+                merged_txids,
+                txids.iter().map(|k| k.to_vec()).collect::<Vec<_>>()
+            );
         }
-        fields
     }
 
     /// A partition's two halves, merged apart, are its whole merge: each
@@ -598,117 +842,124 @@ mod tests {
     #[test]
     fn a_merge_by_key_range_gives_exactly_the_keys_in_the_range() {
         let dir = tempfile::tempdir().unwrap();
-        let all = records();
-        // Two runs taking turns (no key in both, so no value merge).
-        let paths: Vec<PathBuf> = (0..2)
-            .map(|run| {
-                let path = dir.path().join(format!("{run:06}.h5"));
-                let mut writer = RunWriter::create(&path).unwrap();
-                for (key, value) in all.iter().skip(run).step_by(2) {
-                    writer.push(key, value).unwrap();
-                }
-                writer.finish().unwrap();
-                path
-            })
-            .collect();
-        let merge = |range: KeyRange<'_>| {
-            let mut rows = Vec::new();
-            let count = merge_runs(&paths, range, |key, value| {
-                rows.push((key.to_vec(), value.to_vec()));
-                Ok(())
-            })
+        let runs = write_runs(dir.path(), &rows(), &[EPOCH]);
+        let paths = paths(dir.path(), runs, Family::History, 5);
+        let all = merge(&paths, Family::History, KeyRange::default()).unwrap();
+        let at = all.len() * 5 / 8;
+        let middle = all[at].0[..codec::SCRIPT_ID_LEN].to_vec();
+        let lower = merge(
+            &paths,
+            Family::History,
+            KeyRange {
+                start: None,
+                end: Some(&middle),
+            },
+        )
+        .unwrap();
+        let upper = merge(
+            &paths,
+            Family::History,
+            KeyRange {
+                start: Some(&middle),
+                end: None,
+            },
+        )
+        .unwrap();
+        let at = all
+            .iter()
+            .position(|(key, _)| key[..codec::SCRIPT_ID_LEN] == middle[..])
             .unwrap();
-            assert_eq!(count as usize, rows.len());
-            rows
-        };
-        assert_eq!(merge(KeyRange::default()), all);
-        let middle = all[12_345].0.clone();
-        let lower = merge(KeyRange {
-            start: None,
-            end: Some(&middle),
-        });
-        let upper = merge(KeyRange {
-            start: Some(&middle),
-            end: None,
-        });
-        assert_eq!(lower, all[..12_345]);
-        assert_eq!(upper, all[12_345..]);
+        assert!(at > 0);
+        assert_eq!(lower, all[..at]);
+        assert_eq!(upper, all[at..]);
         let past = [0xff];
-        assert!(merge(KeyRange {
-            start: Some(&past),
-            end: None
-        })
+        assert!(merge(
+            &paths,
+            Family::History,
+            KeyRange {
+                start: Some(&past),
+                end: None
+            }
+        )
+        .unwrap()
         .is_empty());
     }
 
     #[test]
-    fn a_run_reads_back_what_was_written_in_zstd_blocks() {
+    fn a_run_is_written_in_zstd_blocks_after_its_header() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("000000.h0");
-        let bytes = write_records(&path);
-        assert_eq!(bytes, std::fs::metadata(&path).unwrap().len());
-        let fields = block_fields(&path);
-        assert!(fields.len() > 3, "several blocks: {}", fields.len());
-        assert!(
-            fields.iter().all(|f| f & ZSTD_BLOCK != 0),
-            "every block is zstd's"
-        );
-        assert_eq!(read_all(&path).unwrap(), records());
-    }
-
-    #[test]
-    fn a_run_of_lz4_blocks_from_an_earlier_build_is_still_read() {
-        // Written as builds before zstd wrote runs: LZ4 blocks, the flag
-        // bit clear.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("000000.h0");
-        let mut file = Vec::new();
-        let mut block = Vec::new();
-        let mut previous: Vec<u8> = Vec::new();
-        let mut flush = |block: &mut Vec<u8>, previous: &mut Vec<u8>| {
-            let compressed = lz4_flex::block::compress(block);
-            file.extend_from_slice(&(block.len() as u32).to_le_bytes());
-            file.extend_from_slice(&(compressed.len() as u32).to_le_bytes());
-            file.extend_from_slice(&compressed);
-            block.clear();
-            previous.clear();
-        };
-        for (key, value) in records() {
-            let shared = key
-                .iter()
-                .zip(&previous)
-                .take_while(|(a, b)| a == b)
-                .count();
-            write_varint(&mut block, shared as u64);
-            write_varint(&mut block, (key.len() - shared) as u64);
-            block.extend_from_slice(&key[shared..]);
-            write_varint(&mut block, value.len() as u64);
-            block.extend_from_slice(&value);
-            previous = key;
-            if block.len() >= BLOCK_BYTES {
-                flush(&mut block, &mut previous);
-            }
+        let rows = rows();
+        let runs = write_runs(dir.path(), &rows, &[]);
+        let path = run_path(dir.path(), runs - 1, Family::History, 2);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes[..RUN_MAGIC.len()], RUN_MAGIC);
+        let base = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
+        assert_eq!(base, rows[0].tx_num());
+        let mut blocks = 0;
+        let mut at = HEADER_BYTES as usize;
+        while at < bytes.len() {
+            let field = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap());
+            assert!(field & ZSTD_BLOCK != 0, "every block is zstd's");
+            at += 8 + (field & !ZSTD_BLOCK) as usize;
+            blocks += 1;
         }
-        flush(&mut block, &mut previous);
-        std::fs::write(&path, &file).unwrap();
-        assert!(block_fields(&path).iter().all(|f| f & ZSTD_BLOCK == 0));
-        assert_eq!(read_all(&path).unwrap(), records());
+        assert_eq!(at, bytes.len());
+        assert!(blocks > 1, "several blocks: {blocks}");
     }
 
     #[test]
     fn a_damaged_zstd_block_is_corrupt_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("000000.h0");
-        write_records(&path);
+        let runs = write_runs(dir.path(), &rows(), &[]);
+        let path = run_path(dir.path(), runs - 1, Family::History, 0);
         let mut bytes = std::fs::read(&path).unwrap();
         // Inside the first block's compressed bytes.
-        for byte in &mut bytes[20..60] {
+        for byte in &mut bytes[40..80] {
             *byte ^= 0x5a;
         }
         std::fs::write(&path, &bytes).unwrap();
-        match read_all(&path) {
+        match merge(&[path], Family::History, KeyRange::default()) {
             Err(Error::Corrupt(what)) => assert!(what.contains("bad block"), "{what}"),
             other => panic!("expected a corrupt run, got {:?}", other.map(|r| r.len())),
         }
+    }
+
+    /// Runs an earlier build wrote (no header; their first bytes are a
+    /// block's lengths) are not read as this layout's: the merge calls
+    /// them corrupt, and an index whose bulk load they belong to is of
+    /// another format.
+    #[test]
+    fn runs_of_the_earlier_layout_are_another_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs_dir = dir.path().join(RUNS_DIR);
+        std::fs::create_dir_all(&runs_dir).unwrap();
+        assert!(
+            refuse_earlier_runs(dir.path(), false).is_ok(),
+            "no runs yet"
+        );
+        let earlier = run_path(&runs_dir, 0, Family::History, 0);
+        let mut bytes = 40_000u32.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&(1_234u32 | ZSTD_BLOCK).to_le_bytes());
+        bytes.extend_from_slice(&[7; 1_234]);
+        std::fs::write(&earlier, &bytes).unwrap();
+        match merge(
+            std::slice::from_ref(&earlier),
+            Family::History,
+            KeyRange::default(),
+        ) {
+            Err(Error::Corrupt(what)) => assert!(what.contains("layout"), "{what}"),
+            other => panic!("expected a corrupt run, got {:?}", other.map(|r| r.len())),
+        }
+        match refuse_earlier_runs(dir.path(), false) {
+            Err(Error::Schema { found, .. }) => {
+                assert!(found.contains("earlier layout"), "{found}")
+            }
+            other => panic!("expected another format, got {other:?}"),
+        }
+        // This build's runs beside it are not: the first file read decides,
+        // so with only this build's the index is this format.
+        std::fs::remove_file(&earlier).unwrap();
+        write_runs(&runs_dir, &rows(), &[]);
+        assert!(refuse_earlier_runs(dir.path(), false).is_ok());
     }
 }
