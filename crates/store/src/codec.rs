@@ -322,11 +322,11 @@ impl<'a> Operands<'a> {
 
     /// Over `sorted`, as a bulk load's run holds them: a script's rows of
     /// every epoch as one value under its script id alone, the first entry
-    /// counting from `base`, the run's first tx_num. A run spans about a
-    /// thousandth of mainnet, so that entry's delta takes 3 bytes where
-    /// one from its epoch's start takes 4, and a key needs no epoch: a
-    /// tenth of a run's bytes (the merge puts the epochs back,
-    /// [`EpochValues`]).
+    /// counting from `base`, the run's first tx_num. One of mainnet's ~650
+    /// runs spans ~1.8M transactions, under 2^21, so that entry's delta
+    /// takes 3 bytes where one from its epoch's start takes 4; and a key
+    /// needs no epoch. A tenth of a run's bytes (the merge puts the
+    /// epochs back, [`EpochValues`]).
     pub(crate) fn for_run(sorted: &'a [ScriptRow], base: u64) -> Operands<'a> {
         Operands {
             run_base: Some(base),
