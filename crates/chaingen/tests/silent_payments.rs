@@ -26,7 +26,7 @@ fn seed() -> u64 {
 
 /// The mainnet profile at a small size (inputs of every counted kind but
 /// the envelopes, which a chain this small does not spend yet: the unit
-/// tests of `generate.rs` pay from one), a fifth of the transfers that can
+/// tests of `generate/tests.rs` pay from one), a fifth of the transfers that can
 /// pay a silent payment paying one.
 fn config(signatures: Signatures) -> Config {
     Config {
