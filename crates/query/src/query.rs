@@ -424,6 +424,11 @@ impl Query {
         // exist and are unspent when it comes: one of them is the one it
         // spends, and with a 2-byte prefix it is nearly always the only one.
         let mut unspent: HashMap<([u8; SPENT_TXID_PREFIX_LEN], u32), Vec<usize>> = HashMap::new();
+        // vout -> the outputs of this script with that vout, spent ones
+        // among them until a spend paired by its vout passes them: a bulk
+        // load's merge left the prefix out of a spend when one output of
+        // the script with its vout could be the one it spends.
+        let mut by_vout: HashMap<u32, Vec<usize>> = HashMap::new();
         for row in rows {
             match row.kind {
                 RowKind::Funding { vout, amount } => {
@@ -434,6 +439,7 @@ impl Query {
                         .entry((prefix, vout))
                         .or_default()
                         .push(funding.len());
+                    by_vout.entry(vout).or_default().push(funding.len());
                     funding.push(Funding {
                         tx_num: row.tx_num,
                         txid,
@@ -443,13 +449,35 @@ impl Query {
                     });
                 }
                 RowKind::Spending {
+                    prev_txid_prefix: None,
+                    prev_vout,
+                    ..
+                } => {
+                    let candidates = by_vout.entry(prev_vout).or_default();
+                    candidates.retain(|&i| funding[i].spent_by.is_none());
+                    let mut earlier = candidates
+                        .iter()
+                        .copied()
+                        .filter(|&i| funding[i].tx_num < row.tx_num);
+                    let (Some(index), None) = (earlier.next(), earlier.next()) else {
+                        return Err(Error::Internal(format!(
+                            "a spend in tx_num {} paired by its vout {prev_vout} does not have \
+                             exactly one output of the script to pair with: the index is damaged",
+                            row.tx_num
+                        )));
+                    };
+                    funding[index].spent_by = Some(row.tx_num);
+                }
+                RowKind::Spending {
                     input,
-                    prev_txid_prefix,
+                    prev_txid_prefix: Some(prev_txid_prefix),
                     prev_vout,
                 } => {
                     let Some(candidates) = unspent.get_mut(&(prev_txid_prefix, prev_vout)) else {
                         continue;
                     };
+                    // Outputs a spend paired by its vout took.
+                    candidates.retain(|&i| funding[i].spent_by.is_none());
                     // A transaction cannot spend its own outputs.
                     let earlier: Vec<usize> = candidates
                         .iter()

@@ -93,9 +93,12 @@ pub enum RowKind {
     Funding { vout: u32, amount: u64 },
     /// Input `input` of the transaction spends `prev_vout` of a transaction
     /// whose txid starts with `prev_txid_prefix`, locked by the script.
+    /// `None`: a bulk load's merge paired it with the one output of the
+    /// script with that vout that was not surely spent before it (see
+    /// [`EpochValues`]), so the prefix was left out.
     Spending {
         input: u32,
-        prev_txid_prefix: [u8; SPENT_TXID_PREFIX_LEN],
+        prev_txid_prefix: Option<[u8; SPENT_TXID_PREFIX_LEN]>,
         prev_vout: u32,
     },
 }
@@ -122,7 +125,7 @@ impl HistoryRow {
             tx_num,
             kind: RowKind::Spending {
                 input,
-                prev_txid_prefix: prefix,
+                prev_txid_prefix: Some(prefix),
                 prev_vout,
             },
         }
@@ -143,6 +146,8 @@ impl HistoryRow {
                 prev_txid_prefix,
                 prev_vout,
             } => {
+                let prev_txid_prefix =
+                    prev_txid_prefix.expect("the indexer's rows carry the spent txid's prefix");
                 let mut prefix = [0u8; 8];
                 prefix[8 - SPENT_TXID_PREFIX_LEN..].copy_from_slice(&prev_txid_prefix);
                 let prefix = u64::from_be_bytes(prefix);
@@ -217,9 +222,9 @@ impl ScriptRow {
         if self.tagged & 1 == 0 {
             write_varint(out, self.payload);
         } else {
+            write_varint(out, (self.payload & u64::from(u32::MAX)) << 1 | 1);
             let prefix = (self.payload >> 32).to_be_bytes();
             out.extend_from_slice(&prefix[8 - SPENT_TXID_PREFIX_LEN..]);
-            write_varint(out, self.payload & u64::from(u32::MAX));
         }
     }
 }
@@ -281,8 +286,11 @@ fn entries(base: u64, value: &[u8]) -> impl Iterator<Item = Option<Entry<'_>>> {
             let tagged = read_varint(&mut rest)?;
             u32::try_from(tagged >> 1).ok()?;
             if tagged & 1 == 1 {
-                rest = rest.get(SPENT_TXID_PREFIX_LEN..)?;
-                u32::try_from(read_varint(&mut rest)?).ok()?;
+                let vout = read_varint(&mut rest)?;
+                u32::try_from(vout >> 1).ok()?;
+                if vout & 1 == 1 {
+                    rest = rest.get(SPENT_TXID_PREFIX_LEN..)?;
+                }
             } else {
                 read_varint(&mut rest)?;
             }
@@ -369,7 +377,20 @@ pub(crate) struct EpochValues {
     value: Vec<u8>,
     /// The tx_num the next entry's delta counts from.
     previous: u64,
+    /// The script's outputs not surely spent yet: vout and tx_num. A
+    /// list, scanned: nearly every script holds a few.
+    open: Vec<(u32, u64)>,
+    /// Whether the script's spends are still paired: not once it held
+    /// more than [`OPEN_OUTPUTS_MAX`] outputs at once (its later spends
+    /// keep their prefixes, which is always exact).
+    pairing: bool,
+    body: Vec<u8>,
 }
+
+/// Outputs of one script the merge tracks for pairing at once. A script
+/// with more (an exchange's address) mostly has several outputs of each
+/// vout open anyway, which pairing by vout cannot tell apart.
+const OPEN_OUTPUTS_MAX: usize = 4096;
 
 impl EpochValues {
     pub(crate) fn new() -> EpochValues {
@@ -377,6 +398,9 @@ impl EpochValues {
             key: [0; SCRIPT_ID_LEN + EPOCH_LEN],
             value: Vec::new(),
             previous: 0,
+            open: Vec::new(),
+            pairing: true,
+            body: Vec::new(),
         }
     }
 
@@ -384,6 +408,49 @@ impl EpochValues {
     pub(crate) fn begin(&mut self, id: &[u8]) {
         self.key[..SCRIPT_ID_LEN].copy_from_slice(id);
         self.value.clear();
+        self.open.clear();
+        self.pairing = true;
+    }
+
+    /// The entry's body as stored: a spend that exactly one output of the
+    /// script could be spent by, by vout, loses its txid prefix. The
+    /// outputs tracked are a superset of the unspent ones (a spend paired
+    /// only by its prefix leaves its candidates), so one candidate is the
+    /// one spent.
+    fn paired_body<'b>(&'b mut self, tx_num: u64, body: &'b [u8]) -> Option<&'b [u8]> {
+        let mut rest = body;
+        let tagged = read_varint(&mut rest)?;
+        if tagged & 1 == 0 {
+            if self.pairing && self.open.len() == OPEN_OUTPUTS_MAX {
+                self.pairing = false;
+                self.open.clear();
+            } else if self.pairing {
+                self.open.push((u32::try_from(tagged >> 1).ok()?, tx_num));
+            }
+            return Some(body);
+        }
+        let vout_field = read_varint(&mut rest)?;
+        if vout_field & 1 == 0 {
+            // A run's spends carry their prefixes: this one is damaged.
+            return None;
+        }
+        if !self.pairing {
+            return Some(body);
+        }
+        let vout = u32::try_from(vout_field >> 1).ok()?;
+        let mut earlier = self
+            .open
+            .iter()
+            .enumerate()
+            .filter(|&(_, &(v, t))| v == vout && t < tx_num);
+        let (Some((at, _)), None) = (earlier.next(), earlier.next()) else {
+            return Some(body);
+        };
+        self.open.swap_remove(at);
+        self.body.clear();
+        write_varint(&mut self.body, tagged);
+        write_varint(&mut self.body, vout_field & !1);
+        Some(&self.body)
     }
 
     /// Appends a run's value of the script, its first entry counting from
@@ -409,9 +476,12 @@ impl EpochValues {
                 self.key[SCRIPT_ID_LEN..].copy_from_slice(&epoch);
                 self.previous = epoch_start(entry.tx_num);
             }
-            write_varint(&mut self.value, entry.tx_num.checked_sub(self.previous)?);
-            self.value.extend_from_slice(entry.body);
+            let delta = entry.tx_num.checked_sub(self.previous)?;
             self.previous = entry.tx_num;
+            let mut value = std::mem::take(&mut self.value);
+            write_varint(&mut value, delta);
+            value.extend_from_slice(self.paired_body(entry.tx_num, entry.body)?);
+            self.value = value;
         }
         Some(Ok(()))
     }
@@ -427,6 +497,72 @@ impl EpochValues {
         let done = emit(&self.key, &self.value);
         self.value.clear();
         done
+    }
+}
+
+/// Gives a bulk-loaded index's history values back the spent-txid
+/// prefixes its merge left out, which makes them the bytes a block-by-block
+/// sync writes (`Store::digest` compares indexes by them). Fed a family's
+/// values in key order, so a script's values come together, epochs in
+/// order; it pairs each spend without a prefix exactly as the merge did
+/// ([`EpochValues`]): among the script's outputs with its vout not taken
+/// by such a spend before it, the one before its transaction.
+#[derive(Default)]
+pub(crate) struct PrefixRestorer {
+    id: Vec<u8>,
+    open: std::collections::HashMap<u32, Vec<u64>>,
+}
+
+impl PrefixRestorer {
+    /// `value` (under `key`) with its spends' prefixes, `prefix_of` giving
+    /// a transaction's txid prefix.
+    pub(crate) fn restore<E: From<CodecError>>(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        mut prefix_of: impl FnMut(u64) -> Result<[u8; SPENT_TXID_PREFIX_LEN], E>,
+    ) -> Result<Vec<u8>, E> {
+        let bad = || CodecError::History(key.to_vec());
+        let id = key.get(..SCRIPT_ID_LEN).ok_or_else(bad)?;
+        if self.id != id {
+            self.id = id.to_vec();
+            self.open.clear();
+        }
+        let base = epoch_base(key).ok_or_else(bad)?;
+        let mut out = Vec::with_capacity(value.len() + 16);
+        let mut previous = base;
+        for entry in entries(base, value) {
+            let entry = entry.ok_or_else(bad)?;
+            write_varint(&mut out, entry.tx_num - previous);
+            previous = entry.tx_num;
+            let mut rest = entry.body;
+            let tagged = read_varint(&mut rest).ok_or_else(bad)?;
+            if tagged & 1 == 0 {
+                let vout = u32::try_from(tagged >> 1).map_err(|_| bad())?;
+                self.open.entry(vout).or_default().push(entry.tx_num);
+                out.extend_from_slice(entry.body);
+                continue;
+            }
+            let vout_field = read_varint(&mut rest).ok_or_else(bad)?;
+            if vout_field & 1 == 1 {
+                out.extend_from_slice(entry.body);
+                continue;
+            }
+            let vout = u32::try_from(vout_field >> 1).map_err(|_| bad())?;
+            let candidates = self.open.entry(vout).or_default();
+            let mut earlier = candidates
+                .iter()
+                .enumerate()
+                .filter(|&(_, &t)| t < entry.tx_num);
+            let (Some((at, _)), None) = (earlier.next(), earlier.next()) else {
+                return Err(bad().into());
+            };
+            let funding = candidates.swap_remove(at);
+            write_varint(&mut out, tagged);
+            write_varint(&mut out, vout_field | 1);
+            out.extend_from_slice(&prefix_of(funding)?);
+        }
+        Ok(out)
     }
 }
 
@@ -539,13 +675,19 @@ fn decode_row(tx_num: TxNum, tagged: u64, payload: &[u8]) -> Option<HistoryRow> 
             amount: read_varint(&mut rest)?,
         }
     } else {
-        let prefix: [u8; SPENT_TXID_PREFIX_LEN] =
-            rest.get(..SPENT_TXID_PREFIX_LEN)?.try_into().ok()?;
-        rest = &rest[SPENT_TXID_PREFIX_LEN..];
+        let vout = read_varint(&mut rest)?;
+        let prefix = if vout & 1 == 1 {
+            let prefix: [u8; SPENT_TXID_PREFIX_LEN] =
+                rest.get(..SPENT_TXID_PREFIX_LEN)?.try_into().ok()?;
+            rest = &rest[SPENT_TXID_PREFIX_LEN..];
+            Some(prefix)
+        } else {
+            None
+        };
         RowKind::Spending {
             input: index,
             prev_txid_prefix: prefix,
-            prev_vout: u32::try_from(read_varint(&mut rest)?).ok()?,
+            prev_vout: u32::try_from(vout >> 1).ok()?,
         }
     };
     rest.is_empty().then_some(HistoryRow { tx_num, kind })

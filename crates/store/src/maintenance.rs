@@ -9,8 +9,8 @@ use osprey_core::{Height, TxNum};
 use rocksdb::{IteratorMode, DB};
 
 use crate::{
-    all_cfs, cf, open, runs, CfLevels, Error, Family, LsmShape, Part, Result, Store, CF_META,
-    META_BULK, META_TIP, PARTITIONS,
+    all_cfs, cf, codec, open, runs, CfLevels, Error, Family, LsmShape, Part, Result, Store,
+    CF_META, META_BULK, META_TIP, PARTITIONS,
 };
 
 /// A bulk load's merge works on a partition's halves by key at once, a
@@ -28,12 +28,26 @@ impl Store {
         use bitcoin::hashes::{sha256, HashEngine};
         let mut engine = sha256::Hash::engine();
         let db = self.db()?;
+        // A bulk load's history values lose the prefixes of the spends its
+        // merge paired by vout: they are given back, so that an index
+        // digests the same however it was built.
+        let mut restorer = codec::PrefixRestorer::default();
+        let prefix_of = |tx_num: u64| -> Result<[u8; codec::SPENT_TXID_PREFIX_LEN]> {
+            let txid = self.txid(TxNum(tx_num))?;
+            let mut prefix = [0u8; codec::SPENT_TXID_PREFIX_LEN];
+            prefix.copy_from_slice(&txid.as_byte_array()[..codec::SPENT_TXID_PREFIX_LEN]);
+            Ok(prefix)
+        };
         for family in [Family::History, Family::Txid] {
             engine.input(family.name().as_bytes());
             // Partitions in order: the family's rows in key order.
             for &name in family.column_families() {
                 for item in db.iterator_cf(cf(&db, name), IteratorMode::Start) {
                     let (k, v) = item?;
+                    let v = match family {
+                        Family::History => restorer.restore(&k, &v, prefix_of)?.into(),
+                        _ => v,
+                    };
                     engine.input(&(k.len() as u32).to_le_bytes());
                     engine.input(&k);
                     engine.input(&(v.len() as u32).to_le_bytes());

@@ -2,7 +2,7 @@ use super::*;
 use bitcoin::block::Version;
 use bitcoin::hashes::Hash;
 use bitcoin::{CompactTarget, TxMerkleNode};
-use codec::HistoryRow;
+use codec::{HistoryRow, RowKind};
 use osprey_core::ScriptHash;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -31,8 +31,9 @@ fn script(n: u8) -> ScriptHash {
     ScriptHash([n.wrapping_mul(0x51); 32])
 }
 
-/// A chain of `len` blocks where block h has 2 transactions, paying scripts
-/// `h % 3`, the second spending the first output of the previous block.
+/// A chain of `len` blocks where block h has 2 transactions: the first
+/// pays script `h % 3`, the second spends the first output of the previous
+/// block (a row of the script that output paid).
 fn blocks(
     from: u32,
     len: u32,
@@ -52,7 +53,10 @@ fn blocks(
             let s = script((h % 3) as u8);
             let mut rows = vec![HistoryRow::funding(TxNum(tx), 0, 50).of(&s)];
             if tx >= 2 {
-                rows.push(HistoryRow::spending(TxNum(tx + 1), 0, &txid(tx - 2, fork), 0).of(&s));
+                let spent = script(((h + 2) % 3) as u8);
+                rows.push(
+                    HistoryRow::spending(TxNum(tx + 1), 0, &txid(tx - 2, fork), 0).of(&spent),
+                );
             }
             tx += 2;
             IndexedBlock {
@@ -85,7 +89,7 @@ fn apply_then_read_back() {
     assert_eq!(store.find_tx_num(&txid(13, 0)).unwrap(), Some(TxNum(13)));
     assert_eq!(store.find_tx_num(&txid(99, 0)).unwrap(), None);
     let rows = store.history(&script(1), 100).unwrap().unwrap();
-    // Heights 1, 4, 7 pay script 1; each of them also spends.
+    // Heights 1, 4, 7 pay script 1; heights 2, 5, 8 spend those outputs.
     assert_eq!(rows.len(), 6);
     assert!(rows.windows(2).all(|w| w[0].tx_num <= w[1].tx_num));
     assert_eq!(
@@ -443,9 +447,26 @@ fn bulk_load_writes_runs_then_merges_them_by_partition() {
     }
     assert_eq!(files_in_other_partitions(&store), 0);
     assert_eq!(store.digest().unwrap(), plain.digest().unwrap());
+    // The same rows, but that the merge paired spends by their vouts.
+    let spent_vouts = |rows: Vec<HistoryRow>| -> Vec<(TxNum, Option<u32>)> {
+        rows.into_iter()
+            .map(|row| match row.kind {
+                RowKind::Spending { prev_vout, .. } => (row.tx_num, Some(prev_vout)),
+                RowKind::Funding { .. } => (row.tx_num, None),
+            })
+            .collect()
+    };
+    let merged = store.history(&script(1), 100).unwrap().unwrap();
+    assert!(merged.iter().any(|row| matches!(
+        row.kind,
+        RowKind::Spending {
+            prev_txid_prefix: None,
+            ..
+        }
+    )));
     assert_eq!(
-        store.history(&script(1), 100).unwrap(),
-        plain.history(&script(1), 100).unwrap()
+        spent_vouts(merged),
+        spent_vouts(plain.history(&script(1), 100).unwrap().unwrap())
     );
     drop(store);
     let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
