@@ -9,6 +9,7 @@ mod backend;
 mod mempool;
 mod merkle;
 mod outpoint;
+mod outputs;
 mod query;
 #[cfg(test)]
 mod race;

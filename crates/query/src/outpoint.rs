@@ -10,7 +10,8 @@
 //! when two outputs of the script share the spent-txid prefix and vout);
 //! an unconfirmed spender comes from the mempool.
 
-use crate::query::{store_failed, Funding, Query};
+use crate::outputs::Funding;
+use crate::query::{store_failed, Query};
 use bitcoin::{OutPoint, Txid};
 use osprey_answers::{Error, OutpointAnswer, OutpointStatus};
 use osprey_core::{ScriptHash, TxNum};

@@ -12,9 +12,9 @@ use osprey_answers::{
 };
 use osprey_chain::{ChainSource, MempoolAcceptance, MempoolFees, TxLocation};
 use osprey_core::{Height, ScriptHash, StatusHash, TxNum};
-use osprey_store::codec::{HistoryRow, RowKind, SPENT_TXID_PREFIX_LEN};
+use osprey_store::codec::HistoryRow;
 use osprey_store::Store;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use tokio::sync::broadcast;
@@ -78,16 +78,6 @@ struct ScriptView {
     visible: u64,
     /// The mempool entries touching the script that those do not confirm.
     mempool: Vec<Arc<MempoolEntry>>,
-}
-
-/// A confirmed output of a script, from its funding row.
-pub(crate) struct Funding {
-    pub(crate) tx_num: TxNum,
-    pub(crate) txid: Txid,
-    pub(crate) vout: u32,
-    pub(crate) value: u64,
-    /// The confirmed transaction that spends it.
-    pub(crate) spent_by: Option<TxNum>,
 }
 
 impl Query {
@@ -283,7 +273,11 @@ impl Query {
     /// after it deletes its rows, so a row beyond belongs to a block that
     /// is not (or no longer) part of the answer's view. Skipping it answers
     /// from that view instead of failing.
-    fn rows(&self, scripthash: &ScriptHash, visible: u64) -> Result<Vec<HistoryRow>, Error> {
+    pub(crate) fn rows(
+        &self,
+        scripthash: &ScriptHash,
+        visible: u64,
+    ) -> Result<Vec<HistoryRow>, Error> {
         let mut rows = self
             .store
             .history(scripthash, self.config.history_entries_max)
@@ -407,117 +401,6 @@ impl Query {
     /// [`Change`] describes (an update that failed half-way).
     pub(crate) fn forget_statuses(&self) {
         self.statuses.invalidate(&[], true);
-    }
-
-    /// The confirmed outputs of a script (as far as `visible` transactions
-    /// reach), each with the confirmed transaction that spends it, if any.
-    pub(crate) fn confirmed_outputs(
-        &self,
-        scripthash: &ScriptHash,
-        visible: u64,
-    ) -> Result<Vec<Funding>, Error> {
-        let rows = self.rows(scripthash, visible)?;
-        let mut funding: Vec<Funding> = Vec::new();
-        // (spent txid prefix, vout) -> the outputs of this script with that
-        // prefix and vout not spent yet, as indexes into `funding`. Rows
-        // come in chain order, so a spend is paired among the outputs that
-        // exist and are unspent when it comes: one of them is the one it
-        // spends, and with a 2-byte prefix it is nearly always the only one.
-        let mut unspent: HashMap<([u8; SPENT_TXID_PREFIX_LEN], u32), Vec<usize>> = HashMap::new();
-        // vout -> the outputs of this script with that vout, spent ones
-        // among them until a spend paired by its vout passes them: a bulk
-        // load's merge left the prefix out of a spend when one output of
-        // the script with its vout could be the one it spends.
-        let mut by_vout: HashMap<u32, Vec<usize>> = HashMap::new();
-        for row in rows {
-            match row.kind {
-                RowKind::Funding { vout, amount } => {
-                    let txid = self.store.txid(row.tx_num).map_err(store_failed)?;
-                    let mut prefix = [0u8; SPENT_TXID_PREFIX_LEN];
-                    prefix.copy_from_slice(&txid.as_byte_array()[..SPENT_TXID_PREFIX_LEN]);
-                    unspent
-                        .entry((prefix, vout))
-                        .or_default()
-                        .push(funding.len());
-                    by_vout.entry(vout).or_default().push(funding.len());
-                    funding.push(Funding {
-                        tx_num: row.tx_num,
-                        txid,
-                        vout,
-                        value: amount,
-                        spent_by: None,
-                    });
-                }
-                RowKind::Spending {
-                    prev_txid_prefix: None,
-                    prev_vout,
-                    ..
-                } => {
-                    let candidates = by_vout.entry(prev_vout).or_default();
-                    candidates.retain(|&i| funding[i].spent_by.is_none());
-                    let mut earlier = candidates
-                        .iter()
-                        .copied()
-                        .filter(|&i| funding[i].tx_num < row.tx_num);
-                    let (Some(index), None) = (earlier.next(), earlier.next()) else {
-                        return Err(Error::Internal(format!(
-                            "a spend in tx_num {} paired by its vout {prev_vout} does not have \
-                             exactly one output of the script to pair with: the index is damaged",
-                            row.tx_num
-                        )));
-                    };
-                    funding[index].spent_by = Some(row.tx_num);
-                }
-                RowKind::Spending {
-                    input,
-                    prev_txid_prefix: Some(prev_txid_prefix),
-                    prev_vout,
-                } => {
-                    let Some(candidates) = unspent.get_mut(&(prev_txid_prefix, prev_vout)) else {
-                        continue;
-                    };
-                    // Outputs a spend paired by its vout took.
-                    candidates.retain(|&i| funding[i].spent_by.is_none());
-                    // A transaction cannot spend its own outputs.
-                    let earlier: Vec<usize> = candidates
-                        .iter()
-                        .enumerate()
-                        .filter(|&(_, &i)| funding[i].tx_num < row.tx_num)
-                        .map(|(at, _)| at)
-                        .collect();
-                    let at = match earlier.as_slice() {
-                        [] => continue,
-                        [only] => *only,
-                        _ => {
-                            // Two unspent outputs of this script share the
-                            // spent-txid prefix and vout: read the spending
-                            // input itself to tell them apart.
-                            let spent = self.spent_outpoint(row.tx_num, input)?;
-                            match earlier
-                                .iter()
-                                .find(|&&at| funding[candidates[at]].txid == spent.txid)
-                            {
-                                Some(&at) => at,
-                                None => continue,
-                            }
-                        }
-                    };
-                    let index = candidates.swap_remove(at);
-                    funding[index].spent_by = Some(row.tx_num);
-                }
-            }
-        }
-        Ok(funding)
-    }
-
-    /// The outpoint input `input` of confirmed transaction `tx_num` spends.
-    fn spent_outpoint(&self, tx_num: TxNum, input: u32) -> Result<OutPoint, Error> {
-        let txid = self.store.txid(tx_num).map_err(store_failed)?;
-        let tx = self.confirmed_transaction(&txid, tx_num)?;
-        tx.input
-            .get(input as usize)
-            .map(|i| i.previous_output)
-            .ok_or_else(|| Error::Internal(format!("transaction {txid} has no input {input}")))
     }
 
     /// Where the node keeps a confirmed transaction's bytes.

@@ -56,7 +56,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use osprey_core::{read_varint, write_varint};
+use osprey_core::{read_varint, write_varint, TxNum};
 
 use crate::codec;
 use crate::open::file_err;
@@ -173,11 +173,9 @@ pub(crate) fn write_run(dir: &Path, run: u32, mut buffer: RunBuffer) -> Result<u
 
 /// The tx_num of a txid key given as [`codec::txid_key_bits`].
 fn txid_key_tx_num(bits: u128) -> u64 {
-    let key = codec::txid_key_of_bits(bits);
-    let mut tx_num = [0u8; 8];
-    tx_num[8 - (codec::TXID_KEY_LEN - codec::TXID_PREFIX_LEN)..]
-        .copy_from_slice(&key[codec::TXID_PREFIX_LEN..]);
-    u64::from_be_bytes(tx_num)
+    codec::decode_txid_key(&codec::txid_key_of_bits(bits))
+        .expect("a whole txid key")
+        .0
 }
 
 /// `sorted` cut into the runs of each partition (`partition_of` rises
@@ -378,11 +376,9 @@ impl RunReader {
             _ => {
                 let tx_num = read_varint(&mut rest)
                     .and_then(|delta| self.base.checked_add(delta))
-                    .filter(|&tx_num| tx_num < 1 << (8 * (codec::TXID_KEY_LEN - key_len)))
+                    .filter(|&tx_num| tx_num <= TxNum::MAX)
                     .ok_or_else(|| self.corrupt("bad record"))?;
-                self.key.extend_from_slice(
-                    &tx_num.to_be_bytes()[8 - (codec::TXID_KEY_LEN - key_len)..],
-                );
+                self.key.extend_from_slice(&TxNum(tx_num).to_bytes());
                 0
             }
         };
@@ -671,7 +667,7 @@ fn remove_stray_files(dir: &Path, runs: u32) -> io::Result<()> {
 mod tests {
     use super::*;
     use bitcoin::hashes::Hash;
-    use osprey_core::{ScriptHash, TxNum};
+    use osprey_core::ScriptHash;
 
     /// A script hash per number, spread over every partition.
     fn script(n: u32) -> ScriptHash {

@@ -18,14 +18,34 @@ pub(crate) struct EpochValues {
     value: Vec<u8>,
     /// The tx_num the next entry's delta counts from.
     previous: u64,
-    /// The script's outputs not surely spent yet: vout and tx_num. A
-    /// list, scanned: nearly every script holds a few.
-    open: Vec<(u32, u64)>,
+    open: OpenOutputs,
     /// Whether the script's spends are still paired: not once it held
     /// more than [`OPEN_OUTPUTS_MAX`] outputs at once (its later spends
     /// keep their prefixes, which is always exact).
     pairing: bool,
     body: Vec<u8>,
+}
+
+/// A script's outputs not surely spent yet, as the merge and the restorer
+/// track them: vout and tx_num. A list, scanned: nearly every script holds
+/// a few, and the merge pairs none past [`OPEN_OUTPUTS_MAX`].
+#[derive(Default)]
+struct OpenOutputs(Vec<(u32, u64)>);
+
+impl OpenOutputs {
+    /// The only output with `vout` before transaction `tx_num`, taken out;
+    /// `None` when there are none or several.
+    fn take_only(&mut self, vout: u32, tx_num: u64) -> Option<u64> {
+        let mut earlier = self
+            .0
+            .iter()
+            .enumerate()
+            .filter(|&(_, &(v, t))| v == vout && t < tx_num);
+        let (Some((at, _)), None) = (earlier.next(), earlier.next()) else {
+            return None;
+        };
+        Some(self.0.swap_remove(at).1)
+    }
 }
 
 /// Outputs of one script the merge tracks for pairing at once. A script
@@ -39,7 +59,7 @@ impl EpochValues {
             key: [0; SCRIPT_ID_LEN + EPOCH_LEN],
             value: Vec::new(),
             previous: 0,
-            open: Vec::new(),
+            open: OpenOutputs::default(),
             pairing: true,
             body: Vec::new(),
         }
@@ -49,7 +69,7 @@ impl EpochValues {
     pub(crate) fn begin(&mut self, id: &[u8]) {
         self.key[..SCRIPT_ID_LEN].copy_from_slice(id);
         self.value.clear();
-        self.open.clear();
+        self.open.0.clear();
         self.pairing = true;
     }
 
@@ -62,11 +82,11 @@ impl EpochValues {
         let mut rest = body;
         let tagged = read_varint(&mut rest)?;
         if tagged & 1 == 0 {
-            if self.pairing && self.open.len() == OPEN_OUTPUTS_MAX {
+            if self.pairing && self.open.0.len() == OPEN_OUTPUTS_MAX {
                 self.pairing = false;
-                self.open.clear();
+                self.open.0.clear();
             } else if self.pairing {
-                self.open.push((u32::try_from(tagged >> 1).ok()?, tx_num));
+                self.open.0.push((u32::try_from(tagged >> 1).ok()?, tx_num));
             }
             return Some(body);
         }
@@ -79,15 +99,9 @@ impl EpochValues {
             return Some(body);
         }
         let vout = u32::try_from(vout_field >> 1).ok()?;
-        let mut earlier = self
-            .open
-            .iter()
-            .enumerate()
-            .filter(|&(_, &(v, t))| v == vout && t < tx_num);
-        let (Some((at, _)), None) = (earlier.next(), earlier.next()) else {
+        if self.open.take_only(vout, tx_num).is_none() {
             return Some(body);
-        };
-        self.open.swap_remove(at);
+        }
         self.body.clear();
         write_varint(&mut self.body, tagged);
         write_varint(&mut self.body, vout_field & !1);
@@ -151,7 +165,7 @@ impl EpochValues {
 #[derive(Default)]
 pub(crate) struct PrefixRestorer {
     id: Vec<u8>,
-    open: std::collections::HashMap<u32, Vec<u64>>,
+    open: OpenOutputs,
 }
 
 impl PrefixRestorer {
@@ -167,7 +181,7 @@ impl PrefixRestorer {
         let id = key.get(..SCRIPT_ID_LEN).ok_or_else(bad)?;
         if self.id != id {
             self.id = id.to_vec();
-            self.open.clear();
+            self.open.0.clear();
         }
         let base = epoch_base(key).ok_or_else(bad)?;
         let mut out = Vec::with_capacity(value.len() + 16);
@@ -180,7 +194,7 @@ impl PrefixRestorer {
             let tagged = read_varint(&mut rest).ok_or_else(bad)?;
             if tagged & 1 == 0 {
                 let vout = u32::try_from(tagged >> 1).map_err(|_| bad())?;
-                self.open.entry(vout).or_default().push(entry.tx_num);
+                self.open.0.push((vout, entry.tx_num));
                 out.extend_from_slice(entry.body);
                 continue;
             }
@@ -190,15 +204,9 @@ impl PrefixRestorer {
                 continue;
             }
             let vout = u32::try_from(vout_field >> 1).map_err(|_| bad())?;
-            let candidates = self.open.entry(vout).or_default();
-            let mut earlier = candidates
-                .iter()
-                .enumerate()
-                .filter(|&(_, &t)| t < entry.tx_num);
-            let (Some((at, _)), None) = (earlier.next(), earlier.next()) else {
-                return Err(bad().into());
-            };
-            let funding = candidates.swap_remove(at);
+            // The merge paired it while it tracked at most
+            // `OPEN_OUTPUTS_MAX` outputs of the script: the same ones.
+            let funding = self.open.take_only(vout, entry.tx_num).ok_or_else(bad)?;
             write_varint(&mut out, tagged);
             write_varint(&mut out, vout_field | 1);
             out.extend_from_slice(&prefix_of(funding)?);
