@@ -71,8 +71,9 @@ struct ScriptHashIn([u8; 32]);
 struct Row {
     tx_num: u64,
     spending: bool,
-    /// Halved: a row's index is below 2^31 (`HistoryRow::of`).
-    index: u32,
+    /// A funding row's vout, quartered: a row's vout is below 2^30
+    /// (`HistoryRow::of`).
+    vout: u32,
     amount_or_prev_vout: u64,
     prev_txid: [u8; 32],
 }
@@ -82,14 +83,9 @@ impl Row {
         let tx_num = TxNum(self.tx_num % (TxNum::MAX + 1));
         if self.spending {
             let prev_txid = Txid::from_byte_array(self.prev_txid);
-            HistoryRow::spending(
-                tx_num,
-                self.index >> 1,
-                &prev_txid,
-                self.amount_or_prev_vout as u32,
-            )
+            HistoryRow::spending(tx_num, &prev_txid, self.amount_or_prev_vout as u32 >> 2)
         } else {
-            HistoryRow::funding(tx_num, self.index >> 1, self.amount_or_prev_vout)
+            HistoryRow::funding(tx_num, self.vout >> 2, self.amount_or_prev_vout)
         }
     }
 }

@@ -74,14 +74,11 @@ pub fn block_rows(
         for (i, tx) in block.block.txdata.iter().enumerate() {
             let tx_num = TxNum(first_tx_num.0 + i as u64);
             if i > 0 {
-                for (input_index, input) in tx.input.iter().enumerate() {
+                for input in &tx.input {
                     let spent = prevouts.next().expect("counted by prevouts_match");
                     let scripthash = ScriptHash::from_script(spent.script_pubkey.as_bytes());
                     let op = input.previous_output;
-                    rows.push(
-                        HistoryRow::spending(tx_num, input_index as u32, &op.txid, op.vout)
-                            .of(&scripthash),
-                    );
+                    rows.push(HistoryRow::spending(tx_num, &op.txid, op.vout).of(&scripthash));
                     if collect_touched {
                         touched.push(scripthash);
                     }
@@ -232,7 +229,7 @@ mod tests {
         let bob_sh = ScriptHash::from_script(bob.as_bytes());
         assert_eq!(rows.touched.len(), 2);
         let mut expected = vec![
-            HistoryRow::spending(TxNum(101), 0, &funding.txid, 3).of(&bob_sh),
+            HistoryRow::spending(TxNum(101), &funding.txid, 3).of(&bob_sh),
             HistoryRow::funding(TxNum(101), 0, 30).of(&bob_sh),
             HistoryRow::funding(TxNum(100), 0, 50).of(&alice_sh),
             HistoryRow::funding(TxNum(101), 2, 19).of(&alice_sh),

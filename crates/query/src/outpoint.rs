@@ -6,7 +6,7 @@
 //! The funding transaction is found through the `txid` column family (or in
 //! the mempool). Its spender is one of the spending rows of the output's
 //! own script, paired with the output exactly as `balance` and `unspent`
-//! pair them (`Query::confirmed_outputs`, which reads the spending input
+//! pair them (`Query::confirmed_outputs`, which reads the spending inputs
 //! when two outputs of the script share the spent-txid prefix and vout);
 //! an unconfirmed spender comes from the mempool.
 

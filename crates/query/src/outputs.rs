@@ -81,7 +81,6 @@ impl Query {
                     funding[index].spent_by = Some(row.tx_num);
                 }
                 RowKind::Spending {
-                    input,
                     prev_txid_prefix: Some(prev_txid_prefix),
                     prev_vout,
                 } => {
@@ -102,13 +101,14 @@ impl Query {
                         [only] => *only,
                         _ => {
                             // Two unspent outputs of this script share the
-                            // spent-txid prefix and vout: read the spending
-                            // input itself to tell them apart.
-                            let spent = self.spent_outpoint(row.tx_num, input)?;
-                            match earlier
-                                .iter()
-                                .find(|&&at| funding[candidates[at]].txid == spent.txid)
-                            {
+                            // spent-txid prefix and vout: the spending
+                            // transaction's inputs tell them apart. (When it
+                            // spends both, its rows pair them in turn.)
+                            let spent = self.spent_outpoints(row.tx_num)?;
+                            match earlier.iter().find(|&&at| {
+                                let output = &funding[candidates[at]];
+                                spent.contains(&OutPoint::new(output.txid, output.vout))
+                            }) {
                                 Some(&at) => at,
                                 None => continue,
                             }
@@ -122,13 +122,10 @@ impl Query {
         Ok(funding)
     }
 
-    /// The outpoint input `input` of confirmed transaction `tx_num` spends.
-    fn spent_outpoint(&self, tx_num: TxNum, input: u32) -> Result<OutPoint, Error> {
+    /// The outpoints confirmed transaction `tx_num` spends.
+    fn spent_outpoints(&self, tx_num: TxNum) -> Result<Vec<OutPoint>, Error> {
         let txid = self.store().txid(tx_num).map_err(store_failed)?;
         let tx = self.confirmed_transaction(&txid, tx_num)?;
-        tx.input
-            .get(input as usize)
-            .map(|i| i.previous_output)
-            .ok_or_else(|| Error::Internal(format!("transaction {txid} has no input {input}")))
+        Ok(tx.input.iter().map(|input| input.previous_output).collect())
     }
 }

@@ -52,7 +52,7 @@ use std::sync::{Mutex, RwLock};
 /// Bumped whenever any key, value or file layout changes; a database with
 /// another version is refused ([`Error::Schema`]) and must be rebuilt,
 /// which `osprey serve` does by itself unless told not to.
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// The prefix configuration is part of the format: a database built with
 /// short test prefixes must never be read by a normal build. So is the
@@ -91,9 +91,10 @@ const CF_UNDO: &str = "undo";
 /// Partitions of the history and txid rows, each a column family of its
 /// own (format 5), by the top bits of the hash leading their keys
 /// ([`partition_of`]). Why: a bulk load's runs are written a file per
-/// partition, and the merge that ends it goes partition by partition,
-/// deleting a partition's runs once RocksDB has ingested it, so the index
-/// is on disk twice for 1/16 of it at most (`Store::end_bulk_load`).
+/// half of a partition (`runs::SLICES`), and the merge that ends it goes
+/// partition by partition, half by half, deleting a half's runs once
+/// RocksDB has ingested it, so the index is on disk twice for 1/32 of it
+/// at most (`Store::end_bulk_load`).
 pub const PARTITIONS: usize = 16;
 
 /// The history column families, partition 0 first.

@@ -138,7 +138,7 @@ impl Store {
     pub(crate) fn bulk_families_hold_rows(&self) -> Result<bool> {
         let db = self.db()?;
         for (_, name) in all_cfs().filter(|(family, _)| family.bulk()) {
-            if column_family_holds_rows(&db, name)? {
+            if column_family_holds_rows(&db, name, &[], None)? {
                 return Ok(true);
             }
         }
@@ -192,18 +192,21 @@ impl Store {
     }
 
     /// Ends a bulk load: the rows still in memory are written as a last
-    /// run, then the runs are merged one partition at a time (history,
-    /// then txid), each into SST files that RocksDB ingests as its last
-    /// level, after which that partition's runs are deleted. Returns when
-    /// done, or when `stop` is set between two partitions: then
-    /// `Ok(false)`, and the load is still under way (the partitions merged
-    /// stay merged). Does nothing outside a bulk load.
+    /// run, then the runs are merged one partition at a time, a half of it
+    /// (a slice) after the other, history then txid rows, each into SST
+    /// files that RocksDB ingests as the partition's last level, after
+    /// which that slice's runs are deleted. Returns when done, or when
+    /// `stop` is set between two partitions: then `Ok(false)`, and the
+    /// load is still under way (the slices merged stay merged). Does
+    /// nothing outside a bulk load.
     ///
-    /// Why by partition: the runs' files of one partition hold only its
-    /// keys ([`PARTITIONS`], a column family each), so the index is on disk
-    /// twice for 1/16 of it at most. A partition whose column family holds
-    /// rows was ingested before a crash (each ingestion is atomic, and the
-    /// families were empty when the load began): its runs only go.
+    /// Why by slice: the runs' files of one slice hold only its keys
+    /// ([`runs::SLICES`], two per partition and its column families), so
+    /// the index is on disk twice for 1/32 of it at most. A slice whose
+    /// keys a column family holds was ingested there before a crash (each
+    /// ingestion is atomic, and the families were empty when the load
+    /// began), and a slice with a run file gone was merged and its
+    /// deletion cut short: its runs only go.
     ///
     /// # Errors
     /// On I/O or database errors, or a damaged run.
@@ -228,9 +231,7 @@ impl Store {
             }
             let merging = std::time::Instant::now();
             self.merging.store(partition + 1, Ordering::SeqCst);
-            for family in [Family::History, Family::Txid] {
-                self.write_step(0, || self.merge_partition(family, partition, runs))?;
-            }
+            self.merge_partition(partition, runs)?;
             tracing::info!(
                 partition = partition + 1,
                 of = PARTITIONS,
@@ -258,34 +259,56 @@ impl Store {
         Ok(true)
     }
 
-    /// Merges the runs of one family's partition into SST files of whole
-    /// values, hands them to RocksDB (moved, not copied) as that column
-    /// family's last level, and deletes the runs.
+    /// Merges the runs of one partition into SST files of whole values, a
+    /// slice after the other and in each history then txid rows, hands
+    /// them to RocksDB (moved, not copied) as the column families' last
+    /// level, and deletes the slice's runs.
     ///
-    /// The partition's two halves by key are merged at once, each on a
-    /// thread of its own (reading and decompressing the runs, merging,
-    /// compressing the SST files), and ingested together. One partition
-    /// at a time, rather than two with a thread each: until a partition
-    /// is ingested and its runs deleted, its merged files sit on disk
-    /// beside its runs, so two partitions in flight doubled that overlap
+    /// A slice's two halves by key are merged at once, each on a thread
+    /// of its own (reading and decompressing the runs, merging,
+    /// compressing the SST files), and ingested together. One slice at a
+    /// time: until it is ingested and its runs deleted, its merged files
+    /// sit on disk beside its runs, so two in flight doubled that overlap
     /// (the 50M chain's peak at `lsm_scale` 24 was 1.155 times the final
-    /// index with two; issue 33 asks for 1.15).
-    pub(crate) fn merge_partition(
+    /// index with two partitions in flight; issue 33 asks for 1.15).
+    pub(crate) fn merge_partition(&self, partition: usize, runs: u32) -> Result<()> {
+        let per_partition = runs::SLICES / PARTITIONS;
+        let dir = self.path.join(runs::RUNS_DIR);
+        for slice in partition * per_partition..(partition + 1) * per_partition {
+            let paths: Vec<_> = (0..runs)
+                .map(|run| runs::run_path(&dir, run, slice))
+                .collect();
+            // Run files go only once their slice is ingested (or found to
+            // hold no rows): one of them missing is a deletion that a crash
+            // interrupted.
+            if paths.iter().all(|path| path.exists()) {
+                for family in [Family::History, Family::Txid] {
+                    self.write_step(0, || self.merge_slice(family, partition, slice, &paths))?;
+                }
+            }
+            self.write_step(0, || runs::remove_files(&paths))?;
+        }
+        Ok(())
+    }
+
+    /// Merges the runs `paths` of `slice` of `family`'s `partition` and
+    /// ingests them, unless its column family holds its keys already (see
+    /// [`Store::merge_partition`]).
+    fn merge_slice(
         &self,
         family: Family,
         partition: usize,
-        runs: u32,
+        slice: usize,
+        paths: &[std::path::PathBuf],
     ) -> Result<()> {
         let dir = self.path.join(runs::RUNS_DIR);
-        let paths: Vec<_> = (0..runs)
-            .map(|run| runs::run_path(&dir, run, family, partition))
-            .collect();
         let name = family.column_families()[partition];
-        let ingested = column_family_holds_rows(&*self.db()?, name)?;
-        if !ingested && runs > 0 {
-            // A partition's keys share the top 4 bits of their first byte;
+        let (start, end) = runs::slice_bounds(slice);
+        let ingested = column_family_holds_rows(&*self.db()?, name, &start, end.as_ref())?;
+        if !ingested && !paths.is_empty() {
+            // A slice's keys share the top 5 bits of their first byte;
             // the next bit halves it.
-            let middle = [(partition as u8) << 4 | 0x08];
+            let middle = [start[0] | 1 << (7 - runs::SLICE_BITS)];
             let halves: [runs::KeyRange; PARTITION_HALVES] = [
                 runs::KeyRange {
                     start: None,
@@ -308,7 +331,7 @@ impl Store {
                                 paths,
                                 range,
                                 dir,
-                                &format!("{name}.{half}"),
+                                &format!("{name}.{slice}.{half}"),
                             )
                         })
                     })
@@ -340,7 +363,7 @@ impl Store {
                 db.ingest_external_file_cf_opts(cf(&db, name), &opts, outputs)?;
             }
         }
-        runs::remove_files(&paths)
+        Ok(())
     }
 
     /// Merges the keys in `range` of the run files `paths` into SST files
@@ -553,12 +576,20 @@ impl Store {
     }
 }
 
-/// Whether the column family `name` of `db` holds a row.
-fn column_family_holds_rows(db: &DB, name: &str) -> Result<bool> {
+/// Whether the column family `name` of `db` holds a row from key `start`,
+/// and before a key starting with `end`, if any.
+fn column_family_holds_rows(
+    db: &DB,
+    name: &str,
+    start: &[u8],
+    end: Option<&[u8; 1]>,
+) -> Result<bool> {
     let mut read = rocksdb::ReadOptions::default();
     read.set_total_order_seek(true);
     let mut rows = db.raw_iterator_cf_opt(cf(db, name), read);
-    rows.seek_to_first();
+    rows.seek(start);
     rows.status()?;
-    Ok(rows.valid())
+    Ok(rows
+        .key()
+        .is_some_and(|key| end.is_none_or(|end| key < &end[..])))
 }

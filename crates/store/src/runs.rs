@@ -4,11 +4,12 @@
 //! During a bulk load (see `Store::begin_bulk_load`) a commit's rows do not
 //! go to RocksDB. They collect in a [`RunBuffer`] in memory; when it holds
 //! `bulk_run_bytes`, it is sorted and written out as one *run*: for each
-//! partition of each family a file of its rows in key order
-//! ([`write_run`]), a script's operands of one epoch already merged into
-//! one value. At the node's tip the runs of one partition are merged into
-//! SST files ([`merge_partition`]) that RocksDB ingests as its last level,
-//! and their run files go before the next partition begins.
+//! slice (a half of a partition, [`SLICES`]) a file of its history rows,
+//! then its txid rows, each in key order ([`write_run`]), a script's
+//! operands of one epoch already merged into one value. At the node's tip
+//! the runs of one slice are merged into SST files (`Store::merge_partition`)
+//! that RocksDB ingests as its partitions' last level, and their run files
+//! go before the next slice begins.
 //!
 //! Why not RocksDB's own flushes and compactions: the keys are hashes, so
 //! every flushed file overlaps every other. Leveled compaction rewrites a
@@ -21,8 +22,18 @@
 //! merge reads each run once, and mainnet's ~650 runs of 256 MiB merge in
 //! one pass with one buffered reader each.
 //!
-//! A run file is a 16-byte header, [`RUN_MAGIC`] and the run's first
-//! tx_num (u64 LE), then a sequence of blocks, each `raw length (u32 LE) ·
+//! Why slices of half a partition, both families in one file: until a
+//! slice is ingested and its runs deleted, its merged files sit on disk
+//! beside every run, which is the first sync's peak on disk. Whole
+//! partitions made that 1/16 of the index's rows: on the 50M chain at
+//! `lsm_scale` 24 with index format 7, the peak came to 1.126-1.154 times
+//! the final index (issue 33 asks for 1.15). Slices halve it; a file per
+//! family and slice (52,000 files there) then cost as much again in the
+//! filesystem's partly filled blocks (1.141).
+//!
+//! A run file is a 24-byte header, [`RUN_MAGIC`], the run's first tx_num
+//! (u64 LE) and where its txid section starts (u64 LE), then its history
+//! section and its txid section, each a sequence of blocks, each `raw length (u32 LE) ·
 //! compressed length (u32 LE, its top bit set: zstd) · compressed block`,
 //! zstd's level 1. Why zstd: the runs are the first sync's peak on disk,
 //! and with LZ4 the 50M chain's at `lsm_scale` 24 took the database to
@@ -43,7 +54,8 @@
 //! (one partition's 129 runs of the 10M mainnet-profile chain at
 //! `lsm_scale` 24, rewritten both ways). A bulk load under way with runs
 //! of the earlier layout is not carried on ([`refuse_earlier_runs`]). Runs are named by their number, which is their order in
-//! the chain (`000012.h3` holds run 12's history rows of partition 3); the
+//! the chain (`000012.07` holds run 12's rows of slice 7, the upper half
+//! of partition 3); the
 //! index's `bulk` record counts the runs that are complete, and a file of a
 //! later number (a run whose writing a crash interrupted) is deleted on
 //! open.
@@ -51,7 +63,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
@@ -75,12 +87,23 @@ const BLOCK_BYTES: usize = 32 << 10;
 const ZSTD_BLOCK: u32 = 1 << 31;
 
 /// What a run file of this layout starts with. A bulk load under way
-/// whose runs lack it (an earlier build's) is not carried on: the index
-/// is of another format ([`refuse_earlier_runs`]).
-const RUN_MAGIC: [u8; 8] = *b"osprun2\0";
+/// whose runs lack it (an earlier build's, its files a partition each
+/// before `osprun3`) is not carried on: the index is of another format
+/// ([`refuse_earlier_runs`]).
+const RUN_MAGIC: [u8; 8] = *b"osprun3\0";
 
-/// The header's bytes: the magic and the run's first tx_num.
-const HEADER_BYTES: u64 = 16;
+/// The bits of a key's first byte that pick its slice: a partition's 4,
+/// and the one that halves it.
+pub(crate) const SLICE_BITS: u32 = 5;
+
+/// The run files per run: two slices per partition.
+pub(crate) const SLICES: usize = 1 << SLICE_BITS;
+
+const _: () = assert!(SLICES == 2 * PARTITIONS);
+
+/// The header's bytes: the magic, the run's first tx_num, and where the
+/// txid section starts.
+const HEADER_BYTES: u64 = 24;
 
 /// zstd's level for run blocks: written once and read once, they want
 /// the fastest level that still finds a block's repeats.
@@ -113,18 +136,23 @@ impl RunBuffer {
     }
 }
 
-/// The file of run `run`'s rows of `family` in `partition`.
-pub(crate) fn run_path(dir: &Path, run: u32, family: Family, partition: usize) -> PathBuf {
-    // A bulk load writes history and txid rows only.
-    let letter = match family {
-        Family::History => 'h',
-        Family::Txid | Family::Meta | Family::Undo => 't',
-    };
-    dir.join(format!("{run:06}.{letter}{partition:x}"))
+/// The file of run `run`'s rows in `slice`: its history section, then its
+/// txid section.
+pub(crate) fn run_path(dir: &Path, run: u32, slice: usize) -> PathBuf {
+    dir.join(format!("{run:06}.{slice:02x}"))
+}
+
+/// The first key byte of `slice`, and of the next one (`None` past the
+/// last).
+pub(crate) fn slice_bounds(slice: usize) -> ([u8; 1], Option<[u8; 1]>) {
+    let shift = 8 - SLICE_BITS;
+    let start = [(slice << shift) as u8];
+    let end = (slice + 1 < SLICES).then(|| [((slice + 1) << shift) as u8]);
+    (start, end)
 }
 
 /// Writes `buffer` as run number `run` in `dir`: its rows sorted, a
-/// script's rows as one value, one file per family and partition, each
+/// script's rows as one value, one file per family and slice, each
 /// synced, then the directory. Returns the bytes written.
 ///
 /// # Errors
@@ -142,29 +170,26 @@ pub(crate) fn write_run(dir: &Path, run: u32, mut buffer: RunBuffer) -> Result<u
         .chain(buffer.txids.iter().map(|&key| txid_key_tx_num(key)))
         .min()
         .unwrap_or(0);
-    let history_parts = split_by_partition(&buffer.history, codec::ScriptRow::partition);
-    let txid_parts = split_by_partition(&buffer.txids, |key| (key >> 124) as usize);
-    let written: Vec<u64> = (0..PARTITIONS)
+    let history_parts = split_by_slice(&buffer.history, |row| row.id_top_bits(SLICE_BITS));
+    let txid_parts = split_by_slice(&buffer.txids, |key| (key >> (128 - SLICE_BITS)) as usize);
+    let written: Vec<u64> = (0..SLICES)
         .into_par_iter()
-        .map(|partition| -> Result<u64> {
-            let path = run_path(dir, run, Family::History, partition);
+        .map(|slice| -> Result<u64> {
+            let path = run_path(dir, run, slice);
             let mut out = RunWriter::create(&path, base).map_err(file_err(&path))?;
-            let mut operands = codec::Operands::for_run(history_parts[partition], base);
+            let mut operands = codec::Operands::for_run(history_parts[slice], base);
             while let Some((id, value)) = operands.next_operand() {
                 out.push_history(id, value).map_err(file_err(&path))?;
             }
-            let mut bytes = out.finish().map_err(file_err(&path))?;
-            let path = run_path(dir, run, Family::Txid, partition);
-            let mut out = RunWriter::create(&path, base).map_err(file_err(&path))?;
-            for &key in txid_parts[partition] {
+            out.begin_txid_section().map_err(file_err(&path))?;
+            for &key in txid_parts[slice] {
                 out.push_txid(
                     &codec::txid_key_of_bits(key)[..codec::TXID_PREFIX_LEN],
                     txid_key_tx_num(key),
                 )
                 .map_err(file_err(&path))?;
             }
-            bytes += out.finish().map_err(file_err(&path))?;
-            Ok(bytes)
+            out.finish().map_err(file_err(&path))
         })
         .collect::<Result<_>>()?;
     sync_dir(dir).map_err(file_err(dir))?;
@@ -178,13 +203,12 @@ fn txid_key_tx_num(bits: u128) -> u64 {
         .0
 }
 
-/// `sorted` cut into the runs of each partition (`partition_of` rises
-/// along it).
-fn split_by_partition<T>(sorted: &[T], partition_of: impl Fn(&T) -> usize) -> Vec<&[T]> {
-    let mut parts = Vec::with_capacity(PARTITIONS);
+/// `sorted` cut into the runs of each slice (`slice_of` rises along it).
+fn split_by_slice<T>(sorted: &[T], slice_of: impl Fn(&T) -> usize) -> Vec<&[T]> {
+    let mut parts = Vec::with_capacity(SLICES);
     let mut start = 0;
-    for partition in 0..PARTITIONS {
-        let end = start + sorted[start..].partition_point(|item| partition_of(item) <= partition);
+    for slice in 0..SLICES {
+        let end = start + sorted[start..].partition_point(|item| slice_of(item) <= slice);
         parts.push(&sorted[start..end]);
         start = end;
     }
@@ -206,6 +230,8 @@ struct RunWriter {
     zstd: zstd_safe::CCtx<'static>,
     previous: Vec<u8>,
     bytes: u64,
+    /// Where the txid section starts, once it has.
+    txid_at: Option<u64>,
 }
 
 impl RunWriter {
@@ -213,6 +239,8 @@ impl RunWriter {
         let mut out = BufWriter::with_capacity(256 << 10, File::create(path)?);
         out.write_all(&RUN_MAGIC)?;
         out.write_all(&base.to_le_bytes())?;
+        // The txid section's offset, written by `finish`.
+        out.write_all(&0u64.to_le_bytes())?;
         Ok(RunWriter {
             out,
             base,
@@ -223,7 +251,15 @@ impl RunWriter {
             zstd: zstd_safe::CCtx::create(),
             previous: Vec::new(),
             bytes: HEADER_BYTES,
+            txid_at: None,
         })
+    }
+
+    /// Ends the history section: the records from here on are txids.
+    fn begin_txid_section(&mut self) -> io::Result<()> {
+        self.write_block()?;
+        self.txid_at = Some(self.bytes);
+        Ok(())
     }
 
     /// A script's rows: its id and its run value.
@@ -293,11 +329,16 @@ impl RunWriter {
         Ok(())
     }
 
-    /// Writes the last block and syncs the file; returns its bytes.
+    /// Writes the last block and the txid section's offset, and syncs the
+    /// file; returns its bytes.
     fn finish(mut self) -> io::Result<u64> {
         self.write_block()?;
         self.out.flush()?;
-        self.out.get_ref().sync_all()?;
+        let txid_at = self.txid_at.unwrap_or(self.bytes);
+        let file = self.out.get_mut();
+        file.seek(SeekFrom::Start(HEADER_BYTES - 8))?;
+        file.write_all(&txid_at.to_le_bytes())?;
+        file.sync_all()?;
         Ok(self.bytes)
     }
 }
@@ -310,6 +351,8 @@ struct RunReader {
     family: Family,
     /// The run's first tx_num.
     base: u64,
+    /// Bytes of the family's section not read yet.
+    left: u64,
     block: Vec<u8>,
     compressed: Vec<u8>,
     at: usize,
@@ -320,14 +363,15 @@ struct RunReader {
 }
 
 impl RunReader {
-    /// Opens run file `path` of `family`; `Err(Error::Corrupt)` when it
-    /// is not a run of this layout.
+    /// Opens the `family` section of run file `path`;
+    /// `Err(Error::Corrupt)` when it is not a run of this layout.
     fn open(path: &Path, family: Family) -> Result<RunReader> {
         let mut reader = RunReader {
             input: File::open(path).map_err(file_err(path))?,
             path: path.to_path_buf(),
             family,
             base: 0,
+            left: 0,
             block: Vec::new(),
             compressed: Vec::new(),
             at: 0,
@@ -343,7 +387,23 @@ impl RunReader {
             }
             Err(e) => return Err(file_err(path)(e)),
         }
-        reader.base = u64::from_le_bytes(header[RUN_MAGIC.len()..].try_into().expect("8 bytes"));
+        let word = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
+        reader.base = word(RUN_MAGIC.len());
+        let txid_at = word(RUN_MAGIC.len() + 8);
+        let len = reader.input.metadata().map_err(file_err(path))?.len();
+        if !(HEADER_BYTES..=len).contains(&txid_at) {
+            return Err(reader.corrupt("bad txid section offset"));
+        }
+        reader.left = match family {
+            Family::History => txid_at - HEADER_BYTES,
+            _ => {
+                reader
+                    .input
+                    .seek(SeekFrom::Start(txid_at))
+                    .map_err(file_err(path))?;
+                len - txid_at
+            }
+        };
         Ok(reader)
     }
 
@@ -392,12 +452,17 @@ impl RunReader {
     }
 
     /// Reads and decompresses the next block; `false` at the end of the
-    /// file.
+    /// family's section.
     fn read_block(&mut self, decompressor: &mut zstd_safe::DCtx<'_>) -> Result<bool> {
+        if self.left == 0 {
+            return Ok(false);
+        }
         let mut lengths = [0u8; 8];
         match self.input.read_exact(&mut lengths) {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(self.corrupt("shorter than its sections"))
+            }
             Err(e) => return Err(file_err(&self.path)(e)),
         }
         let raw = u32::from_le_bytes(lengths[..4].try_into().expect("4 bytes")) as usize;
@@ -406,9 +471,11 @@ impl RunReader {
         if field & ZSTD_BLOCK == 0
             || raw > 2 * BLOCK_BYTES + (1 << 20)
             || compressed > zstd_safe::compress_bound(raw)
+            || 8 + compressed as u64 > self.left
         {
             return Err(self.corrupt("bad block length"));
         }
+        self.left -= 8 + compressed as u64;
         self.compressed.resize(compressed, 0);
         self.input
             .read_exact(&mut self.compressed)
@@ -701,13 +768,8 @@ mod tests {
                 let owner = i * 7 % 30_000;
                 if let Some((funding, vout)) = open.get_mut(&owner).and_then(|o| o.pop_front()) {
                     rows.push(
-                        codec::HistoryRow::spending(
-                            TxNum(tx_num),
-                            i % 200,
-                            &txid_of(funding),
-                            vout,
-                        )
-                        .of(&script(owner)),
+                        codec::HistoryRow::spending(TxNum(tx_num), &txid_of(funding), vout)
+                            .of(&script(owner)),
                     );
                 }
             }
@@ -758,10 +820,8 @@ mod tests {
         bitcoin::Txid::from_byte_array(bytes)
     }
 
-    fn paths(dir: &Path, runs: u32, family: Family, partition: usize) -> Vec<PathBuf> {
-        (0..runs)
-            .map(|run| run_path(dir, run, family, partition))
-            .collect()
+    fn paths(dir: &Path, runs: u32, slice: usize) -> Vec<PathBuf> {
+        (0..runs).map(|run| run_path(dir, run, slice)).collect()
     }
 
     fn merge(
@@ -778,11 +838,12 @@ mod tests {
         Ok(merged)
     }
 
-    /// What commits store for `rows`: a value per script and epoch.
-    fn stored(rows: &[codec::ScriptRow], partition: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    /// What commits store for `rows` of `slice`: a value per script and
+    /// epoch.
+    fn stored(rows: &[codec::ScriptRow], slice: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut sorted: Vec<_> = rows
             .iter()
-            .filter(|r| r.partition() == partition)
+            .filter(|r| r.id_top_bits(SLICE_BITS) == slice)
             .copied()
             .collect();
         sorted.sort_unstable();
@@ -821,9 +882,9 @@ mod tests {
             txids.dedup();
             let mut merged_txids = Vec::new();
             let (mut paired, mut kept) = (0, 0);
-            for partition in 0..PARTITIONS {
+            for slice in 0..SLICES {
                 let history = merge(
-                    &paths(dir.path(), runs, Family::History, partition),
+                    &paths(dir.path(), runs, slice),
                     Family::History,
                     KeyRange::default(),
                 )
@@ -855,11 +916,16 @@ mod tests {
                         (key.clone(), value)
                     })
                     .collect();
-                let expected = stored(&rows, partition);
+                let expected = stored(&rows, slice);
                 assert!(!expected.is_empty());
-                assert_eq!(restored, expected, "partition {partition}, cuts {cuts:?}");
+                assert_eq!(restored, expected, "slice {slice}, cuts {cuts:?}");
+                let (start, end) = slice_bounds(slice);
+                assert!(expected
+                    .iter()
+                    .all(|(key, _)| key[..1] >= start[..]
+                        && end.is_none_or(|end| key[..1] < end[..])));
                 let txid = merge(
-                    &paths(dir.path(), runs, Family::Txid, partition),
+                    &paths(dir.path(), runs, slice),
                     Family::Txid,
                     KeyRange::default(),
                 )
@@ -884,7 +950,7 @@ mod tests {
     fn a_merge_by_key_range_gives_exactly_the_keys_in_the_range() {
         let dir = tempfile::tempdir().unwrap();
         let runs = write_runs(dir.path(), &rows(), &[EPOCH]);
-        let paths = paths(dir.path(), runs, Family::History, 5);
+        let paths = paths(dir.path(), runs, 5);
         let all = merge(&paths, Family::History, KeyRange::default()).unwrap();
         let at = all.len() * 5 / 8;
         let middle = all[at].0[..codec::SCRIPT_ID_LEN].to_vec();
@@ -929,9 +995,18 @@ mod tests {
     #[test]
     fn a_run_is_written_in_zstd_blocks_after_its_header() {
         let dir = tempfile::tempdir().unwrap();
-        let rows = rows();
+        // 20,000 scripts of slice 2 (their first byte's top 5 bits), so
+        // that its file takes several blocks.
+        let rows: Vec<codec::ScriptRow> = (0..20_000u32)
+            .map(|n| {
+                let mut owner = script(n);
+                owner.0[0] = 0x10 | owner.0[0] & 0x07;
+                codec::HistoryRow::funding(TxNum(u64::from(n) + 5), n % 3, u64::from(n) << 20)
+                    .of(&owner)
+            })
+            .collect();
         let runs = write_runs(dir.path(), &rows, &[]);
-        let path = run_path(dir.path(), runs - 1, Family::History, 2);
+        let path = run_path(dir.path(), runs - 1, 2);
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(bytes[..RUN_MAGIC.len()], RUN_MAGIC);
         let base = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
@@ -952,7 +1027,7 @@ mod tests {
     fn a_damaged_zstd_block_is_corrupt_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
         let runs = write_runs(dir.path(), &rows(), &[]);
-        let path = run_path(dir.path(), runs - 1, Family::History, 0);
+        let path = run_path(dir.path(), runs - 1, 0);
         let mut bytes = std::fs::read(&path).unwrap();
         // Inside the first block's compressed bytes.
         for byte in &mut bytes[40..80] {
@@ -962,6 +1037,35 @@ mod tests {
         match merge(&[path], Family::History, KeyRange::default()) {
             Err(Error::Corrupt(what)) => assert!(what.contains("bad block"), "{what}"),
             other => panic!("expected a corrupt run, got {:?}", other.map(|r| r.len())),
+        }
+    }
+
+    /// A txid section said to start past the file's end, or a history
+    /// section that runs into it, is a corrupt run, for either family.
+    #[test]
+    fn a_damaged_section_offset_is_corrupt_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = write_runs(dir.path(), &rows(), &[]);
+        let path = run_path(dir.path(), runs - 1, 3);
+        let bytes = std::fs::read(&path).unwrap();
+        let txid_at = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
+        assert!(txid_at > HEADER_BYTES && txid_at < bytes.len() as u64);
+        for (offset, family, what) in [
+            (
+                bytes.len() as u64 + 1,
+                Family::Txid,
+                "bad txid section offset",
+            ),
+            (txid_at - 3, Family::History, "bad block length"),
+            (txid_at + 3, Family::Txid, "bad block"),
+        ] {
+            let mut damaged = bytes.clone();
+            damaged[16..24].copy_from_slice(&offset.to_le_bytes());
+            std::fs::write(&path, &damaged).unwrap();
+            match merge(std::slice::from_ref(&path), family, KeyRange::default()) {
+                Err(Error::Corrupt(found)) => assert!(found.contains(what), "{found}"),
+                other => panic!("expected a corrupt run, got {:?}", other.map(|r| r.len())),
+            }
         }
     }
 
@@ -978,7 +1082,7 @@ mod tests {
             refuse_earlier_runs(dir.path(), false).is_ok(),
             "no runs yet"
         );
-        let earlier = run_path(&runs_dir, 0, Family::History, 0);
+        let earlier = run_path(&runs_dir, 0, 0);
         let mut bytes = 40_000u32.to_le_bytes().to_vec();
         bytes.extend_from_slice(&(1_234u32 | ZSTD_BLOCK).to_le_bytes());
         bytes.extend_from_slice(&[7; 1_234]);

@@ -54,9 +54,7 @@ fn blocks(
             let mut rows = vec![HistoryRow::funding(TxNum(tx), 0, 50).of(&s)];
             if tx >= 2 {
                 let spent = script(((h + 2) % 3) as u8);
-                rows.push(
-                    HistoryRow::spending(TxNum(tx + 1), 0, &txid(tx - 2, fork), 0).of(&spent),
-                );
+                rows.push(HistoryRow::spending(TxNum(tx + 1), &txid(tx - 2, fork), 0).of(&spent));
             }
             tx += 2;
             IndexedBlock {
@@ -381,9 +379,9 @@ fn bulk_load_writes_runs_then_merges_them_by_partition() {
             .apply(std::slice::from_ref(block), false, FAR_TIP)
             .unwrap();
     }
-    // A history and a txid file per partition and run, RocksDB untouched,
+    // A file per slice and run, RocksDB untouched,
     // and reads refused rather than answered from nothing.
-    assert_eq!(run_files(dir.path()).len(), 8 * 2 * PARTITIONS);
+    assert_eq!(run_files(dir.path()).len(), 8 * runs::SLICES);
     assert!(!store.bulk_families_hold_rows().unwrap());
     assert!(matches!(
         store.history(&script(1), 100),
@@ -422,10 +420,10 @@ fn bulk_load_writes_runs_then_merges_them_by_partition() {
     store.apply(&chain[9..10], false, FAR_TIP).unwrap();
     drop(store);
     // A run a crash interrupted is not part of the load.
-    std::fs::write(dir.path().join(runs::RUNS_DIR).join("000009.h0"), b"torn").unwrap();
+    std::fs::write(dir.path().join(runs::RUNS_DIR).join("000009.00"), b"torn").unwrap();
     let store = Store::open(dir.path(), "regtest", small_runs.clone()).unwrap();
     assert_eq!(store.tip().unwrap().0, Height(8));
-    assert_eq!(run_files(dir.path()).len(), 9 * 2 * PARTITIONS);
+    assert_eq!(run_files(dir.path()).len(), 9 * runs::SLICES);
     store.apply(&chain[9..], false, FAR_TIP).unwrap();
 
     // A stop before the first partition leaves the load under way.
@@ -495,13 +493,17 @@ fn a_bulk_load_merge_goes_on_after_a_restart() {
     store.flush().unwrap();
     let runs = store.runs_written.load(std::sync::atomic::Ordering::SeqCst);
     assert!(runs > 3, "{runs} runs");
-    // Partition 1's runs survive its ingestion (a crash between the
-    // two): kept aside, put back below.
+    // Partition 1's runs (slices 2 and 3) survive its ingestion (a crash
+    // between the two): kept aside, put back below.
     let runs_dir = dir.path().join(runs::RUNS_DIR);
-    let kept: Vec<(PathBuf, Vec<u8>)> = (0..runs)
-        .flat_map(|run| {
-            [Family::History, Family::Txid].map(|f| runs::run_path(&runs_dir, run, f, 1))
-        })
+    let mut kept_paths = Vec::new();
+    for run in 0..runs {
+        for slice in [2, 3] {
+            kept_paths.push(runs::run_path(&runs_dir, run, slice));
+        }
+    }
+    let kept: Vec<(PathBuf, Vec<u8>)> = kept_paths
+        .into_iter()
         .map(|path| {
             let bytes = std::fs::read(&path).unwrap();
             (path, bytes)
@@ -509,9 +511,7 @@ fn a_bulk_load_merge_goes_on_after_a_restart() {
         .collect();
     // Partitions 0 and 1 merged, as a merge that a crash ends there.
     for partition in 0..2 {
-        for family in [Family::History, Family::Txid] {
-            store.merge_partition(family, partition, runs).unwrap();
-        }
+        store.merge_partition(partition, runs).unwrap();
     }
     for (path, bytes) in &kept {
         std::fs::write(path, bytes).unwrap();
@@ -532,7 +532,7 @@ fn a_merge_that_cannot_write_its_files_is_an_error_not_a_panic() {
     let rows = [HistoryRow::funding(TxNum(7), 0, 1_000).of(&script(1))];
     buffer.push(&rows, &[]);
     runs::write_run(runs.path(), 0, buffer).unwrap();
-    let run = runs::run_path(runs.path(), 0, Family::History, rows[0].partition());
+    let run = runs::run_path(runs.path(), 0, rows[0].id_top_bits(runs::SLICE_BITS));
     let gone = runs.path().join("gone");
     let failed = store
         .write_merged_files(

@@ -6,9 +6,12 @@
 use osprey_core::{read_varint, write_varint};
 
 use super::{
-    entries, epoch_base, epoch_of, epoch_start, CodecError, EPOCH_LEN, SCRIPT_ID_LEN,
-    SPENT_TXID_PREFIX_LEN,
+    entries, epoch_base, epoch_of, epoch_start, write_tx_num, CodecError, First, EPOCH_LEN,
+    SCRIPT_ID_LEN, SPEND_WITH_PREFIX, SPENT_TXID_PREFIX_LEN,
 };
+
+/// [`SPEND_WITH_PREFIX`] as the u64 a tag is read as.
+const WITH_PREFIX: u64 = SPEND_WITH_PREFIX as u64;
 
 /// A script's stored values, one per epoch, put back together from the
 /// values its rows have in a bulk load's runs ([`Operands::for_run`]),
@@ -80,31 +83,26 @@ impl EpochValues {
     /// one spent.
     fn paired_body<'b>(&'b mut self, tx_num: u64, body: &'b [u8]) -> Option<&'b [u8]> {
         let mut rest = body;
+        // `entries` checked that the tag fits in 32 bits.
         let tagged = read_varint(&mut rest)?;
         if tagged & 1 == 0 {
             if self.pairing && self.open.0.len() == OPEN_OUTPUTS_MAX {
                 self.pairing = false;
                 self.open.0.clear();
             } else if self.pairing {
-                self.open.0.push((u32::try_from(tagged >> 1).ok()?, tx_num));
+                self.open.0.push(((tagged >> 1) as u32, tx_num));
             }
             return Some(body);
         }
-        let vout_field = read_varint(&mut rest)?;
-        if vout_field & 1 == 0 {
+        if tagged & WITH_PREFIX != WITH_PREFIX {
             // A run's spends carry their prefixes: this one is damaged.
             return None;
         }
-        if !self.pairing {
-            return Some(body);
-        }
-        let vout = u32::try_from(vout_field >> 1).ok()?;
-        if self.open.take_only(vout, tx_num).is_none() {
+        if !self.pairing || self.open.take_only((tagged >> 2) as u32, tx_num).is_none() {
             return Some(body);
         }
         self.body.clear();
-        write_varint(&mut self.body, tagged);
-        write_varint(&mut self.body, vout_field & !1);
+        write_varint(&mut self.body, (tagged & !WITH_PREFIX) | 1);
         Some(&self.body)
     }
 
@@ -118,7 +116,7 @@ impl EpochValues {
         run_value: &[u8],
         emit: &mut impl FnMut(&[u8], &[u8]) -> Result<(), E>,
     ) -> Option<Result<(), E>> {
-        for entry in entries(base, run_value) {
+        for entry in entries(base, run_value, First::RunDelta) {
             let entry = entry?;
             let epoch = epoch_of(entry.tx_num);
             if self.value.is_empty() || epoch != self.key[SCRIPT_ID_LEN..] {
@@ -131,10 +129,11 @@ impl EpochValues {
                 self.key[SCRIPT_ID_LEN..].copy_from_slice(&epoch);
                 self.previous = epoch_start(entry.tx_num);
             }
-            let delta = entry.tx_num.checked_sub(self.previous)?;
-            self.previous = entry.tx_num;
+            entry.tx_num.checked_sub(self.previous)?;
             let mut value = std::mem::take(&mut self.value);
-            write_varint(&mut value, delta);
+            let first = value.is_empty().then_some(First::EpochOffset);
+            write_tx_num(&mut value, first, entry.tx_num, self.previous);
+            self.previous = entry.tx_num;
             value.extend_from_slice(self.paired_body(entry.tx_num, entry.body)?);
             self.value = value;
         }
@@ -186,29 +185,28 @@ impl PrefixRestorer {
         let base = epoch_base(key).ok_or_else(bad)?;
         let mut out = Vec::with_capacity(value.len() + 16);
         let mut previous = base;
-        for entry in entries(base, value) {
+        for entry in entries(base, value, First::EpochOffset) {
             let entry = entry.ok_or_else(bad)?;
-            write_varint(&mut out, entry.tx_num - previous);
+            let first = out.is_empty().then_some(First::EpochOffset);
+            write_tx_num(&mut out, first, entry.tx_num, previous);
             previous = entry.tx_num;
             let mut rest = entry.body;
+            // `entries` checked that the tag fits in 32 bits.
             let tagged = read_varint(&mut rest).ok_or_else(bad)?;
             if tagged & 1 == 0 {
-                let vout = u32::try_from(tagged >> 1).map_err(|_| bad())?;
-                self.open.0.push((vout, entry.tx_num));
+                self.open.0.push(((tagged >> 1) as u32, entry.tx_num));
                 out.extend_from_slice(entry.body);
                 continue;
             }
-            let vout_field = read_varint(&mut rest).ok_or_else(bad)?;
-            if vout_field & 1 == 1 {
+            if tagged & WITH_PREFIX == WITH_PREFIX {
                 out.extend_from_slice(entry.body);
                 continue;
             }
-            let vout = u32::try_from(vout_field >> 1).map_err(|_| bad())?;
             // The merge paired it while it tracked at most
             // `OPEN_OUTPUTS_MAX` outputs of the script: the same ones.
+            let vout = (tagged >> 2) as u32;
             let funding = self.open.take_only(vout, entry.tx_num).ok_or_else(bad)?;
-            write_varint(&mut out, tagged);
-            write_varint(&mut out, vout_field | 1);
+            write_varint(&mut out, tagged | WITH_PREFIX);
             out.extend_from_slice(&prefix_of(funding)?);
         }
         Ok(out)

@@ -86,6 +86,10 @@ pub const EPOCH_SHIFT: u32 = 24;
 #[cfg(feature = "short-prefixes")]
 pub const EPOCH_SHIFT: u32 = 3;
 
+/// The low bits of a spending entry's tag (`prev_vout · 4` above them):
+/// bit 0 marks a spend, bit 1 a spend whose spent-txid prefix follows.
+pub(crate) const SPEND_WITH_PREFIX: u32 = 0b11;
+
 /// Bytes of the epoch in a history key, after the script id.
 pub const EPOCH_LEN: usize = 2;
 
@@ -94,13 +98,15 @@ pub const EPOCH_LEN: usize = 2;
 pub enum RowKind {
     /// Output `vout` of the transaction pays `amount` to the script.
     Funding { vout: u32, amount: u64 },
-    /// Input `input` of the transaction spends `prev_vout` of a transaction
+    /// An input of the transaction spends `prev_vout` of a transaction
     /// whose txid starts with `prev_txid_prefix`, locked by the script.
     /// `None`: a bulk load's merge paired it with the one output of the
     /// script with that vout that was not surely spent before it (see
-    /// [`EpochValues`]), so the prefix was left out.
+    /// [`EpochValues`]), so the prefix was left out. Which input is not
+    /// kept (format 7): nothing answers with it, and the rare spend its
+    /// prefix leaves ambiguous is told apart by the spending transaction's
+    /// inputs themselves.
     Spending {
-        input: u32,
         prev_txid_prefix: Option<[u8; SPENT_TXID_PREFIX_LEN]>,
         prev_vout: u32,
     },
@@ -121,13 +127,12 @@ impl HistoryRow {
         }
     }
 
-    pub fn spending(tx_num: TxNum, input: u32, prev_txid: &Txid, prev_vout: u32) -> HistoryRow {
+    pub fn spending(tx_num: TxNum, prev_txid: &Txid, prev_vout: u32) -> HistoryRow {
         let mut prefix = [0u8; SPENT_TXID_PREFIX_LEN];
         prefix.copy_from_slice(&prev_txid.as_byte_array()[..SPENT_TXID_PREFIX_LEN]);
         HistoryRow {
             tx_num,
             kind: RowKind::Spending {
-                input,
                 prev_txid_prefix: Some(prefix),
                 prev_vout,
             },
@@ -135,17 +140,18 @@ impl HistoryRow {
     }
 
     /// The row as a row of `scripthash`, for the store to sort and write.
-    /// Its index is below 2^31: a valid block of 4M weight units holds
-    /// fewer than 2^17 inputs or outputs.
+    /// Its vout is below 2^30: a valid block of 4M weight units holds
+    /// fewer than 2^17 outputs in one transaction.
     pub fn of(&self, scripthash: &ScriptHash) -> ScriptRow {
         let id = history_prefix(scripthash);
-        let (RowKind::Funding { vout: index, .. } | RowKind::Spending { input: index, .. }) =
-            self.kind;
-        debug_assert!(index < 1 << 31, "index {index} of a row");
+        let (RowKind::Funding { vout, .. }
+        | RowKind::Spending {
+            prev_vout: vout, ..
+        }) = self.kind;
+        debug_assert!(vout < 1 << 30, "vout {vout} of a row");
         let (tagged, payload) = match self.kind {
             RowKind::Funding { vout, amount } => (vout << 1, amount),
             RowKind::Spending {
-                input,
                 prev_txid_prefix,
                 prev_vout,
             } => {
@@ -153,8 +159,10 @@ impl HistoryRow {
                     prev_txid_prefix.expect("the indexer's rows carry the spent txid's prefix");
                 let mut prefix = [0u8; 8];
                 prefix[8 - SPENT_TXID_PREFIX_LEN..].copy_from_slice(&prev_txid_prefix);
-                let prefix = u64::from_be_bytes(prefix);
-                ((input << 1) | 1, (prefix << 32) | u64::from(prev_vout))
+                (
+                    (prev_vout << 2) | SPEND_WITH_PREFIX,
+                    u64::from_be_bytes(prefix),
+                )
             }
         };
         ScriptRow {
@@ -170,7 +178,7 @@ impl HistoryRow {
 /// One history row of one script, as the indexer hands rows to the store:
 /// plain integers, 32 bytes, no allocation. A batch of them sorts by value
 /// (the derived order is the script id's bytes, then the tx_num, then the
-/// tagged index) and is read in that order from one array. Rows as two
+/// tag, then the payload) and is read in that order from one array. Rows as two
 /// small vectors each, sorted through pointers, took malloc and free at
 /// 15% of a first sync's CPU, and cache misses in reading them in key
 /// order 21% more (perf, 1M mainnet-profile chain from Bitcoin Core).
@@ -181,10 +189,10 @@ pub struct ScriptRow {
     id_high: u64,
     id_low: u32,
     tx_num: u64,
-    /// index · 2 + kind (0 funding, 1 spending).
+    /// The entry's tag as stored: funding `vout · 2`, spending
+    /// `prev_vout · 4 + 3` ([`SPEND_WITH_PREFIX`]).
     tagged: u32,
-    /// Funding: the amount. Spending: the spent txid's prefix (big-endian,
-    /// above bit 32) and the spent vout.
+    /// Funding: the amount. Spending: the spent txid's prefix, big-endian.
     payload: u64,
 }
 
@@ -205,7 +213,12 @@ impl ScriptRow {
     /// The partition of its history key (see `crate::partition_of`): the
     /// top 4 bits of the script id.
     pub fn partition(&self) -> usize {
-        (self.id_high >> 60) as usize
+        self.id_top_bits(4)
+    }
+
+    /// The top `bits` bits of the script id (a bulk load's run slice).
+    pub(crate) fn id_top_bits(&self, bits: u32) -> usize {
+        (self.id_high >> (64 - bits)) as usize
     }
 
     /// The stored key of the row's script and epoch.
@@ -218,16 +231,15 @@ impl ScriptRow {
     }
 
     /// Appends the row to a stored value as an entry after the one of
-    /// tx_num `previous` (the epoch's first tx_num for a value's first).
-    fn write_entry(&self, out: &mut Vec<u8>, previous: u64) {
-        write_varint(out, self.tx_num - previous);
+    /// tx_num `previous`; `first`: as a value's first entry, `previous`
+    /// being its base (the epoch's or the run's first tx_num).
+    fn write_entry(&self, out: &mut Vec<u8>, first: Option<First>, previous: u64) {
+        write_tx_num(out, first, self.tx_num, previous);
         write_varint(out, u64::from(self.tagged));
         if self.tagged & 1 == 0 {
             write_varint(out, self.payload);
         } else {
-            write_varint(out, (self.payload & u64::from(u32::MAX)) << 1 | 1);
-            let prefix = (self.payload >> 32).to_be_bytes();
-            out.extend_from_slice(&prefix[8 - SPENT_TXID_PREFIX_LEN..]);
+            out.extend_from_slice(&self.payload.to_be_bytes()[8 - SPENT_TXID_PREFIX_LEN..]);
         }
     }
 }
@@ -265,37 +277,72 @@ pub fn history_key(script_id: &[u8], tx_num: TxNum) -> Vec<u8> {
     key
 }
 
-/// One entry of a stored history value: `delta` is its tx_num minus the
-/// previous entry's (the first entry's: minus the epoch's first tx_num),
-/// then the row's tagged index and payload as [`ScriptRow`] writes them.
+/// Bytes of a stored value's first tx_num, its offset in the epoch
+/// (format 7): below 2^24, it took a 4-byte varint 7 times in 8. On the
+/// 10M-transaction mainnet-profile chain that saved 0.66 bytes per
+/// transaction. A run's values count from the run's first tx_num instead,
+/// as varints ([`Operands::for_run`]).
+const FIRST_OFFSET_LEN: usize = 3;
+const _: () = assert!(EPOCH_SHIFT as usize <= 8 * FIRST_OFFSET_LEN);
+
+/// How a value's first entry gives its tx_num.
+#[derive(Clone, Copy)]
+enum First {
+    /// A stored value or merge operand: the offset in the epoch,
+    /// [`FIRST_OFFSET_LEN`] bytes big-endian.
+    EpochOffset,
+    /// A run's value: a varint, from the run's first tx_num.
+    RunDelta,
+}
+
+/// Appends an entry's tx_num: `first` for a value's first entry, a varint
+/// delta from `previous` otherwise.
+fn write_tx_num(out: &mut Vec<u8>, first: Option<First>, tx_num: u64, previous: u64) {
+    match first {
+        Some(First::EpochOffset) => {
+            let offset = (tx_num - previous).to_be_bytes();
+            out.extend_from_slice(&offset[8 - FIRST_OFFSET_LEN..]);
+        }
+        Some(First::RunDelta) | None => write_varint(out, tx_num - previous),
+    }
+}
+
+/// One entry of a stored history value: its tx_num (see [`First`]; after
+/// the first, a varint delta from the previous entry's), then the row's
+/// tag and payload as [`ScriptRow`] writes them.
 struct Entry<'a> {
     tx_num: u64,
-    /// The entry without its delta: tagged index and payload.
+    /// The entry without its tx_num: tag and payload.
     body: &'a [u8],
 }
 
-/// Reads the entries of a stored value or merge operand, checking each.
-fn entries(base: u64, value: &[u8]) -> impl Iterator<Item = Option<Entry<'_>>> {
+/// Reads the entries of a stored value, merge operand or run value,
+/// checking each.
+fn entries(base: u64, value: &[u8], first: First) -> impl Iterator<Item = Option<Entry<'_>>> {
     let mut rest = value;
     let mut previous = base;
+    let mut first = Some(first);
     let mut failed = false;
     std::iter::from_fn(move || {
         if rest.is_empty() || failed {
             return None;
         }
         let entry = (|| {
-            let tx_num = previous.checked_add(read_varint(&mut rest)?)?;
-            let start = rest;
-            let tagged = read_varint(&mut rest)?;
-            u32::try_from(tagged >> 1).ok()?;
-            if tagged & 1 == 1 {
-                let vout = read_varint(&mut rest)?;
-                u32::try_from(vout >> 1).ok()?;
-                if vout & 1 == 1 {
-                    rest = rest.get(SPENT_TXID_PREFIX_LEN..)?;
+            let step = match first.take() {
+                Some(First::EpochOffset) => {
+                    let bytes = rest.get(..FIRST_OFFSET_LEN)?;
+                    rest = &rest[FIRST_OFFSET_LEN..];
+                    bytes.iter().fold(0, |n, &b| n << 8 | u64::from(b))
                 }
-            } else {
+                Some(First::RunDelta) | None => read_varint(&mut rest)?,
+            };
+            let tx_num = previous.checked_add(step)?;
+            let start = rest;
+            let tagged = u32::try_from(read_varint(&mut rest)?).ok()?;
+            if tagged & 1 == 0 {
                 read_varint(&mut rest)?;
+            } else if tagged & SPEND_WITH_PREFIX == SPEND_WITH_PREFIX {
+                rest = rest.get(SPENT_TXID_PREFIX_LEN..)?;
             }
             let body = &start[..start.len() - rest.len()];
             previous = tx_num;
@@ -333,11 +380,11 @@ impl<'a> Operands<'a> {
 
     /// Over `sorted`, as a bulk load's run holds them: a script's rows of
     /// every epoch as one value under its script id alone, the first entry
-    /// counting from `base`, the run's first tx_num. One of mainnet's ~650
-    /// runs spans ~1.8M transactions, under 2^21, so that entry's delta
-    /// takes 3 bytes where one from its epoch's start takes 4; and a key
-    /// needs no epoch. A tenth of a run's bytes (the merge puts the
-    /// epochs back, [`EpochValues`]).
+    /// a varint counting from `base`, the run's first tx_num. One of
+    /// mainnet's ~650 runs spans ~1.8M transactions, under 2^21, so that
+    /// entry takes 3 bytes, where a varint from its epoch's start took 4;
+    /// and a key needs no epoch. A tenth of a run's bytes (the merge puts
+    /// the epochs back, [`EpochValues`]).
     pub(crate) fn for_run(sorted: &'a [ScriptRow], base: u64) -> Operands<'a> {
         Operands {
             run_base: Some(base),
@@ -357,13 +404,17 @@ impl<'a> Operands<'a> {
             None => (self.key.len(), epoch_start(first.tx_num)),
         };
         let mut taken = 0;
+        let mut first_entry = Some(match self.run_base {
+            Some(_) => First::RunDelta,
+            None => First::EpochOffset,
+        });
         for row in self.rows {
             if (row.id_high, row.id_low) != (first.id_high, first.id_low)
                 || (self.run_base.is_none() && epoch_of(row.tx_num) != epoch)
             {
                 break;
             }
-            row.write_entry(&mut self.value, previous);
+            row.write_entry(&mut self.value, first_entry.take(), previous);
             previous = row.tx_num;
             taken += 1;
         }
@@ -389,14 +440,13 @@ pub fn merge_history<'a>(
     for part in existing.into_iter().chain(operands) {
         let mut first = true;
         let mut copied_from = 0;
-        for entry in entries(base, part) {
+        for entry in entries(base, part, First::EpochOffset) {
             let entry = entry?;
             if first {
-                let delta = match last {
-                    None => entry.tx_num - base,
-                    Some(last) => entry.tx_num.checked_sub(last)?,
-                };
-                write_varint(&mut out, delta);
+                match last {
+                    None => write_tx_num(&mut out, Some(First::EpochOffset), entry.tx_num, base),
+                    Some(last) => write_varint(&mut out, entry.tx_num.checked_sub(last)?),
+                }
                 copied_from = offset_of(part, entry.body);
                 first = false;
             }
@@ -430,7 +480,7 @@ pub fn history_value_rows<'a>(
 ) -> impl Iterator<Item = Result<HistoryRow, CodecError>> + 'a {
     let bad = move || CodecError::History(key.to_vec());
     let base = epoch_base(key);
-    let mut entries = entries(base.unwrap_or(0), value);
+    let mut entries = entries(base.unwrap_or(0), value, First::EpochOffset);
     let mut failed = base.is_none();
     std::iter::from_fn(move || {
         if failed {
@@ -460,7 +510,7 @@ pub fn truncate_history_value(
     let bad = || CodecError::History(key.to_vec());
     let base = epoch_base(key).ok_or_else(bad)?;
     let mut end = 0;
-    for entry in entries(base, value) {
+    for entry in entries(base, value, First::EpochOffset) {
         let entry = entry.ok_or_else(bad)?;
         if entry.tx_num >= first_removed.0 {
             break;
@@ -470,19 +520,18 @@ pub fn truncate_history_value(
     Ok((end > 0).then(|| value[..end].to_vec()))
 }
 
-/// A row's kind from its tagged index and payload; `None` unless the
+/// A row's kind from its tag and payload; `None` unless the
 /// payload is exactly what [`ScriptRow`] writes.
 fn decode_row(tx_num: TxNum, tagged: u64, payload: &[u8]) -> Option<HistoryRow> {
-    let index = u32::try_from(tagged >> 1).ok()?;
+    let tagged = u32::try_from(tagged).ok()?;
     let mut rest = payload;
     let kind = if tagged & 1 == 0 {
         RowKind::Funding {
-            vout: index,
+            vout: tagged >> 1,
             amount: read_varint(&mut rest)?,
         }
     } else {
-        let vout = read_varint(&mut rest)?;
-        let prefix = if vout & 1 == 1 {
+        let prefix = if tagged & SPEND_WITH_PREFIX == SPEND_WITH_PREFIX {
             let prefix: [u8; SPENT_TXID_PREFIX_LEN] =
                 rest.get(..SPENT_TXID_PREFIX_LEN)?.try_into().ok()?;
             rest = &rest[SPENT_TXID_PREFIX_LEN..];
@@ -491,9 +540,8 @@ fn decode_row(tx_num: TxNum, tagged: u64, payload: &[u8]) -> Option<HistoryRow> 
             None
         };
         RowKind::Spending {
-            input: index,
             prev_txid_prefix: prefix,
-            prev_vout: u32::try_from(vout >> 1).ok()?,
+            prev_vout: tagged >> 2,
         }
     };
     rest.is_empty().then_some(HistoryRow { tx_num, kind })
@@ -634,9 +682,9 @@ mod tests {
         let s = sh(1, 2);
         for row in [
             HistoryRow::funding(TxNum(0), 0, 0),
-            HistoryRow::funding(TxNum(TxNum::MAX), u32::MAX >> 1, u64::MAX),
-            HistoryRow::spending(TxNum(12345), 300, &txid, 70000),
-            HistoryRow::spending(TxNum(12345), u32::MAX >> 1, &txid, u32::MAX),
+            HistoryRow::funding(TxNum(TxNum::MAX), (1 << 30) - 1, u64::MAX),
+            HistoryRow::spending(TxNum(12345), &txid, 70000),
+            HistoryRow::spending(TxNum(12345), &txid, (1 << 30) - 1),
         ] {
             let stored = operands(&[row.of(&s)]);
             let [(key, value)] = &stored[..] else {
@@ -698,9 +746,9 @@ mod tests {
         [
             HistoryRow::funding(TxNum(1), 0, 5000),
             HistoryRow::funding(TxNum(1), 3, 7),
-            HistoryRow::spending(TxNum(epoch - 1), 2, &txid, 0),
+            HistoryRow::spending(TxNum(epoch - 1), &txid, 0),
             HistoryRow::funding(TxNum(epoch), 1, u64::MAX),
-            HistoryRow::spending(TxNum(epoch + epoch / 2), 0, &txid, 70000),
+            HistoryRow::spending(TxNum(epoch + epoch / 2), &txid, 70000),
             HistoryRow::funding(TxNum(3 * epoch + 2), 0, 1),
         ]
         .to_vec()
@@ -831,13 +879,14 @@ mod tests {
     #[test]
     fn a_row_index_has_one_encoding() {
         let s = sh(1, 2);
-        // Output 5 is tagged 10, one byte; written in two, it is refused.
+        // Output 5 is tagged 10, one byte after the 3-byte offset of tx 5;
+        // written in two, it is refused.
         let stored = operands(&[HistoryRow::funding(TxNum(5), 5, 1000).of(&s)]);
         let (key, value) = &stored[0];
-        assert_eq!(value[1], 10);
-        let mut long = value[..1].to_vec();
+        assert_eq!(value[..4], [0, 0, 5, 10]);
+        let mut long = value[..3].to_vec();
         long.extend_from_slice(&[0x8a, 0x00]);
-        long.extend_from_slice(&value[2..]);
+        long.extend_from_slice(&value[4..]);
         assert!(decode_history_value(key, value).is_ok());
         assert!(decode_history_value(key, &long).is_err());
     }
