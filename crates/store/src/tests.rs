@@ -494,12 +494,16 @@ fn a_bulk_load_merge_goes_on_after_a_restart() {
     let runs = store.runs_written.load(std::sync::atomic::Ordering::SeqCst);
     assert!(runs > 3, "{runs} runs");
     // Partition 1's runs (slices 2 and 3) survive its ingestion (a crash
-    // between the two): kept aside, put back below.
+    // between the two), and partition 0's but their first run's (a crash
+    // in their deletion): kept aside, put back below.
     let runs_dir = dir.path().join(runs::RUNS_DIR);
     let mut kept_paths = Vec::new();
     for run in 0..runs {
         for slice in [2, 3] {
             kept_paths.push(runs::run_path(&runs_dir, run, slice));
+        }
+        if run > 0 {
+            kept_paths.push(runs::run_path(&runs_dir, run, 0));
         }
     }
     let kept: Vec<(PathBuf, Vec<u8>)> = kept_paths
@@ -520,6 +524,7 @@ fn a_bulk_load_merge_goes_on_after_a_restart() {
     let store = Store::open(dir.path(), "regtest", config).unwrap();
     assert!(store.in_bulk_load());
     assert!(store.end_bulk_load(&AtomicBool::new(false)).unwrap());
+    assert!(kept.iter().all(|(path, _)| !path.exists()));
     assert_eq!(store.digest().unwrap(), plain.digest().unwrap());
 }
 
