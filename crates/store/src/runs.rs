@@ -152,8 +152,9 @@ pub(crate) fn slice_bounds(slice: usize) -> ([u8; 1], Option<[u8; 1]>) {
 }
 
 /// Writes `buffer` as run number `run` in `dir`: its rows sorted, a
-/// script's rows as one value, one file per family and slice, each
-/// synced, then the directory. Returns the bytes written.
+/// script's rows as one value, one file per slice (its history rows, then
+/// its txid rows), each synced, then the directory. Returns the bytes
+/// written.
 ///
 /// # Errors
 /// On I/O errors.
