@@ -283,7 +283,9 @@ impl Store {
             // interrupted.
             if paths.iter().all(|path| path.exists()) {
                 for family in [Family::History, Family::Txid] {
-                    self.write_step(0, || self.merge_slice(family, partition, slice, &paths))?;
+                    self.write_step(0, || {
+                        self.merge_slice(family, partition, slice, &dir, &paths)
+                    })?;
                 }
             }
             self.write_step(0, || runs::remove_files(&paths))?;
@@ -291,17 +293,17 @@ impl Store {
         Ok(())
     }
 
-    /// Merges the runs `paths` of `slice` of `family`'s `partition` and
-    /// ingests them, unless its column family holds its keys already (see
+    /// Merges the runs `paths` (in `dir`) of `slice` of `family`'s
+    /// `partition` and ingests them, unless its column family holds its keys already (see
     /// [`Store::merge_partition`]).
     fn merge_slice(
         &self,
         family: Family,
         partition: usize,
         slice: usize,
+        dir: &std::path::Path,
         paths: &[std::path::PathBuf],
     ) -> Result<()> {
-        let dir = self.path.join(runs::RUNS_DIR);
         let name = family.column_families()[partition];
         let (start, end) = runs::slice_bounds(slice);
         let ingested = column_family_holds_rows(&*self.db()?, name, &start, end.as_ref())?;
@@ -324,7 +326,6 @@ impl Store {
                     .iter()
                     .enumerate()
                     .map(|(half, &range)| {
-                        let (paths, dir) = (&paths, &dir);
                         scope.spawn(move || {
                             self.write_merged_files(
                                 family,

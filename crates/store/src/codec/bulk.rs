@@ -129,7 +129,10 @@ impl EpochValues {
                 self.key[SCRIPT_ID_LEN..].copy_from_slice(&epoch);
                 self.previous = epoch_start(entry.tx_num);
             }
-            entry.tx_num.checked_sub(self.previous)?;
+            if entry.tx_num < self.previous {
+                // Rows out of chain order: a damaged run.
+                return None;
+            }
             let mut value = std::mem::take(&mut self.value);
             let first = value.is_empty().then_some(First::EpochOffset);
             write_tx_num(&mut value, first, entry.tx_num, self.previous);
