@@ -68,6 +68,7 @@ pub fn block_rows(
         })
         .collect();
     let mut rows = Vec::with_capacity(block.prevouts.len() + 3 * block.block.txdata.len());
+    let mut spent_txids = Vec::with_capacity(block.prevouts.len());
     let mut touched = Vec::new();
     if block.height != Height(0) {
         let mut prevouts = block.prevouts.iter();
@@ -79,6 +80,7 @@ pub fn block_rows(
                     let scripthash = ScriptHash::from_script(spent.script_pubkey.as_bytes());
                     let op = input.previous_output;
                     rows.push(HistoryRow::spending(tx_num, &op.txid, op.vout).of(&scripthash));
+                    spent_txids.push(op.txid);
                     if collect_touched {
                         touched.push(scripthash);
                     }
@@ -115,6 +117,7 @@ pub fn block_rows(
             txids,
             tx_ends,
             rows,
+            spent_txids,
             sp: sp_bytes,
         },
         touched,

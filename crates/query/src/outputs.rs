@@ -15,7 +15,9 @@ pub(crate) struct Funding {
     pub(crate) tx_num: TxNum,
     pub(crate) txid: Txid,
     pub(crate) vout: u32,
-    pub(crate) value: u64,
+    /// `None` for a spent output whose amount the index left out (a bulk
+    /// load's); every unspent one has it.
+    pub(crate) value: Option<u64>,
     /// The confirmed transaction that spends it.
     pub(crate) spent_by: Option<TxNum>,
 }
@@ -118,6 +120,16 @@ impl Query {
                     funding[index].spent_by = Some(row.tx_num);
                 }
             }
+        }
+        if let Some(f) = funding
+            .iter()
+            .find(|f| f.spent_by.is_none() && f.value.is_none())
+        {
+            return Err(Error::Internal(format!(
+                "output {} of tx_num {} has no amount, which only a spent output may lack, \
+                 and no spend: the index is damaged",
+                f.vout, f.tx_num.0
+            )));
         }
         Ok(funding)
     }

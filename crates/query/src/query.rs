@@ -483,7 +483,7 @@ impl Query {
             .confirmed_outputs(scripthash, view.visible)?
             .iter()
             .filter(|f| f.spent_by.is_none())
-            .map(|f| f.value)
+            .filter_map(|f| f.value)
             .sum();
         let mut unconfirmed = 0i64;
         for entry in &view.mempool {
@@ -531,11 +531,15 @@ impl Query {
                 // A rollback cut the chain since the rows were read.
                 continue;
             };
+            // `confirmed_outputs` checked that an unspent output has one.
+            let Some(value) = f.value else {
+                continue;
+            };
             utxos.push(Utxo {
                 txid: f.txid,
                 vout: f.vout,
                 height: height.0,
-                value: f.value,
+                value,
             });
         }
         let mut unconfirmed: BTreeMap<(String, u32), Utxo> = BTreeMap::new();

@@ -320,6 +320,9 @@ pub struct IndexedBlock {
     pub tx_ends: Vec<u32>,
     /// History rows, in any order (see [`codec::ScriptRow`]).
     pub rows: Vec<codec::ScriptRow>,
+    /// The txid each spending row of `rows` spends from, in their order: a
+    /// bulk load pairs the spends and outputs of one run by them.
+    pub spent_txids: Vec<Txid>,
     /// The block's silent-payment records (`osprey_sp::append_block_records`);
     /// empty when it has no eligible transaction or the index keeps none.
     pub sp: Vec<u8>,
@@ -342,6 +345,9 @@ pub struct PreparedBatch {
     history: Vec<codec::ScriptRow>,
     /// Txid keys as [`codec::txid_key_bits`], sorted as the rows are.
     txid_keys: Vec<u128>,
+    /// In a bulk load, the txid each spending row spends from, in the
+    /// order of those rows ([`IndexedBlock::spent_txids`]).
+    spent_txids: Vec<[u8; 32]>,
     /// Undo records, of the blocks near the source's tip only: a bulk
     /// load takes none of those, since its runs cannot be rolled back.
     undo: Vec<(Height, Vec<u8>)>,

@@ -17,6 +17,15 @@ use crate::{
 /// thread each; each half reads every run of the partition.
 const PARTITION_HALVES: usize = 2;
 
+/// Feeds a row's key and value, each after its length, to a digest.
+fn hash_row(engine: &mut bitcoin::hashes::sha256::HashEngine, key: &[u8], value: &[u8]) {
+    use bitcoin::hashes::HashEngine;
+    engine.input(&(key.len() as u32).to_le_bytes());
+    engine.input(key);
+    engine.input(&(value.len() as u32).to_le_bytes());
+    engine.input(value);
+}
+
 impl Store {
     /// A digest of every row and file of the index, to check that two
     /// indexes (one reorged, one fresh) are the same byte for byte. Undo
@@ -29,8 +38,10 @@ impl Store {
         let mut engine = sha256::Hash::engine();
         let db = self.db()?;
         // A bulk load's history values lose the prefixes of the spends its
-        // merge paired by vout: they are given back, so that an index
-        // digests the same however it was built.
+        // merge paired by vout: they are given back. It also leaves out the
+        // amounts of the outputs it found spent: a script's values are
+        // compared without the amounts of any output a spend could have
+        // spent. So an index digests the same however it was built.
         let mut restorer = codec::PrefixRestorer::default();
         let prefix_of = |tx_num: u64| -> Result<[u8; codec::SPENT_TXID_PREFIX_LEN]> {
             let txid = self.txid(TxNum(tx_num))?;
@@ -38,22 +49,38 @@ impl Store {
             prefix.copy_from_slice(&txid.as_byte_array()[..codec::SPENT_TXID_PREFIX_LEN]);
             Ok(prefix)
         };
+        let mut script: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let hash_script =
+            |script: &mut Vec<(Vec<u8>, Vec<u8>)>, engine: &mut sha256::HashEngine| -> Result<()> {
+                codec::without_spent_amounts(script)?;
+                for (k, v) in script.drain(..) {
+                    hash_row(engine, &k, &v);
+                }
+                Ok(())
+            };
         for family in [Family::History, Family::Txid] {
             engine.input(family.name().as_bytes());
             // Partitions in order: the family's rows in key order.
             for &name in family.column_families() {
                 for item in db.iterator_cf(cf(&db, name), IteratorMode::Start) {
                     let (k, v) = item?;
-                    let v = match family {
-                        Family::History => restorer.restore(&k, &v, prefix_of)?.into(),
-                        _ => v,
-                    };
-                    engine.input(&(k.len() as u32).to_le_bytes());
-                    engine.input(&k);
-                    engine.input(&(v.len() as u32).to_le_bytes());
-                    engine.input(&v);
+                    if family != Family::History {
+                        hash_row(&mut engine, &k, &v);
+                        continue;
+                    }
+                    // A script's values, its epochs, come one after another.
+                    let id = &k[..codec::SCRIPT_ID_LEN.min(k.len())];
+                    if script
+                        .first()
+                        .is_some_and(|(first, _)| !first.starts_with(id))
+                    {
+                        hash_script(&mut script, &mut engine)?;
+                    }
+                    let v = restorer.restore(&k, &v, prefix_of)?;
+                    script.push((k.into(), v));
                 }
             }
+            hash_script(&mut script, &mut engine)?;
         }
         drop(db);
         let chain = self.chain();

@@ -52,9 +52,11 @@ fn blocks(
             let tx_ends = vec![81 + 100, 81 + 100 + 60 + u32::from(fork)];
             let s = script((h % 3) as u8);
             let mut rows = vec![HistoryRow::funding(TxNum(tx), 0, 50).of(&s)];
+            let mut spent_txids = Vec::new();
             if tx >= 2 {
                 let spent = script(((h + 2) % 3) as u8);
                 rows.push(HistoryRow::spending(TxNum(tx + 1), &txid(tx - 2, fork), 0).of(&spent));
+                spent_txids.push(txid(tx - 2, fork));
             }
             tx += 2;
             IndexedBlock {
@@ -64,6 +66,7 @@ fn blocks(
                 txids,
                 tx_ends,
                 rows,
+                spent_txids,
                 sp: Vec::new(),
             }
         })
@@ -535,7 +538,7 @@ fn a_merge_that_cannot_write_its_files_is_an_error_not_a_panic() {
     let runs = tempfile::tempdir().unwrap();
     let mut buffer = runs::RunBuffer::default();
     let rows = [HistoryRow::funding(TxNum(7), 0, 1_000).of(&script(1))];
-    buffer.push(&rows, &[]);
+    buffer.push(&rows, &[], &[], 7, &[]);
     runs::write_run(runs.path(), 0, buffer).unwrap();
     let run = runs::run_path(runs.path(), 0, rows[0].id_top_bits(runs::SLICE_BITS));
     let gone = runs.path().join("gone");

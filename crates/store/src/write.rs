@@ -75,8 +75,14 @@ impl Store {
                 ));
             }
         }
-        // A bulk load's rows are sorted once, in their run (`write_run`).
-        if !self.in_bulk_load() {
+        // A bulk load's rows are sorted once, in their run (`write_run`),
+        // which pairs spends and outputs by the spent txids.
+        let mut spent_txids = Vec::new();
+        if self.in_bulk_load() {
+            for block in blocks {
+                spent_txids.extend(block.spent_txids.iter().map(|t| t.to_byte_array()));
+            }
+        } else {
             sort_batch(&mut history, &mut txid_keys);
         }
         Ok(PreparedBatch {
@@ -96,6 +102,7 @@ impl Store {
             sp_block_bytes: blocks.iter().map(|b| b.sp.len() as u64).collect(),
             history,
             txid_keys,
+            spent_txids,
             undo,
         })
     }
@@ -135,6 +142,7 @@ impl Store {
             sp_block_bytes,
             mut history,
             mut txid_keys,
+            spent_txids,
             undo: undo_records,
         } = prepared;
         let Some(&(last_height, last_header, _, _)) = blocks.last() else {
@@ -220,7 +228,8 @@ impl Store {
             // A synced commit (the indexer's last before a stop) writes
             // its run at once: a clean stop loses nothing.
             let mut runs = self.runs.lock().expect("runs lock poisoned");
-            runs.push(&history, &txid_keys);
+            let first_tx_num = blocks[0].2 .0;
+            runs.push(&history, &txid_keys, &txids, first_tx_num, &spent_txids);
             extend_chain(&mut self.chain.write().expect("chain lock poisoned"));
             if sync || runs.bytes() >= self.config.scaled(self.config.bulk_run_bytes) {
                 self.spill_run(&mut runs)?;

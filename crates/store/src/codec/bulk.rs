@@ -7,47 +7,51 @@ use osprey_core::{read_varint, write_varint};
 
 use super::{
     entries, epoch_base, epoch_of, epoch_start, write_tx_num, CodecError, First, EPOCH_LEN,
-    SCRIPT_ID_LEN, SPEND_WITH_PREFIX, SPENT_TXID_PREFIX_LEN,
+    FUNDING_SPENT, SCRIPT_ID_LEN, SPEND_WITH_PREFIX, SPENT_TXID_PREFIX_LEN,
 };
 
 /// [`SPEND_WITH_PREFIX`] as the u64 a tag is read as.
 const WITH_PREFIX: u64 = SPEND_WITH_PREFIX as u64;
 
+/// [`FUNDING_SPENT`] as the u64 a tag is read as.
+const FUNDING_SPENT_TAG: u64 = FUNDING_SPENT as u64;
+
 /// A script's stored values, one per epoch, put back together from the
 /// values its rows have in a bulk load's runs ([`Operands::for_run`]),
-/// appended in chain order.
+/// in chain order ([`EpochValues::merge`]).
 pub(crate) struct EpochValues {
     key: [u8; SCRIPT_ID_LEN + EPOCH_LEN],
     value: Vec<u8>,
     /// The tx_num the next entry's delta counts from.
     previous: u64,
     open: OpenOutputs,
-    /// Whether the script's spends are still paired: not once it held
-    /// more than [`OPEN_OUTPUTS_MAX`] outputs at once (its later spends
-    /// keep their prefixes, which is always exact).
-    pairing: bool,
+    /// Per entry of the script, in order: whether the merge paired it (a
+    /// spend loses its prefix, an output its amount).
+    paired: Vec<bool>,
     body: Vec<u8>,
 }
 
 /// A script's outputs not surely spent yet, as the merge and the restorer
-/// track them: vout and tx_num. A list, scanned: nearly every script holds
-/// a few, and the merge pairs none past [`OPEN_OUTPUTS_MAX`].
+/// track them: vout, tx_num and the entry's place in the script's rows. A
+/// list, scanned: nearly every script holds a few, and the merge pairs
+/// none past [`OPEN_OUTPUTS_MAX`].
 #[derive(Default)]
-struct OpenOutputs(Vec<(u32, u64)>);
+struct OpenOutputs(Vec<(u32, u64, usize)>);
 
 impl OpenOutputs {
-    /// The only output with `vout` before transaction `tx_num`, taken out;
-    /// `None` when there are none or several.
-    fn take_only(&mut self, vout: u32, tx_num: u64) -> Option<u64> {
+    /// The only output with `vout` before transaction `tx_num`, taken out
+    /// (its tx_num and place); `None` when there are none or several.
+    fn take_only(&mut self, vout: u32, tx_num: u64) -> Option<(u64, usize)> {
         let mut earlier = self
             .0
             .iter()
             .enumerate()
-            .filter(|&(_, &(v, t))| v == vout && t < tx_num);
+            .filter(|&(_, &(v, t, _))| v == vout && t < tx_num);
         let (Some((at, _)), None) = (earlier.next(), earlier.next()) else {
             return None;
         };
-        Some(self.0.swap_remove(at).1)
+        let (_, tx_num, place) = self.0.swap_remove(at);
+        Some((tx_num, place))
     }
 }
 
@@ -63,91 +67,120 @@ impl EpochValues {
             value: Vec::new(),
             previous: 0,
             open: OpenOutputs::default(),
-            pairing: true,
+            paired: Vec::new(),
             body: Vec::new(),
         }
     }
 
-    /// Starts the values of the script `id` (its id's bytes).
-    pub(crate) fn begin(&mut self, id: &[u8]) {
-        self.key[..SCRIPT_ID_LEN].copy_from_slice(id);
-        self.value.clear();
+    /// Finds the spends the merge pairs by vout: a spend that exactly one
+    /// output of the script could be spent by, by vout, is paired with it.
+    /// The outputs tracked are a superset of the unspent ones (a spend
+    /// paired only by its prefix leaves its candidates, and an output a
+    /// run found spent stays one), so one candidate is the one spent.
+    /// `None` when a value does not decode or holds a spend without its
+    /// prefix (runs keep every prefix).
+    fn pair(&mut self, parts: &[(u64, &[u8])]) -> Option<()> {
         self.open.0.clear();
-        self.pairing = true;
+        self.paired.clear();
+        let mut pairing = true;
+        for &(base, run_value) in parts {
+            for entry in entries(base, run_value, First::RunDelta) {
+                let entry = entry?;
+                let place = self.paired.len();
+                self.paired.push(false);
+                let mut rest = entry.body;
+                // `entries` checked that the tag fits in 32 bits.
+                let tagged = read_varint(&mut rest)?;
+                let vout = (tagged >> 2) as u32;
+                if tagged & 1 == 0 {
+                    if pairing && self.open.0.len() == OPEN_OUTPUTS_MAX {
+                        pairing = false;
+                        self.open.0.clear();
+                    } else if pairing {
+                        self.open.0.push((vout, entry.tx_num, place));
+                    }
+                    continue;
+                }
+                if tagged & WITH_PREFIX != WITH_PREFIX {
+                    return None;
+                }
+                if !pairing {
+                    continue;
+                }
+                if let Some((_, output)) = self.open.take_only(vout, entry.tx_num) {
+                    self.paired[output] = true;
+                    self.paired[place] = true;
+                }
+            }
+        }
+        Some(())
     }
 
-    /// The entry's body as stored: a spend that exactly one output of the
-    /// script could be spent by, by vout, loses its txid prefix. The
-    /// outputs tracked are a superset of the unspent ones (a spend paired
-    /// only by its prefix leaves its candidates), so one candidate is the
-    /// one spent.
-    fn paired_body<'b>(&'b mut self, tx_num: u64, body: &'b [u8]) -> Option<&'b [u8]> {
+    /// The entry's body as stored: paired, a spend loses its txid prefix
+    /// and an output its amount ([`super::FUNDING_SPENT`]; a run may have
+    /// left it out already, for a spend in the same run).
+    fn stored_body<'b>(&'b mut self, place: usize, body: &'b [u8]) -> Option<&'b [u8]> {
+        if !self.paired[place] {
+            return Some(body);
+        }
         let mut rest = body;
-        // `entries` checked that the tag fits in 32 bits.
         let tagged = read_varint(&mut rest)?;
-        if tagged & 1 == 0 {
-            if self.pairing && self.open.0.len() == OPEN_OUTPUTS_MAX {
-                self.pairing = false;
-                self.open.0.clear();
-            } else if self.pairing {
-                self.open.0.push(((tagged >> 1) as u32, tx_num));
-            }
-            return Some(body);
-        }
-        if tagged & WITH_PREFIX != WITH_PREFIX {
-            // A run's spends carry their prefixes: this one is damaged.
-            return None;
-        }
-        if !self.pairing || self.open.take_only((tagged >> 2) as u32, tx_num).is_none() {
-            return Some(body);
-        }
         self.body.clear();
-        write_varint(&mut self.body, (tagged & !WITH_PREFIX) | 1);
+        if tagged & 1 == 0 {
+            write_varint(&mut self.body, tagged | FUNDING_SPENT_TAG);
+        } else {
+            write_varint(&mut self.body, (tagged & !WITH_PREFIX) | 1);
+        }
         Some(&self.body)
     }
 
-    /// Appends a run's value of the script, its first entry counting from
-    /// `base`. A value whose epoch the rows leave goes to `emit` with its
-    /// key. `None` (a damaged run) when the value does not decode or its
-    /// rows come before the rows appended already.
-    pub(crate) fn append<E>(
+    /// Merges the script `id`'s values in a bulk load's runs, `parts`
+    /// (each with its run's first tx_num), earlier runs first. Each stored
+    /// value, one per epoch, goes to `emit` with its key. `None` (a
+    /// damaged run) when a value does not decode or its rows come before
+    /// the rows of the values before it.
+    pub(crate) fn merge<E>(
         &mut self,
-        base: u64,
-        run_value: &[u8],
+        id: &[u8],
+        parts: &[(u64, &[u8])],
         emit: &mut impl FnMut(&[u8], &[u8]) -> Result<(), E>,
     ) -> Option<Result<(), E>> {
-        for entry in entries(base, run_value, First::RunDelta) {
-            let entry = entry?;
-            let epoch = epoch_of(entry.tx_num);
-            if self.value.is_empty() || epoch != self.key[SCRIPT_ID_LEN..] {
-                if !self.value.is_empty() && epoch[..] < self.key[SCRIPT_ID_LEN..] {
+        self.key[..SCRIPT_ID_LEN].copy_from_slice(id);
+        self.value.clear();
+        self.pair(parts)?;
+        let mut place = 0;
+        for &(base, run_value) in parts {
+            for entry in entries(base, run_value, First::RunDelta) {
+                let entry = entry?;
+                let epoch = epoch_of(entry.tx_num);
+                if self.value.is_empty() || epoch != self.key[SCRIPT_ID_LEN..] {
+                    if !self.value.is_empty() && epoch[..] < self.key[SCRIPT_ID_LEN..] {
+                        return None;
+                    }
+                    if let Err(e) = self.finish(emit) {
+                        return Some(Err(e));
+                    }
+                    self.key[SCRIPT_ID_LEN..].copy_from_slice(&epoch);
+                    self.previous = epoch_start(entry.tx_num);
+                }
+                if entry.tx_num < self.previous {
+                    // Rows out of chain order: a damaged run.
                     return None;
                 }
-                if let Err(e) = self.finish(emit) {
-                    return Some(Err(e));
-                }
-                self.key[SCRIPT_ID_LEN..].copy_from_slice(&epoch);
-                self.previous = epoch_start(entry.tx_num);
+                let mut value = std::mem::take(&mut self.value);
+                let first = value.is_empty().then_some(First::EpochOffset);
+                write_tx_num(&mut value, first, entry.tx_num, self.previous);
+                self.previous = entry.tx_num;
+                value.extend_from_slice(self.stored_body(place, entry.body)?);
+                self.value = value;
+                place += 1;
             }
-            if entry.tx_num < self.previous {
-                // Rows out of chain order: a damaged run.
-                return None;
-            }
-            let mut value = std::mem::take(&mut self.value);
-            let first = value.is_empty().then_some(First::EpochOffset);
-            write_tx_num(&mut value, first, entry.tx_num, self.previous);
-            self.previous = entry.tx_num;
-            value.extend_from_slice(self.paired_body(entry.tx_num, entry.body)?);
-            self.value = value;
         }
-        Some(Ok(()))
+        Some(self.finish(emit))
     }
 
     /// Hands the value being built, if any, to `emit`.
-    pub(crate) fn finish<E>(
-        &mut self,
-        emit: &mut impl FnMut(&[u8], &[u8]) -> Result<(), E>,
-    ) -> Result<(), E> {
+    fn finish<E>(&mut self, emit: &mut impl FnMut(&[u8], &[u8]) -> Result<(), E>) -> Result<(), E> {
         if self.value.is_empty() {
             return Ok(());
         }
@@ -197,7 +230,7 @@ impl PrefixRestorer {
             // `entries` checked that the tag fits in 32 bits.
             let tagged = read_varint(&mut rest).ok_or_else(bad)?;
             if tagged & 1 == 0 {
-                self.open.0.push(((tagged >> 1) as u32, entry.tx_num));
+                self.open.0.push(((tagged >> 2) as u32, entry.tx_num, 0));
                 out.extend_from_slice(entry.body);
                 continue;
             }
@@ -208,10 +241,64 @@ impl PrefixRestorer {
             // The merge paired it while it tracked at most
             // `OPEN_OUTPUTS_MAX` outputs of the script: the same ones.
             let vout = (tagged >> 2) as u32;
-            let funding = self.open.take_only(vout, entry.tx_num).ok_or_else(bad)?;
+            let (funding, _) = self.open.take_only(vout, entry.tx_num).ok_or_else(bad)?;
             write_varint(&mut out, tagged | WITH_PREFIX);
             out.extend_from_slice(&prefix_of(funding)?);
         }
         Ok(out)
     }
+}
+
+/// A script's stored values (its epochs in order, keys and values, the
+/// spends' prefixes given back by [`PrefixRestorer`]) as
+/// `Store::digest` compares them: every output of the script that a
+/// later spend of it with the same vout could have spent loses its amount.
+/// A bulk load leaves out the amounts of the outputs it found spent, and
+/// a block-by-block sync keeps them all; which output a spend spends is
+/// not in its row (only the prefix), but that it could be this one is, so
+/// both indexes come to the same bytes, and the amounts of the outputs
+/// no spend could have spent are still compared.
+pub(crate) fn without_spent_amounts(values: &mut [(Vec<u8>, Vec<u8>)]) -> Result<(), CodecError> {
+    // The latest spend of each vout, walking back from the last row.
+    let mut rows: Vec<(u64, u64)> = Vec::new();
+    for (key, value) in values.iter() {
+        let bad = || CodecError::History(key.clone());
+        let base = epoch_base(key).ok_or_else(bad)?;
+        for entry in entries(base, value, First::EpochOffset) {
+            let entry = entry.ok_or_else(bad)?;
+            let mut rest = entry.body;
+            rows.push((entry.tx_num, read_varint(&mut rest).ok_or_else(bad)?));
+        }
+    }
+    let mut latest_spend: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    let mut strip = vec![false; rows.len()];
+    for (at, &(tx_num, tagged)) in rows.iter().enumerate().rev() {
+        let vout = tagged >> 2;
+        if tagged & 1 == 1 {
+            let latest = latest_spend.entry(vout).or_insert(tx_num);
+            *latest = (*latest).max(tx_num);
+        } else {
+            strip[at] = latest_spend.get(&vout).is_some_and(|&spend| spend > tx_num);
+        }
+    }
+    let mut at = 0;
+    for (key, value) in values.iter_mut() {
+        let base = epoch_base(key).ok_or_else(|| CodecError::History(key.clone()))?;
+        let mut out = Vec::with_capacity(value.len());
+        let mut copied = 0;
+        for entry in entries(base, value, First::EpochOffset) {
+            let entry = entry.ok_or_else(|| CodecError::History(key.clone()))?;
+            let body_at = super::offset_of(value, entry.body);
+            out.extend_from_slice(&value[copied..body_at]);
+            copied = body_at + entry.body.len();
+            if strip[at] {
+                write_varint(&mut out, rows[at].1 | FUNDING_SPENT_TAG);
+            } else {
+                out.extend_from_slice(entry.body);
+            }
+            at += 1;
+        }
+        *value = out;
+    }
+    Ok(())
 }
