@@ -52,7 +52,7 @@ use std::sync::{Mutex, RwLock};
 /// Bumped whenever any key, value or file layout changes; a database with
 /// another version is refused ([`Error::Schema`]) and must be rebuilt,
 /// which `osprey serve` does by itself unless told not to.
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// The prefix configuration is part of the format: a database built with
 /// short test prefixes must never be read by a normal build. So is the
