@@ -231,7 +231,8 @@ impl Store {
             let first_tx_num = blocks[0].2 .0;
             runs.push(&history, &txid_keys, &txids, first_tx_num, &spent_txids);
             extend_chain(&mut self.chain.write().expect("chain lock poisoned"));
-            if sync || runs.bytes() >= self.config.scaled(self.config.bulk_run_bytes) {
+            let run_bytes = self.config.scaled(self.config.bulk_run_bytes);
+            if sync || runs.bytes() >= run_bytes || runs.map_bytes() >= run_bytes / 2 {
                 self.spill_run(&mut runs)?;
             }
             return Ok(());
