@@ -39,9 +39,9 @@ impl Query {
         // spends, and with a 2-byte prefix it is nearly always the only one.
         let mut unspent: HashMap<([u8; SPENT_TXID_PREFIX_LEN], u32), Vec<usize>> = HashMap::new();
         // vout -> the outputs of this script with that vout, spent ones
-        // among them until a spend paired by its vout passes them: a bulk
-        // load's merge left the prefix out of a spend when one output of
-        // the script with its vout could be the one it spends.
+        // among them until a spend without its prefix passes them: a bulk
+        // load left the prefix out of a spend of the latest output of the
+        // script with its vout that was not spent before it.
         let mut by_vout: HashMap<u32, Vec<usize>> = HashMap::new();
         for row in rows {
             match row.kind {
@@ -69,14 +69,15 @@ impl Query {
                 } => {
                     let candidates = by_vout.entry(prev_vout).or_default();
                     candidates.retain(|&i| funding[i].spent_by.is_none());
-                    let mut earlier = candidates
+                    // In chain order: the latest before the spend.
+                    let Some(index) = candidates
                         .iter()
                         .copied()
-                        .filter(|&i| funding[i].tx_num < row.tx_num);
-                    let (Some(index), None) = (earlier.next(), earlier.next()) else {
+                        .rfind(|&i| funding[i].tx_num < row.tx_num)
+                    else {
                         return Err(Error::Internal(format!(
-                            "a spend in tx_num {} paired by its vout {prev_vout} does not have \
-                             exactly one output of the script to pair with: the index is damaged",
+                            "a spend in tx_num {} of vout {prev_vout} without its txid prefix has \
+                             no unspent output of the script to pair with: the index is damaged",
                             row.tx_num
                         )));
                     };

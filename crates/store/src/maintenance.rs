@@ -37,22 +37,14 @@ impl Store {
         use bitcoin::hashes::{sha256, HashEngine};
         let mut engine = sha256::Hash::engine();
         let db = self.db()?;
-        // A bulk load's history values lose the prefixes of the spends its
-        // merge paired by vout: they are given back. It also leaves out the
-        // amounts of the outputs it found spent: a script's values are
-        // compared without the amounts of any output a spend could have
-        // spent. So an index digests the same however it was built.
-        let mut restorer = codec::PrefixRestorer::default();
-        let prefix_of = |tx_num: u64| -> Result<[u8; codec::SPENT_TXID_PREFIX_LEN]> {
-            let txid = self.txid(TxNum(tx_num))?;
-            let mut prefix = [0u8; codec::SPENT_TXID_PREFIX_LEN];
-            prefix.copy_from_slice(&txid.as_byte_array()[..codec::SPENT_TXID_PREFIX_LEN]);
-            Ok(prefix)
-        };
+        // A bulk load leaves out the prefixes of spends and the amounts of
+        // outputs it finds spent: a script's values are compared without
+        // them (`codec::comparable_values`), so that an index digests the
+        // same however it was built.
         let mut script: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let hash_script =
             |script: &mut Vec<(Vec<u8>, Vec<u8>)>, engine: &mut sha256::HashEngine| -> Result<()> {
-                codec::without_spent_amounts(script)?;
+                codec::comparable_values(script)?;
                 for (k, v) in script.drain(..) {
                     hash_row(engine, &k, &v);
                 }
@@ -76,8 +68,7 @@ impl Store {
                     {
                         hash_script(&mut script, &mut engine)?;
                     }
-                    let v = restorer.restore(&k, &v, prefix_of)?;
-                    script.push((k.into(), v));
+                    script.push((k.into(), v.into()));
                 }
             }
             hash_script(&mut script, &mut engine)?;

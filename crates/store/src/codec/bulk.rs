@@ -1,13 +1,14 @@
 //! A bulk load's merged history values: a script's rows from its runs
 //! cut back into a value per epoch, spends paired by vout losing their
-//! txid prefix ([`EpochValues`]), and the prefixes given back for
-//! comparing indexes ([`PrefixRestorer`]).
+//! txid prefix and the outputs they spend their amounts
+//! ([`EpochValues`]), and the values as indexes are compared
+//! ([`comparable_values`]).
 
 use osprey_core::{read_varint, write_varint};
 
 use super::{
     entries, epoch_base, epoch_of, epoch_start, write_tx_num, CodecError, First, EPOCH_LEN,
-    FUNDING_SPENT, SCRIPT_ID_LEN, SPEND_WITH_PREFIX, SPENT_TXID_PREFIX_LEN,
+    FUNDING_SPENT, SCRIPT_ID_LEN, SPEND_WITH_PREFIX,
 };
 
 /// [`SPEND_WITH_PREFIX`] as the u64 a tag is read as.
@@ -31,10 +32,10 @@ pub(crate) struct EpochValues {
     body: Vec<u8>,
 }
 
-/// A script's outputs not surely spent yet, as the merge and the restorer
-/// track them: vout, tx_num and the entry's place in the script's rows. A
-/// list, scanned: nearly every script holds a few, and the merge pairs
-/// none past [`OPEN_OUTPUTS_MAX`].
+/// A script's outputs not surely spent yet, as the merge tracks them:
+/// vout, tx_num and the entry's place in the script's rows. A list,
+/// scanned: nearly every script holds a few, and the merge pairs none
+/// past [`OPEN_OUTPUTS_MAX`].
 #[derive(Default)]
 struct OpenOutputs(Vec<(u32, u64, usize)>);
 
@@ -52,6 +53,21 @@ impl OpenOutputs {
         };
         let (_, tx_num, place) = self.0.swap_remove(at);
         Some((tx_num, place))
+    }
+
+    /// Takes out the latest output with `vout` before transaction
+    /// `tx_num` (the list is in chain order but where `take_only` swapped).
+    fn take_latest(&mut self, vout: u32, tx_num: u64) {
+        let latest = self
+            .0
+            .iter()
+            .enumerate()
+            .filter(|&(_, &(v, t, _))| v == vout && t < tx_num)
+            .max_by_key(|&(_, &(_, t, place))| (t, place))
+            .map(|(at, _)| at);
+        if let Some(at) = latest {
+            self.0.swap_remove(at);
+        }
     }
 }
 
@@ -76,9 +92,12 @@ impl EpochValues {
     /// output of the script could be spent by, by vout, is paired with it.
     /// The outputs tracked are a superset of the unspent ones (a spend
     /// paired only by its prefix leaves its candidates, and an output a
-    /// run found spent stays one), so one candidate is the one spent.
-    /// `None` when a value does not decode or holds a spend without its
-    /// prefix (runs keep every prefix).
+    /// run found spent stays one until its spend), so one candidate is the
+    /// one spent, and the latest unspent one, as a reader pairs a spend
+    /// without its prefix. A spend its run left without a prefix spends
+    /// the latest unspent output of its vout: it takes out the latest
+    /// tracked, which is that one or one spent already, and either keeps
+    /// the superset. `None` when a value does not decode.
     fn pair(&mut self, parts: &[(u64, &[u8])]) -> Option<()> {
         self.open.0.clear();
         self.paired.clear();
@@ -101,10 +120,11 @@ impl EpochValues {
                     }
                     continue;
                 }
-                if tagged & WITH_PREFIX != WITH_PREFIX {
-                    return None;
-                }
                 if !pairing {
+                    continue;
+                }
+                if tagged & WITH_PREFIX != WITH_PREFIX {
+                    self.open.take_latest(vout, entry.tx_num);
                     continue;
                 }
                 if let Some((_, output)) = self.open.take_only(vout, entry.tx_num) {
@@ -190,75 +210,15 @@ impl EpochValues {
     }
 }
 
-/// Gives a bulk-loaded index's history values back the spent-txid
-/// prefixes its merge left out, which makes them the bytes a block-by-block
-/// sync writes (`Store::digest` compares indexes by them). Fed a family's
-/// values in key order, so a script's values come together, epochs in
-/// order; it pairs each spend without a prefix exactly as the merge did
-/// ([`EpochValues`]): among the script's outputs with its vout not taken
-/// by such a spend before it, the one before its transaction.
-#[derive(Default)]
-pub(crate) struct PrefixRestorer {
-    id: Vec<u8>,
-    open: OpenOutputs,
-}
-
-impl PrefixRestorer {
-    /// `value` (under `key`) with its spends' prefixes, `prefix_of` giving
-    /// a transaction's txid prefix.
-    pub(crate) fn restore<E: From<CodecError>>(
-        &mut self,
-        key: &[u8],
-        value: &[u8],
-        mut prefix_of: impl FnMut(u64) -> Result<[u8; SPENT_TXID_PREFIX_LEN], E>,
-    ) -> Result<Vec<u8>, E> {
-        let bad = || CodecError::History(key.to_vec());
-        let id = key.get(..SCRIPT_ID_LEN).ok_or_else(bad)?;
-        if self.id != id {
-            self.id = id.to_vec();
-            self.open.0.clear();
-        }
-        let base = epoch_base(key).ok_or_else(bad)?;
-        let mut out = Vec::with_capacity(value.len() + 16);
-        let mut previous = base;
-        for entry in entries(base, value, First::EpochOffset) {
-            let entry = entry.ok_or_else(bad)?;
-            let first = out.is_empty().then_some(First::EpochOffset);
-            write_tx_num(&mut out, first, entry.tx_num, previous);
-            previous = entry.tx_num;
-            let mut rest = entry.body;
-            // `entries` checked that the tag fits in 32 bits.
-            let tagged = read_varint(&mut rest).ok_or_else(bad)?;
-            if tagged & 1 == 0 {
-                self.open.0.push(((tagged >> 2) as u32, entry.tx_num, 0));
-                out.extend_from_slice(entry.body);
-                continue;
-            }
-            if tagged & WITH_PREFIX == WITH_PREFIX {
-                out.extend_from_slice(entry.body);
-                continue;
-            }
-            // The merge paired it while it tracked at most
-            // `OPEN_OUTPUTS_MAX` outputs of the script: the same ones.
-            let vout = (tagged >> 2) as u32;
-            let (funding, _) = self.open.take_only(vout, entry.tx_num).ok_or_else(bad)?;
-            write_varint(&mut out, tagged | WITH_PREFIX);
-            out.extend_from_slice(&prefix_of(funding)?);
-        }
-        Ok(out)
-    }
-}
-
-/// A script's stored values (its epochs in order, keys and values, the
-/// spends' prefixes given back by [`PrefixRestorer`]) as
-/// `Store::digest` compares them: every output of the script that a
-/// later spend of it with the same vout could have spent loses its amount.
-/// A bulk load leaves out the amounts of the outputs it found spent, and
-/// a block-by-block sync keeps them all; which output a spend spends is
-/// not in its row (only the prefix), but that it could be this one is, so
-/// both indexes come to the same bytes, and the amounts of the outputs
-/// no spend could have spent are still compared.
-pub(crate) fn without_spent_amounts(values: &mut [(Vec<u8>, Vec<u8>)]) -> Result<(), CodecError> {
+/// A script's stored values (its epochs in order, keys and values) as
+/// `Store::digest` compares them: every spend without its txid prefix,
+/// and every output of the script that a later spend of it with the same
+/// vout could have spent without its amount. A bulk load leaves out the
+/// prefixes and amounts it can, and a block-by-block sync keeps them all;
+/// which output a spend spends is not in its row, but that it could be
+/// this one is, so both indexes come to the same bytes, and the amounts
+/// of the outputs no spend could have spent are still compared.
+pub(crate) fn comparable_values(values: &mut [(Vec<u8>, Vec<u8>)]) -> Result<(), CodecError> {
     // The latest spend of each vout, walking back from the last row.
     let mut rows: Vec<(u64, u64)> = Vec::new();
     for (key, value) in values.iter() {
@@ -291,8 +251,11 @@ pub(crate) fn without_spent_amounts(values: &mut [(Vec<u8>, Vec<u8>)]) -> Result
             let body_at = super::offset_of(value, entry.body);
             out.extend_from_slice(&value[copied..body_at]);
             copied = body_at + entry.body.len();
-            if strip[at] {
-                write_varint(&mut out, rows[at].1 | FUNDING_SPENT_TAG);
+            let tagged = rows[at].1;
+            if tagged & 1 == 1 {
+                write_varint(&mut out, (tagged & !WITH_PREFIX) | 1);
+            } else if strip[at] {
+                write_varint(&mut out, tagged | FUNDING_SPENT_TAG);
             } else {
                 out.extend_from_slice(entry.body);
             }

@@ -34,7 +34,7 @@ use bitcoin::Txid;
 use osprey_core::{read_varint, write_varint, ScriptHash, TxNum};
 
 mod bulk;
-pub(crate) use bulk::{without_spent_amounts, EpochValues, PrefixRestorer};
+pub(crate) use bulk::{comparable_values, EpochValues};
 
 /// Bytes of a script hash in every history key (96 bits: rows of another
 /// script under the same id need a second preimage of that many bits).
@@ -112,9 +112,10 @@ pub enum RowKind {
     Funding { vout: u32, amount: Option<u64> },
     /// An input of the transaction spends `prev_vout` of a transaction
     /// whose txid starts with `prev_txid_prefix`, locked by the script.
-    /// `None`: a bulk load's merge paired it with the one output of the
-    /// script with that vout that was not surely spent before it (see
-    /// [`EpochValues`]), so the prefix was left out. Which input is not
+    /// `None`: a bulk load left the prefix out, where the output spent is
+    /// the latest of the script's outputs with that vout, before the
+    /// spend, that no spend took before it (format 8; its run knew, or its
+    /// merge found that one output only could be it, [`EpochValues`]). Which input is not
     /// kept (format 7): nothing answers with it, and the rare spend its
     /// prefix leaves ambiguous is told apart by the spending transaction's
     /// inputs themselves.
@@ -271,6 +272,19 @@ impl ScriptRow {
         self.payload.to_be_bytes()[..SPENT_TXID_PREFIX_LEN] == txid[..SPENT_TXID_PREFIX_LEN]
     }
 
+    /// The row's vout: a funding row's output, a spend's spent output.
+    pub(crate) fn vout(&self) -> u32 {
+        self.tagged >> 2
+    }
+
+    /// Leaves a spend's prefix out: the output it spends is the latest of
+    /// the script's with its vout not taken before it (see
+    /// [`RowKind::Spending`]).
+    pub(crate) fn leave_prefix_out(&mut self) {
+        debug_assert!(self.is_spend());
+        self.tagged = (self.tagged & !SPEND_WITH_PREFIX) | 1;
+    }
+
     /// Marks a funding row's output spent: its amount is not written.
     pub(crate) fn mark_spent(&mut self) {
         debug_assert!(!self.is_spend());
@@ -312,7 +326,7 @@ impl ScriptRow {
             if self.tagged & FUNDING_SPENT == 0 {
                 write_varint(out, self.payload);
             }
-        } else {
+        } else if self.tagged & SPEND_WITH_PREFIX == SPEND_WITH_PREFIX {
             out.extend_from_slice(&self.payload.to_be_bytes()[..SPENT_TXID_PREFIX_LEN]);
         }
     }
