@@ -88,8 +88,9 @@ const BLOCK_BYTES: usize = 32 << 10;
 const ZSTD_BLOCK: u32 = 1 << 31;
 
 /// What a run file of this layout starts with. A bulk load under way
-/// whose runs lack it (an earlier build's, its files a partition each
-/// before `osprun3`) is not carried on: the index is of another format
+/// whose runs lack it (an earlier build's: its files a partition each
+/// before `osprun3`, its rows with every amount and prefix before
+/// `osprun4`) is not carried on: the index is of another format
 /// ([`refuse_earlier_runs`]).
 const RUN_MAGIC: [u8; 8] = *b"osprun4\0";
 
