@@ -219,7 +219,7 @@ impl EpochValues {
 /// this one is, so both indexes come to the same bytes, and the amounts
 /// of the outputs no spend could have spent are still compared.
 pub(crate) fn comparable_values(values: &mut [(Vec<u8>, Vec<u8>)]) -> Result<(), CodecError> {
-    // The latest spend of each vout, walking back from the last row.
+    // Each row's tx_num and tag, in order.
     let mut rows: Vec<(u64, u64)> = Vec::new();
     for (key, value) in values.iter() {
         let bad = || CodecError::History(key.clone());
@@ -230,6 +230,7 @@ pub(crate) fn comparable_values(values: &mut [(Vec<u8>, Vec<u8>)]) -> Result<(),
             rows.push((entry.tx_num, read_varint(&mut rest).ok_or_else(bad)?));
         }
     }
+    // Walking back from the last row: the latest spend of each vout.
     let mut latest_spend: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
     let mut strip = vec![false; rows.len()];
     for (at, &(tx_num, tagged)) in rows.iter().enumerate().rev() {
