@@ -3,17 +3,17 @@
 //! Input: byte 0 picks the mode.
 //! - Even: arbitrary bytes as a stored key and value: 32 bytes of script
 //!   hash (unused), a byte splitting the rest into key and value.
-//!   Properties: decoding never panics; a `txid` key that decodes is
-//!   rebuilt from its tx_num; read as a stored history value, one that
-//!   decodes merges back to itself and, cut before any of its rows, gives
-//!   the rows before it.
+//!   Properties: decoding never panics; read as a stored history value or
+//!   a `txid` bucket's value, one that decodes merges back to itself and,
+//!   cut before any of its rows or transactions, gives the ones before.
 //! - Odd: `arbitrary` rows. Properties: a row written as a value decodes
 //!   back to itself, under a key that starts with the script's prefix; a
 //!   script sharing the bucket but not the whole id sorts apart; of two
 //!   rows of a script, the one of the earlier transaction sorts first
 //!   (chain order); the two written as merge operands, in either of two
 //!   batches or in one, give the same stored values, which decode to the
-//!   two rows.
+//!   two rows; a transaction in a `txid` bucket's value is among its
+//!   txid's candidates.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -22,9 +22,10 @@ use bitcoin::Txid;
 use libfuzzer_sys::fuzz_target;
 use osprey_core::{ScriptHash, TxNum};
 use osprey_store::codec::{
-    decode_history_value, decode_txid_key, history_prefix, merge_history, truncate_history_value,
-    txid_key, HistoryRow, Operands, RowKind, ScriptRow, SCRIPT_BUCKET_LEN, SCRIPT_ID_LEN,
-    TXID_PREFIX_LEN,
+    decode_history_value, decode_txid_value, history_prefix, merge_history, merge_txids,
+    truncate_history_value,
+    truncate_txid_value, txid_bucket_key, txid_candidates, txid_check, txid_prefix, txid_value,
+    HistoryRow, Operands, RowKind, ScriptRow, SCRIPT_BUCKET_LEN, SCRIPT_ID_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -57,10 +58,14 @@ fn decode_any(data: &[u8]) {
             assert_eq!(cut_rows, rows[..kept], "cut before row {i}");
         }
     }
-    if let Ok(tx_num) = decode_txid_key(key) {
-        let mut txid = [0u8; 32];
-        txid[..TXID_PREFIX_LEN].copy_from_slice(&key[..TXID_PREFIX_LEN]);
-        assert_eq!(txid_key(&Txid::from_byte_array(txid), tx_num), key);
+    if let Ok(entries) = decode_txid_value(key, value) {
+        assert_eq!(txid_value(entries.iter().copied()), value, "one encoding");
+        assert_eq!(merge_txids(None, [value].into_iter()).as_deref(), Some(value));
+        for (i, &(tx_num, _)) in entries.iter().enumerate() {
+            let cut = truncate_txid_value(key, value, TxNum(tx_num)).expect("decoded above");
+            let kept = (i > 0).then(|| txid_value(entries[..i].iter().copied()));
+            assert_eq!(cut, kept, "cut before transaction {i}");
+        }
     }
 }
 
@@ -133,10 +138,10 @@ fn round_trip((ScriptHashIn(hash), a, b): (ScriptHashIn, Row, Row)) {
         );
     }
     let txid = Txid::from_byte_array(hash);
-    assert_eq!(
-        decode_txid_key(&txid_key(&txid, a.tx_num)).ok(),
-        Some(a.tx_num)
-    );
+    let prefix = txid_prefix(&txid);
+    let value = txid_value([(a.tx_num.0, txid_check(prefix))]);
+    let candidates = txid_candidates(&txid_bucket_key(prefix), &value, prefix);
+    assert_eq!(candidates.ok(), Some(vec![a.tx_num]));
     stored_values(&scripthash, a, b);
 }
 

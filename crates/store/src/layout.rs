@@ -20,10 +20,14 @@ pub(crate) const FLAT_FILES: [&str; 6] = [
     "headers.dat",
     "txcounts.dat",
     "txids.dat",
-    "txends.dat",
+    "txsizes.dat",
     "spoffsets.dat",
     "sptweaks.dat",
 ];
+
+/// Flat files of earlier formats, deleted with the index that a format
+/// change rebuilds: `txends.dat` until format 9.
+const FORMER_FLAT_FILES: [&str; 1] = ["txends.dat"];
 
 /// Deletes the index in `dir`: its RocksDB directory and its flat files,
 /// then `dir` itself if that left it empty. Anything else in `dir` stays.
@@ -41,7 +45,7 @@ pub fn remove_index(dir: &Path) -> io::Result<Vec<PathBuf>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(with_path(e, &rocksdb)),
     }
-    for name in FLAT_FILES {
+    for name in FLAT_FILES.iter().chain(&FORMER_FLAT_FILES) {
         let path = dir.join(name);
         match std::fs::remove_file(&path) {
             Ok(()) => removed.push(path),

@@ -5,8 +5,9 @@
 //! - `headers.dat`: 80-byte headers by height;
 //! - `txcounts.dat`: cumulative transaction count after each height;
 //! - `txids.dat`: 32-byte txids by tx_num;
-//! - `txends.dat`: where each transaction ends within its block (3 bytes),
-//!   so its bytes can be read from the node's copy of the block;
+//! - `txsizes.dat`: each transaction's size in bytes (2 bytes; the rare
+//!   one of 64 KiB or more in `meta`), so that its bytes can be read
+//!   from the node's copy of the block;
 //! - with silent payments on, `sptweaks.dat` (the records of
 //!   `osprey_sp::append_block_records`, blocks in chain order) and
 //!   `spoffsets.dat` (u64 LE per block: where its records end);
@@ -52,7 +53,7 @@ use std::sync::{Mutex, RwLock};
 /// Bumped whenever any key, value or file layout changes; a database with
 /// another version is refused ([`Error::Schema`]) and must be rebuilt,
 /// which `osprey serve` does by itself unless told not to.
-pub const SCHEMA_VERSION: u32 = 8;
+pub const SCHEMA_VERSION: u32 = 9;
 
 /// The prefix configuration is part of the format: a database built with
 /// short test prefixes must never be read by a normal build. So is the
@@ -79,11 +80,30 @@ fn schema_tag(silent_payments: bool) -> Vec<u8> {
 /// records.
 const SILENT_PAYMENTS_TAG: u8 = 0x01;
 
-/// Bytes of a transaction's end in `txends.dat`: a block's serialized
-/// size is below its 4,000,000 weight units (every byte weighs at least
-/// one), well inside the 16 MiB three bytes hold; the fourth byte of
-/// format 3 cost 1 byte per transaction.
-pub(crate) const TX_END_LEN: usize = 3;
+/// Bytes of a transaction's size in `txsizes.dat`. A transaction's place
+/// in its block is its block's header and transaction count, then the
+/// sizes of the transactions before it: a lookup adds up at most a
+/// block's few thousand records, one read. Format 8 kept each
+/// transaction's end in its block, 3 bytes (a block's bytes pass 64
+/// KiB); on the 10M-transaction mainnet-profile chain sizes took 1 byte
+/// per transaction less.
+pub(crate) const TX_SIZE_LEN: usize = 2;
+
+/// The size record of a transaction of [`TX_SIZE_ESCAPE`] bytes or more:
+/// its size is in `meta`, under [`META_TX_SIZE`] and its tx_num
+/// ([`tx_size_key`]). A few in ten thousand on mainnet (large
+/// consolidations and inscriptions).
+pub(crate) const TX_SIZE_ESCAPE: u32 = 0xFFFF;
+
+/// The `meta` key of the size of transaction `tx_num`, which is
+/// [`TX_SIZE_ESCAPE`] bytes or more: big-endian, so that a rollback
+/// deletes the sizes of the transactions it undoes as one range.
+pub(crate) fn tx_size_key(tx_num: u64) -> [u8; 15] {
+    let mut key = [0u8; 15];
+    key[..7].copy_from_slice(META_TX_SIZE);
+    key[7..].copy_from_slice(&tx_num.to_be_bytes());
+    key
+}
 
 const CF_META: &str = "meta";
 const CF_UNDO: &str = "undo";
@@ -175,6 +195,8 @@ fn all_cfs() -> impl Iterator<Item = (Family, &'static str)> {
 
 const META_SCHEMA: &[u8] = b"schema";
 const META_TIP: &[u8] = b"tip";
+/// The prefix of [`tx_size_key`].
+const META_TX_SIZE: &[u8; 7] = b"txsize/";
 const META_NETWORK: &[u8] = b"network";
 /// Present while a bulk load is under way (from its start to its merge's
 /// end), so that one interrupted goes on after a restart; its value is the
@@ -334,8 +356,8 @@ pub struct PreparedBatch {
     blocks: Vec<(Height, Header, TxNum, u64)>,
     /// Every transaction's txid, in chain order.
     txids: Vec<[u8; 32]>,
-    /// Every transaction's end within its block, in chain order.
-    tx_ends: Vec<u32>,
+    /// Every transaction's size, in chain order.
+    tx_sizes: Vec<u32>,
     /// Every block's silent-payment records, in chain order, and the bytes
     /// of each block's.
     sp_records: Vec<u8>,
@@ -369,17 +391,17 @@ impl PreparedBatch {
         let per_block = 80 + 8 + if self.sp_block_bytes.is_empty() { 0 } else { 8 };
         let flat = self.blocks.len() * per_block
             + self.txids.len() * 32
-            + self.tx_ends.len() * TX_END_LEN
+            + self.tx_sizes.len() * TX_SIZE_LEN
             + self.sp_records.len();
         let history = self.history.len() * HISTORY_ROW_BYTES;
-        let txids = self.txid_keys.len() * codec::TXID_KEY_LEN;
+        let txids = self.txid_keys.len() * (codec::TXID_PREFIX_LEN + TxNum::LEN);
         let undo: usize = self.undo.iter().map(|(_, record)| 4 + record.len()).sum();
         (flat + history + txids + undo) as u64
     }
 }
 
 /// Bytes of a history row before compression, with its share of a key,
-/// for [`PreparedBatch::bytes`]: ~10 bytes an entry, a 14-byte key for
+/// for [`PreparedBatch::bytes`]: ~10 bytes an entry, a 12-byte key for
 /// every 1.3 rows of a batch.
 const HISTORY_ROW_BYTES: usize = 21;
 
@@ -399,7 +421,7 @@ struct Files {
     headers: FlatFile,
     txcounts: FlatFile,
     txids: FlatFile,
-    txends: FlatFile,
+    txsizes: FlatFile,
     /// Present exactly when the index keeps silent payments.
     sp: Option<SpFiles>,
 }
@@ -419,7 +441,7 @@ impl Files {
             ("headers.dat", &self.headers),
             ("txcounts.dat", &self.txcounts),
             ("txids.dat", &self.txids),
-            ("txends.dat", &self.txends),
+            ("txsizes.dat", &self.txsizes),
         ];
         if let Some(sp) = &self.sp {
             named.push(("spoffsets.dat", &sp.offsets));
@@ -462,7 +484,7 @@ impl Files {
             ("headers.dat", &mut self.headers),
             ("txcounts.dat", &mut self.txcounts),
             ("txids.dat", &mut self.txids),
-            ("txends.dat", &mut self.txends),
+            ("txsizes.dat", &mut self.txsizes),
         ];
         if let Some(sp) = &mut self.sp {
             named.push(("spoffsets.dat", &mut sp.offsets));

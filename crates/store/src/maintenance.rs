@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bitcoin::consensus::serialize;
 use bitcoin::hashes::Hash;
-use osprey_core::{Height, TxNum};
+use osprey_core::Height;
 use rocksdb::{IteratorMode, DB};
 
 use crate::{
@@ -83,8 +83,9 @@ impl Store {
         for txid in self.txids(0..self.tx_count())? {
             engine.input(txid.as_byte_array());
         }
-        for tx_num in 0..self.tx_count() {
-            if let Some((height, offset, len)) = self.tx_span(TxNum(tx_num))? {
+        let blocks = self.chain().headers.len() as u32;
+        for height in (0..blocks).map(Height) {
+            for (offset, len) in self.block_tx_spans(height, u32::MAX)? {
                 engine.input(&height.0.to_le_bytes());
                 engine.input(&offset.to_le_bytes());
                 engine.input(&len.to_le_bytes());

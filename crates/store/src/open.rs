@@ -340,38 +340,41 @@ fn family_options(
     table.set_partition_filters(true);
     table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
     table.set_pin_top_level_index_and_filter(true);
-    let prefix_len = match family {
-        Family::History => Some(codec::SCRIPT_BUCKET_LEN),
-        Family::Txid => Some(codec::TXID_PREFIX_LEN),
-        Family::Meta | Family::Undo => None,
-    };
-    if let Some(len) = prefix_len {
-        // Lookups are prefix scans: prefix blooms let a scan skip
-        // files that cannot hold the script or txid at all.
-        o.set_prefix_extractor(rocksdb::SliceTransform::create_fixed_prefix(len));
-        table.set_whole_key_filtering(false);
-    }
-    if family == Family::History {
-        // A script's rows of one epoch are one value, appended to by
-        // merge operands (`codec::Operands`): see `codec`.
-        o.set_merge_operator_associative("osprey-history-4", |key, existing, operands| {
-            codec::merge_history(key, existing, operands.iter())
-        });
-    }
-    if family == Family::Txid {
-        // Its lookups are of transactions a wallet or the mempool
-        // saw confirmed: they nearly always hit, and a filter
-        // answers only misses. None in the last level, where
-        // nearly every row is, saved 1.3 bytes per transaction
-        // (mainnet-profile chain, 10 bits per key). The history
-        // family keeps its filters: without them the index was 1.68
-        // bytes per transaction smaller on the 10M-transaction chain
-        // (86.77 of 88.45), but 5,000 lookups of addresses with no
-        // history took 0.20 s instead of 0.037, and a first sync's
-        // peak on disk, which the runs set, came to 1.121-1.143 of the
-        // smaller index on the 50M chain at `lsm_scale` 24 (1.102-1.111
-        // with the filters; issue 33 asks for 1.15).
-        o.set_optimize_filters_for_hits(true);
+    match family {
+        Family::History => {
+            // Lookups are prefix scans: prefix blooms let a scan skip
+            // files that cannot hold the script at all.
+            o.set_prefix_extractor(rocksdb::SliceTransform::create_fixed_prefix(
+                codec::SCRIPT_BUCKET_LEN,
+            ));
+            table.set_whole_key_filtering(false);
+            // A script's rows of one epoch are one value, appended to by
+            // merge operands (`codec::Operands`): see `codec`.
+            o.set_merge_operator_associative("osprey-history-4", |key, existing, operands| {
+                codec::merge_history(key, existing, operands.iter())
+            });
+        }
+        Family::Txid => {
+            // A lookup reads one whole key, its txid's bucket, whose
+            // transactions are one value, appended to by merge operands
+            // (`codec::txid`).
+            o.set_merge_operator_associative("osprey-txid-9", |_, existing, operands| {
+                codec::merge_txids(existing, operands.iter())
+            });
+            // Its lookups are of transactions a wallet or the mempool saw
+            // confirmed: they nearly always hit, and a filter answers only
+            // misses. None in the last level, where nearly every row is,
+            // saved 1.3 bytes per transaction (mainnet-profile chain, 10
+            // bits per key, format 3). The history family keeps its
+            // filters: without them the index was 1.68 bytes per transaction
+            // smaller on the 10M-transaction chain, but 5,000 lookups of
+            // addresses with no history took 0.20 s instead of 0.037
+            // (format 7), and a first sync's peak on disk, which the runs
+            // set, came to 1.157 of the smaller index on that chain at
+            // `lsm_scale` 24 (format 9; issue 33 asks for 1.15).
+            o.set_optimize_filters_for_hits(true);
+        }
+        Family::Meta | Family::Undo => {}
     }
     o.set_block_based_table_factory(&table);
     o
@@ -432,7 +435,7 @@ fn open_files(dir: &Path, blocks: u64, silent_payments: bool) -> Result<OpenedFi
         headers: open_flat("headers.dat", 80)?,
         txcounts: open_flat("txcounts.dat", 8)?,
         txids: open_flat("txids.dat", 32)?,
-        txends: open_flat("txends.dat", crate::TX_END_LEN)?,
+        txsizes: open_flat("txsizes.dat", crate::TX_SIZE_LEN)?,
         sp: None,
     };
     if files.headers.len() < blocks || files.txcounts.len() < blocks {
@@ -464,11 +467,11 @@ fn open_files(dir: &Path, blocks: u64, silent_payments: bool) -> Result<OpenedFi
         .collect::<Result<_>>()?;
     let tx_counts = read_u64s(&files.txcounts, blocks, &dir.join("txcounts.dat"))?;
     let txs = tx_counts.last().copied().unwrap_or(0);
-    if files.txids.len() < txs || files.txends.len() < txs {
+    if files.txids.len() < txs || files.txsizes.len() < txs {
         return Err(Error::Corrupt(format!(
-            "{} txids and {} tx ends on file, {txs} expected",
+            "{} txids and {} tx sizes on file, {txs} expected",
             files.txids.len(),
-            files.txends.len()
+            files.txsizes.len()
         )));
     }
     files
@@ -476,9 +479,9 @@ fn open_files(dir: &Path, blocks: u64, silent_payments: bool) -> Result<OpenedFi
         .truncate(txs)
         .map_err(file_err(&dir.join("txids.dat")))?;
     files
-        .txends
+        .txsizes
         .truncate(txs)
-        .map_err(file_err(&dir.join("txends.dat")))?;
+        .map_err(file_err(&dir.join("txsizes.dat")))?;
     let sp_offsets = if silent_payments {
         let (sp, offsets) = open_sp_files(dir, blocks)?;
         files.sp = Some(sp);

@@ -9,7 +9,9 @@ use bitcoin::{BlockHash, Txid};
 use osprey_core::{Height, ScriptHash, TxNum};
 
 use crate::codec::{self, HistoryRow};
-use crate::{compact_size_len, history_cf, txid_cf, Chain, Error, Result, Store, StoreConfig};
+use crate::{
+    cf, compact_size_len, history_cf, txid_cf, Chain, Error, Result, Store, StoreConfig, CF_META,
+};
 
 impl Store {
     pub(crate) fn chain(&self) -> RwLockReadGuard<'_, Chain> {
@@ -97,31 +99,61 @@ impl Store {
         let Some((height, position)) = self.locate(tx_num) else {
             return Ok(None);
         };
-        let read_end = |n: u64| -> Result<u32> {
-            let mut buf = [0u8; 4];
-            let files = self.files.read().expect("files lock poisoned");
-            files
-                .txends
-                .read(n, &mut buf[..crate::TX_END_LEN])
-                .map_err(|source| Error::File {
-                    path: self.path.join("txends.dat"),
-                    source,
-                })?;
-            Ok(u32::from_le_bytes(buf))
+        let spans = self.block_tx_spans(height, position + 1)?;
+        Ok(spans.last().map(|&(offset, len)| (height, offset, len)))
+    }
+
+    /// The offset and length of each of the first `count` transactions
+    /// of block `height` (fewer when the block has fewer): the block's
+    /// header and transaction count, then the transactions' sizes in
+    /// turn (`txsizes.dat`).
+    ///
+    /// # Errors
+    /// When the sizes file or `meta` cannot be read, or a transaction's
+    /// size is missing or passes what a block can hold.
+    pub(crate) fn block_tx_spans(&self, height: Height, count: u32) -> Result<Vec<(u32, u32)>> {
+        let Some(txs) = self.block_tx_nums(height) else {
+            return Ok(Vec::new());
         };
-        let start = if position == 0 {
-            let txs = self.block_tx_nums(height).map_or(0, |r| r.end - r.start);
-            80 + compact_size_len(txs)
-        } else {
-            read_end(tx_num.0 - 1)?
-        };
-        let end = read_end(tx_num.0)?;
-        if end <= start {
-            return Err(Error::Corrupt(format!(
-                "transaction {tx_num} ends at {end}, before its start {start}"
-            )));
+        let count = u64::from(count).min(txs.end - txs.start);
+        let mut records = vec![0u8; count as usize * crate::TX_SIZE_LEN];
+        self.files
+            .read()
+            .expect("files lock poisoned")
+            .txsizes
+            .read_many(txs.start, &mut records)
+            .map_err(|source| Error::File {
+                path: self.path.join("txsizes.dat"),
+                source,
+            })?;
+        let mut offset = 80 + compact_size_len(txs.end - txs.start);
+        let mut spans = Vec::with_capacity(count as usize);
+        for (tx_num, record) in (txs.start..).zip(records.chunks_exact(crate::TX_SIZE_LEN)) {
+            let mut size = u32::from(u16::from_le_bytes([record[0], record[1]]));
+            if size == crate::TX_SIZE_ESCAPE {
+                size = self.large_tx_size(tx_num)?;
+            }
+            spans.push((offset, size));
+            offset = offset.checked_add(size).ok_or_else(|| {
+                Error::Corrupt(format!("block {height}'s transactions pass 4 GiB"))
+            })?;
         }
-        Ok(Some((height, start, end - start)))
+        Ok(spans)
+    }
+
+    /// The size of transaction `tx_num`, whose record in `txsizes.dat`
+    /// says it is in `meta`.
+    fn large_tx_size(&self, tx_num: u64) -> Result<u32> {
+        let db = self.db()?;
+        let value = db.get_cf(cf(&db, CF_META), crate::tx_size_key(tx_num))?;
+        value
+            .and_then(|v| Some(u32::from_le_bytes(v.as_slice().try_into().ok()?)))
+            .filter(|&size| size >= crate::TX_SIZE_ESCAPE)
+            .ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "transaction {tx_num} is of 64 KiB or more, but its size is not in the index"
+                ))
+            })
     }
 
     /// The txid of `tx_num`.
@@ -170,15 +202,16 @@ impl Store {
     pub fn find_tx_num(&self, txid: &Txid) -> Result<Option<TxNum>> {
         self.refuse_during_bulk_load()?;
         let prefix = codec::txid_prefix(txid);
-        let db = self.db()?;
-        let cf = txid_cf(&db, prefix);
+        let key = codec::txid_bucket_key(prefix);
+        let candidates = {
+            let db = self.db()?;
+            let Some(value) = db.get_pinned_cf(txid_cf(&db, &key), key)? else {
+                return Ok(None);
+            };
+            codec::txid_candidates(&key, &value, prefix)?
+        };
         let mut found = None;
-        for item in db.prefix_iterator_cf(cf, prefix) {
-            let (key, _) = item?;
-            if !key.starts_with(prefix) {
-                break;
-            }
-            let tx_num = codec::decode_txid_key(&key)?;
+        for tx_num in candidates {
             if self.txid(tx_num)? == *txid {
                 found = Some(tx_num);
             }

@@ -266,10 +266,11 @@ impl Store {
                 .copied()
                 .unwrap_or(0),
         };
-        if on_disk(&files.txids, "txids.dat")? < txs || on_disk(&files.txends, "txends.dat")? < txs
+        if on_disk(&files.txids, "txids.dat")? < txs
+            || on_disk(&files.txsizes, "txsizes.dat")? < txs
         {
             return Err(moving(format!(
-                "txids.dat or txends.dat holds fewer than the tip's {txs} transactions"
+                "txids.dat or txsizes.dat holds fewer than the tip's {txs} transactions"
             )));
         }
         if let (Some(sp), Some(&bytes)) = (&files.sp, sp_offsets.last()) {
@@ -357,7 +358,7 @@ impl Files {
         self.headers.follow(blocks);
         self.txcounts.follow(blocks);
         self.txids.follow(txs);
-        self.txends.follow(txs);
+        self.txsizes.follow(txs);
         if let Some(sp) = &mut self.sp {
             sp.offsets.follow(blocks);
             sp.tweaks.follow(sp_bytes);
@@ -376,7 +377,7 @@ fn open_files_read_only(dir: &Path, silent_payments: bool) -> Result<Files> {
         headers: open("headers.dat", 80)?,
         txcounts: open("txcounts.dat", 8)?,
         txids: open("txids.dat", 32)?,
-        txends: open("txends.dat", crate::TX_END_LEN)?,
+        txsizes: open("txsizes.dat", crate::TX_SIZE_LEN)?,
         sp: if silent_payments {
             Some(SpFiles {
                 tweaks: open("sptweaks.dat", 1)?,

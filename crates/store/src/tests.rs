@@ -682,8 +682,8 @@ fn sizes_and_bytes_written_are_reported() {
     assert_eq!(store.rocksdb_live_sst_bytes(), 0, "nothing flushed yet");
     let chain = blocks(0, 10, None, 0, 0);
     store.apply(&chain, true, Height(9)).unwrap();
-    // 10 headers (80 bytes) and tx counts (8), 20 txids (32) and ends (3).
-    assert_eq!(store.flat_files_bytes(), 10 * (80 + 8) + 20 * (32 + 3));
+    // 10 headers (80 bytes) and tx counts (8), 20 txids (32) and sizes (2).
+    assert_eq!(store.flat_files_bytes(), 10 * (80 + 8) + 20 * (32 + 2));
     let logged = store.rocksdb_written_bytes();
     assert!(logged > 0, "a synced batch goes through the WAL");
     store.flush().unwrap();
@@ -698,7 +698,7 @@ fn sizes_and_bytes_written_are_reported() {
         found[0].clone()
     };
     assert_eq!(parts.len(), 8, "{parts:?}");
-    let flat: u64 = ["headers.dat", "txcounts.dat", "txids.dat", "txends.dat"]
+    let flat: u64 = ["headers.dat", "txcounts.dat", "txids.dat", "txsizes.dat"]
         .iter()
         .map(|name| part(name).bytes)
         .sum();
@@ -710,7 +710,14 @@ fn sizes_and_bytes_written_are_reported() {
     assert_eq!(column_families, sst);
     assert_eq!(part("txids.dat").records, 20);
     assert_eq!(part("headers.dat").records, 10);
-    assert_eq!(part("txid").records, 20, "one txid row per transaction");
+    let buckets: std::collections::BTreeSet<_> = (0..20)
+        .map(|n| codec::txid_bucket_key(codec::txid_prefix(&txid(n, 0))))
+        .collect();
+    assert_eq!(
+        part("txid").records,
+        buckets.len() as u64,
+        "one txid value per bucket"
+    );
     assert_eq!(
         part("undo").records,
         10,
@@ -720,24 +727,51 @@ fn sizes_and_bytes_written_are_reported() {
 }
 
 #[test]
-fn a_transaction_ending_past_three_bytes_is_refused_and_nothing_is_written() {
+fn a_transaction_of_64_kib_or_more_keeps_its_size_through_a_rollback_and_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
     store
         .apply(&blocks(0, 2, None, 0, 0), true, Height(1))
         .unwrap();
     let before = store.digest().unwrap();
-    let mut next = blocks(2, 1, store.tip().map(|t| t.1), 0, 4);
-    next[0].tx_ends[1] = 1 << 24;
-    let err = store.apply(&next, true, Height(2)).unwrap_err();
-    assert!(err.to_string().contains("16777216"), "{err}");
+    // Ends that do not increase are refused, and nothing is written.
+    let mut next = blocks(2, 2, store.tip().map(|t| t.1), 0, 4);
+    next[0].tx_ends[1] = next[0].tx_ends[0];
+    let err = store.apply(&next, true, Height(3)).unwrap_err();
+    assert!(err.to_string().contains("not past its start"), "{err}");
     assert_eq!(store.tip().unwrap().0, Height(1));
     assert_eq!(store.digest().unwrap(), before);
-    // The last end three bytes hold is kept exactly.
-    next[0].tx_ends[1] = (1 << 24) - 1;
-    store.apply(&next, true, Height(2)).unwrap();
-    let (_, start, len) = store.tx_span(TxNum(5)).unwrap().unwrap();
-    assert_eq!(start + len, (1 << 24) - 1);
+    // Sizes on either side of what two bytes hold; the largest past the
+    // 16 MiB of format 8's ends.
+    let start = next[0].tx_ends[0];
+    next[0].tx_ends[1] = start + 0xFFFE;
+    next[1].tx_ends[0] = 81 + 0xFFFF;
+    next[1].tx_ends[1] = 81 + 0xFFFF + (1 << 24);
+    store.apply(&next, true, Height(3)).unwrap();
+    let spans = |store: &Store| -> Vec<(u32, u32)> {
+        (5..8)
+            .map(|n| {
+                let (_, offset, len) = store.tx_span(TxNum(n)).unwrap().unwrap();
+                (offset, len)
+            })
+            .collect()
+    };
+    let expected = vec![(start, 0xFFFE), (81, 0xFFFF), (81 + 0xFFFF, 1 << 24)];
+    assert_eq!(spans(&store), expected);
+    let grown = store.digest().unwrap();
+    drop(store);
+    let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
+    assert_eq!(spans(&store), expected);
+    // Undone, the large sizes go with their blocks: the same blocks again
+    // with small transactions read as small.
+    store.rollback_to(Height(1)).unwrap();
+    assert_eq!(store.digest().unwrap(), before);
+    let small = blocks(2, 2, store.tip().map(|t| t.1), 0, 4);
+    store.apply(&small, true, Height(3)).unwrap();
+    assert_eq!(store.tx_span(TxNum(6)).unwrap().unwrap().2, 100);
+    store.rollback_to(Height(1)).unwrap();
+    store.apply(&next, true, Height(3)).unwrap();
+    assert_eq!(store.digest().unwrap(), grown);
 }
 
 fn sp_config() -> StoreConfig {

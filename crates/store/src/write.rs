@@ -44,18 +44,11 @@ impl Store {
         let undo_from = source_tip.0.saturating_sub(self.config.reorg_depth_max);
         let rows: usize = blocks.iter().map(|b| b.rows.len()).sum();
         let mut history = Vec::with_capacity(rows);
-        let mut txid_keys = Vec::with_capacity(blocks.iter().map(|b| b.txids.len()).sum());
+        let txs = blocks.iter().map(|b| b.txids.len()).sum();
+        let mut txid_keys = Vec::with_capacity(txs);
+        let mut tx_sizes = Vec::with_capacity(txs);
         for block in blocks {
-            if let Some(end) = block
-                .tx_ends
-                .iter()
-                .find(|&&end| end >> (8 * crate::TX_END_LEN) != 0)
-            {
-                return Err(Error::Corrupt(format!(
-                    "block {} has a transaction ending at byte {end}, past what a valid block can hold",
-                    block.height
-                )));
-            }
+            tx_sizes.extend(tx_sizes_of(block)?);
             if !self.config.silent_payments && !block.sp.is_empty() {
                 return Err(Error::Corrupt(format!(
                     "block {} comes with silent-payment records, which this index does not keep",
@@ -94,10 +87,7 @@ impl Store {
                 .iter()
                 .flat_map(|b| b.txids.iter().map(|t| t.to_byte_array()))
                 .collect(),
-            tx_ends: blocks
-                .iter()
-                .flat_map(|b| b.tx_ends.iter().copied())
-                .collect(),
+            tx_sizes,
             sp_records: blocks.iter().flat_map(|b| b.sp.iter().copied()).collect(),
             sp_block_bytes: blocks.iter().map(|b| b.sp.len() as u64).collect(),
             history,
@@ -137,7 +127,7 @@ impl Store {
         let PreparedBatch {
             blocks,
             txids,
-            tx_ends,
+            tx_sizes,
             sp_records,
             sp_block_bytes,
             mut history,
@@ -167,6 +157,25 @@ impl Store {
         if sync {
             self.flush_unlogged()?;
         }
+        // Sizes past what two bytes hold go to `meta`, under their
+        // tx_num; in a bulk load at once (with the WAL, which the synced
+        // write that moves the tip makes durable), otherwise with the
+        // batch.
+        let first_tx_num = tx_count;
+        let large_sizes: Vec<(u64, u32)> = (first_tx_num..)
+            .zip(&tx_sizes)
+            .filter(|&(_, &size)| size >= crate::TX_SIZE_ESCAPE)
+            .map(|(tx_num, &size)| (tx_num, size))
+            .collect();
+        if bulk && !large_sizes.is_empty() {
+            let db = self.db()?;
+            let meta = cf(&db, CF_META);
+            let mut batch = WriteBatch::default();
+            for &(tx_num, size) in &large_sizes {
+                batch.put_cf(meta, crate::tx_size_key(tx_num), size.to_le_bytes());
+            }
+            db.write(batch)?;
+        }
         let mut new_counts = Vec::with_capacity(blocks.len());
         let mut new_sp_offsets = Vec::new();
         {
@@ -183,8 +192,9 @@ impl Store {
             for txid in &txids {
                 files.txids.append(txid);
             }
-            for end in &tx_ends {
-                files.txends.append(&end.to_le_bytes()[..crate::TX_END_LEN]);
+            for &size in &tx_sizes {
+                let record = size.min(crate::TX_SIZE_ESCAPE) as u16;
+                files.txsizes.append(&record.to_le_bytes());
             }
             if let Some(sp) = &mut files.sp {
                 sp.tweaks.append(&sp_records);
@@ -249,12 +259,15 @@ impl Store {
         // which showed as memmove in profiles of the initial sync. ~8 bytes
         // of framing per entry.
         let batch_bytes: usize = history.len() * crate::HISTORY_ROW_BYTES
-            + txid_keys.len() * (codec::TXID_KEY_LEN + 8)
+            + txid_keys.len() * (codec::TXID_BUCKET_KEY_LEN + 8)
             + undo_records
                 .iter()
                 .map(|(_, r)| r.len() + 12)
                 .sum::<usize>();
         let mut batch = WriteBatch::with_capacity_bytes(batch_bytes + 256);
+        for &(tx_num, size) in &large_sizes {
+            batch.put_cf(meta, crate::tx_size_key(tx_num), size.to_le_bytes());
+        }
         for (height, record) in &undo_records {
             batch.put_cf(undo, height.0.to_be_bytes(), record);
         }
@@ -262,10 +275,18 @@ impl Store {
         while let Some((key, operand)) = operands.next_operand() {
             batch.merge_cf(history_cf(&db, key), key, operand);
         }
+        // One merge operand per txid bucket, its transactions in chain
+        // order (`codec::merge_txids` appends them).
+        let mut buckets = codec::BucketValues::new();
+        let mut merge = |key: &[u8], operand: &[u8]| -> Result<()> {
+            batch.merge_cf(txid_cf(&db, key), key, operand);
+            Ok(())
+        };
         for &bits in &txid_keys {
-            let key = codec::txid_key_of_bits(bits);
-            batch.put_cf(txid_cf(&db, &key), key, []);
+            let (prefix, tx_num) = codec::txid_of_bits(bits);
+            buckets.push(&prefix, tx_num.0, &mut merge)?;
         }
+        buckets.finish(&mut merge)?;
         let mut tip = last_height.0.to_be_bytes().to_vec();
         tip.extend_from_slice(last_header.block_hash().as_byte_array());
         batch.put_cf(meta, META_TIP, tip);
@@ -367,9 +388,29 @@ impl Store {
             }
             rows.status()?;
         }
-        for (i, txid) in self.txids(first_removed_tx..total)?.iter().enumerate() {
-            let key = codec::txid_key(txid, TxNum(first_removed_tx + i as u64));
-            batch.delete_cf(txid_cf(&db, &key), key);
+        batch.delete_range_cf(
+            meta,
+            crate::tx_size_key(first_removed_tx),
+            crate::tx_size_key(u64::MAX),
+        );
+        // The undone transactions' buckets, each cut before them.
+        let mut txid_buckets: Vec<_> = self
+            .txids(first_removed_tx..total)?
+            .iter()
+            .map(|txid| codec::txid_bucket_key(codec::txid_prefix(txid)))
+            .collect();
+        txid_buckets.sort_unstable();
+        txid_buckets.dedup();
+        for key in txid_buckets {
+            let cf = txid_cf(&db, &key);
+            let Some(value) = db.get_pinned_cf(cf, key)? else {
+                continue;
+            };
+            match codec::truncate_txid_value(&key, &value, first_removed)? {
+                Some(kept) if kept.len() < value.len() => batch.put_cf(cf, key, kept),
+                Some(_) => {}
+                None => batch.delete_cf(cf, key),
+            }
         }
         let mut tip_record = height.0.to_be_bytes().to_vec();
         tip_record.extend_from_slice(
@@ -402,7 +443,7 @@ impl Store {
             .truncate(blocks)
             .and_then(|()| files.txcounts.truncate(blocks))
             .and_then(|()| files.txids.truncate(first_removed_tx))
-            .and_then(|()| files.txends.truncate(first_removed_tx))
+            .and_then(|()| files.txsizes.truncate(first_removed_tx))
             .and_then(|()| match (&mut files.sp, sp_bytes_kept) {
                 (Some(sp), Some(kept)) => sp
                     .offsets
@@ -415,6 +456,30 @@ impl Store {
             source,
         })
     }
+}
+
+/// The size of each transaction of `block`, from where each ends in it.
+///
+/// # Errors
+/// When the ends do not fit a block: one does not pass the end before it
+/// (or, the first, the header and transaction count).
+fn tx_sizes_of(block: &IndexedBlock) -> Result<Vec<u32>> {
+    let mut start = 80 + crate::compact_size_len(block.tx_ends.len() as u64);
+    block
+        .tx_ends
+        .iter()
+        .map(|&end| {
+            let size = end.checked_sub(start).filter(|&size| size > 0);
+            let size = size.ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "block {} has a transaction ending at byte {end}, not past its start at {start}",
+                    block.height
+                ))
+            })?;
+            start = end;
+            Ok(size)
+        })
+        .collect()
 }
 
 /// Sorts a batch for RocksDB. Keys are inserted in ascending order: the

@@ -7,8 +7,8 @@
 use osprey_core::{read_varint, write_varint};
 
 use super::{
-    entries, epoch_base, epoch_of, epoch_start, write_tx_num, CodecError, First, EPOCH_LEN,
-    FUNDING_SPENT, SCRIPT_ID_LEN, SPEND_WITH_PREFIX,
+    entries, epoch_base, write_tx_num, CodecError, Epoch, First, HistoryKey, FUNDING_SPENT,
+    SPEND_WITH_PREFIX,
 };
 
 /// [`SPEND_WITH_PREFIX`] as the u64 a tag is read as.
@@ -21,7 +21,8 @@ const FUNDING_SPENT_TAG: u64 = FUNDING_SPENT as u64;
 /// values its rows have in a bulk load's runs ([`Operands::for_run`]),
 /// in chain order ([`EpochValues::merge`]).
 pub(crate) struct EpochValues {
-    key: [u8; SCRIPT_ID_LEN + EPOCH_LEN],
+    /// The key of the value being built, and its epoch.
+    key: Option<(HistoryKey, Epoch)>,
     value: Vec<u8>,
     /// The tx_num the next entry's delta counts from.
     previous: u64,
@@ -79,7 +80,7 @@ const OPEN_OUTPUTS_MAX: usize = 4096;
 impl EpochValues {
     pub(crate) fn new() -> EpochValues {
         EpochValues {
-            key: [0; SCRIPT_ID_LEN + EPOCH_LEN],
+            key: None,
             value: Vec::new(),
             previous: 0,
             open: OpenOutputs::default(),
@@ -165,23 +166,24 @@ impl EpochValues {
         parts: &[(u64, &[u8])],
         emit: &mut impl FnMut(&[u8], &[u8]) -> Result<(), E>,
     ) -> Option<Result<(), E>> {
-        self.key[..SCRIPT_ID_LEN].copy_from_slice(id);
+        self.key = None;
         self.value.clear();
         self.pair(parts)?;
         let mut place = 0;
         for &(base, run_value) in parts {
             for entry in entries(base, run_value, First::RunDelta) {
                 let entry = entry?;
-                let epoch = epoch_of(entry.tx_num);
-                if self.value.is_empty() || epoch != self.key[SCRIPT_ID_LEN..] {
-                    if !self.value.is_empty() && epoch[..] < self.key[SCRIPT_ID_LEN..] {
+                let epoch = Epoch::of(entry.tx_num);
+                let current = self.key.map(|(_, current)| current);
+                if current != Some(epoch) {
+                    if current.is_some_and(|current| epoch < current) {
                         return None;
                     }
                     if let Err(e) = self.finish(emit) {
                         return Some(Err(e));
                     }
-                    self.key[SCRIPT_ID_LEN..].copy_from_slice(&epoch);
-                    self.previous = epoch_start(entry.tx_num);
+                    self.key = Some((HistoryKey::new(id, epoch), epoch));
+                    self.previous = epoch.start();
                 }
                 if entry.tx_num < self.previous {
                     // Rows out of chain order: a damaged run.
@@ -201,10 +203,13 @@ impl EpochValues {
 
     /// Hands the value being built, if any, to `emit`.
     fn finish<E>(&mut self, emit: &mut impl FnMut(&[u8], &[u8]) -> Result<(), E>) -> Result<(), E> {
+        let Some((key, _)) = &self.key else {
+            return Ok(());
+        };
         if self.value.is_empty() {
             return Ok(());
         }
-        let done = emit(&self.key, &self.value);
+        let done = emit(key.as_bytes(), &self.value);
         self.value.clear();
         done
     }

@@ -42,7 +42,7 @@
 //! varints (a tenth), so the records themselves are lean: each is
 //! `varint(bytes of the key shared with the previous one) · the rest of
 //! the key`, the first of a block sharing nothing, then
-//! - history: the key is the script id (12 bytes; no epoch), then
+//! - history: the key is the script id (11 bytes; no epoch), then
 //!   `varint(value length) · value`, the script's rows in the run with
 //!   the first entry counting from the run's first tx_num
 //!   ([`codec::Operands::for_run`]);
@@ -92,9 +92,9 @@ const ZSTD_BLOCK: u32 = 1 << 31;
 /// What a run file of this layout starts with. A bulk load under way
 /// whose runs lack it (an earlier build's: its files a partition each
 /// before `osprun3`, its rows with every amount and prefix before
-/// `osprun4`) is not carried on: the index is of another format
+/// `osprun4`, its keys 12-byte script ids before `osprun5`) is not carried on: the index is of another format
 /// ([`refuse_earlier_runs`]).
-const RUN_MAGIC: [u8; 8] = *b"osprun4\0";
+const RUN_MAGIC: [u8; 8] = *b"osprun5\0";
 
 /// The bits of a key's first byte that pick its slice: a partition's 4,
 /// and the one that halves it.
@@ -152,11 +152,8 @@ pub(crate) fn write_run(dir: &Path, run: u32, mut buffer: RunBuffer) -> Result<u
             }
             out.begin_txid_section().map_err(file_err(&path))?;
             for &key in txid_parts[slice] {
-                out.push_txid(
-                    &codec::txid_key_of_bits(key)[..codec::TXID_PREFIX_LEN],
-                    txid_key_tx_num(key),
-                )
-                .map_err(file_err(&path))?;
+                let (prefix, tx_num) = codec::txid_of_bits(key);
+                out.push_txid(&prefix, tx_num.0).map_err(file_err(&path))?;
             }
             out.finish().map_err(file_err(&path))
         })
@@ -165,11 +162,9 @@ pub(crate) fn write_run(dir: &Path, run: u32, mut buffer: RunBuffer) -> Result<u
     Ok(written.iter().sum())
 }
 
-/// The tx_num of a txid key given as [`codec::txid_key_bits`].
+/// The tx_num of a txid row given as [`codec::txid_key_bits`].
 fn txid_key_tx_num(bits: u128) -> u64 {
-    codec::decode_txid_key(&codec::txid_key_of_bits(bits))
-        .expect("a whole txid key")
-        .0
+    codec::txid_of_bits(bits).1 .0
 }
 
 /// `sorted` cut into the runs of each slice (`slice_of` rises along it).
@@ -508,6 +503,7 @@ pub(crate) fn merge_runs(
         emit(key, value)
     };
     let mut values = codec::EpochValues::new();
+    let mut buckets = codec::BucketValues::new();
     let mut advanced: Vec<usize> = Vec::new();
     // Ties pop in run order: the reader's index breaks them.
     while let Some(Reverse((sort_key, i))) = heap.pop() {
@@ -534,7 +530,9 @@ pub(crate) fn merge_runs(
                 if advanced.len() > 1 {
                     return Err(readers[advanced[1]].corrupt("a txid key in two runs"));
                 }
-                counted(&readers[i].key, &[])?;
+                let (prefix, tx_num) = readers[i].key.split_at(codec::TXID_PREFIX_LEN);
+                let tx_num = TxNum::from_bytes(tx_num.try_into().expect("a run's tx_num"));
+                buckets.push(prefix, tx_num.0, &mut counted)?;
             }
         }
         for &j in &advanced {
@@ -549,6 +547,7 @@ pub(crate) fn merge_runs(
             }
         }
     }
+    buckets.finish(&mut counted)?;
     Ok(emitted)
 }
 
@@ -886,17 +885,23 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let runs = write_runs(dir.path(), &rows, &spent_txids, &cuts);
             assert_eq!(runs as usize, cuts.len() + 1);
-            let mut txids: Vec<[u8; codec::TXID_KEY_LEN]> = rows
-                .iter()
-                .map(|r| {
-                    codec::txid_key_of_bits(codec::txid_key_bits(
-                        &txid_of(r.tx_num()),
-                        TxNum(r.tx_num()),
-                    ))
-                })
+            // Each transaction once, in its bucket, in chain order.
+            let mut buckets: std::collections::BTreeMap<Vec<u8>, Vec<(u64, u64)>> =
+                Default::default();
+            for tx_num in rows.iter().map(|r| r.tx_num()) {
+                let txid = txid_of(tx_num);
+                let prefix = codec::txid_prefix(&txid);
+                let entries = buckets
+                    .entry(codec::txid_bucket_key(prefix).to_vec())
+                    .or_default();
+                if entries.last().is_none_or(|&(last, _)| last < tx_num) {
+                    entries.push((tx_num, codec::txid_check(prefix)));
+                }
+            }
+            let txids: Vec<(Vec<u8>, Vec<u8>)> = buckets
+                .into_iter()
+                .map(|(key, entries)| (key, codec::txid_value(entries)))
                 .collect();
-            txids.sort_unstable();
-            txids.dedup();
             let mut merged_txids = Vec::new();
             let (mut paired, mut kept, mut without_amount) = (0, 0, 0);
             for slice in 0..SLICES {
@@ -975,15 +980,9 @@ mod tests {
                     KeyRange::default(),
                 )
                 .unwrap();
-                merged_txids.extend(txid.into_iter().map(|(key, value)| {
-                    assert!(value.is_empty());
-                    key
-                }));
+                merged_txids.extend(txid);
             }
-            assert_eq!(
-                merged_txids,
-                txids.iter().map(|k| k.to_vec()).collect::<Vec<_>>()
-            );
+            assert_eq!(merged_txids, txids);
             assert!(paired > 1_000 && kept > 100, "paired {paired}, kept {kept}");
             // Nearly every spent output, in runs or by the merge.
             assert!(
