@@ -33,6 +33,7 @@ use bitcoin::hashes::Hash;
 use bitcoin::Txid;
 use osprey_core::{read_varint, write_varint, ScriptHash, TxNum};
 
+pub(crate) mod bits;
 mod bulk;
 mod txid;
 pub(crate) use bulk::{comparable_values, EpochValues};

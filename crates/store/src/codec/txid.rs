@@ -21,6 +21,7 @@ use bitcoin::hashes::Hash;
 use bitcoin::Txid;
 use osprey_core::{read_varint, write_varint, TxNum};
 
+use super::bits::{BitReader, BitWriter};
 use super::CodecError;
 
 /// Bytes of a txid kept in a batch's and a run's txid rows: its bucket
@@ -102,23 +103,12 @@ pub fn txid_of_bits(bits: u128) -> ([u8; TXID_PREFIX_LEN], TxNum) {
 /// the 10M-transaction chain).
 const RICE_BITS: u32 = TXID_BUCKET_BITS;
 
-/// Quotients of a step from which it is written whole instead: that many
-/// ones, then the step in [`STEP_BITS`]. A bucket's steps pass 2^25 on
-/// mainnet about once in 10^13; the escape bounds what a step can take.
-const UNARY_MAX: u64 = 32;
-
-/// Bits of a step written whole: any tx_num's.
-const STEP_BITS: u32 = 40;
-const _: () = assert!(TxNum::MAX < 1 << STEP_BITS);
-
 /// A bucket's value (or a merge operand) for `entries`, (tx_num, check
 /// bits) in chain order, tx_nums increasing: the first tx_num as a
 /// varint, then a bit string (most significant bit first, zero-padded to
 /// a byte): the first entry's check bits, then for each later entry its
-/// step from the one before less one, Rice-coded ([`RICE_BITS`]: the
-/// quotient in unary, ones ended by a zero, then the remainder), and its
-/// check bits. A quotient of [`UNARY_MAX`] or more is that many ones, and
-/// the step whole.
+/// step from the one before less one, Rice-coded ([`RICE_BITS`],
+/// [`super::bits`]), and its check bits.
 pub fn txid_value(entries: impl IntoIterator<Item = (u64, u64)>) -> Vec<u8> {
     let mut value = Vec::new();
     let mut bits = BitWriter::default();
@@ -126,74 +116,13 @@ pub fn txid_value(entries: impl IntoIterator<Item = (u64, u64)>) -> Vec<u8> {
     for (tx_num, check) in entries {
         match previous {
             None => write_varint(&mut value, tx_num),
-            Some(previous) => {
-                let step = tx_num - previous - 1;
-                let quotient = (step >> RICE_BITS).min(UNARY_MAX);
-                for _ in 0..quotient {
-                    bits.push(1, 1);
-                }
-                if quotient == UNARY_MAX {
-                    bits.push(step, STEP_BITS);
-                } else {
-                    bits.push(0, 1);
-                    bits.push(step & ((1 << RICE_BITS) - 1), RICE_BITS);
-                }
-            }
+            Some(previous) => bits.push_step(tx_num - previous - 1, RICE_BITS),
         }
         bits.push(check, TXID_CHECK_BITS);
         previous = Some(tx_num);
     }
-    value.extend_from_slice(&bits.finish());
+    value.extend_from_slice(&bits.take());
     value
-}
-
-/// Bits appended most significant first.
-#[derive(Default)]
-struct BitWriter {
-    bytes: Vec<u8>,
-    /// Bits used in the last byte (0: a new byte comes next).
-    used: u32,
-}
-
-impl BitWriter {
-    /// Appends the low `count` bits of `bits`.
-    fn push(&mut self, bits: u64, count: u32) {
-        for i in (0..count).rev() {
-            if self.used == 0 {
-                self.bytes.push(0);
-            }
-            let bit = (bits >> i & 1) as u8;
-            *self.bytes.last_mut().expect("a byte") |= bit << (7 - self.used);
-            self.used = (self.used + 1) % 8;
-        }
-    }
-
-    fn finish(self) -> Vec<u8> {
-        self.bytes
-    }
-}
-
-/// Reads bits most significant first.
-struct BitReader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl BitReader<'_> {
-    fn left(&self) -> usize {
-        self.bytes.len() * 8 - self.at
-    }
-
-    fn bit(&mut self) -> Option<u64> {
-        let byte = self.bytes.get(self.at / 8)?;
-        let bit = byte >> (7 - self.at % 8) & 1;
-        self.at += 1;
-        Some(u64::from(bit))
-    }
-
-    fn bits(&mut self, count: u32) -> Option<u64> {
-        (0..count).try_fold(0, |n, _| Some(n << 1 | self.bit()?))
-    }
 }
 
 /// A bucket's entries, (tx_num, check bits) in chain order, each checked:
@@ -203,7 +132,7 @@ impl BitReader<'_> {
 fn entries(value: &[u8]) -> impl Iterator<Item = Option<(u64, u64)>> + '_ {
     let mut rest = value;
     let first = read_varint(&mut rest);
-    let mut bits = BitReader { bytes: rest, at: 0 };
+    let mut bits = BitReader::new(rest);
     let mut previous: Option<u64> = None;
     let mut failed = false;
     let entry_bits = (1 + RICE_BITS + TXID_CHECK_BITS) as usize;
@@ -222,17 +151,9 @@ fn entries(value: &[u8]) -> impl Iterator<Item = Option<(u64, u64)>> + '_ {
                 None
             }
             Some(previous) => (|| {
-                let mut quotient = 0u64;
-                while quotient < UNARY_MAX && bits.bit()? == 1 {
-                    quotient += 1;
-                }
-                let step = if quotient == UNARY_MAX {
-                    // Whole, and only where the quotient needs it.
-                    Some(bits.bits(STEP_BITS)?).filter(|&step| step >> RICE_BITS >= UNARY_MAX)?
-                } else {
-                    quotient << RICE_BITS | bits.bits(RICE_BITS)?
-                };
-                let tx_num = previous.checked_add(step)?.checked_add(1)?;
+                let tx_num = previous
+                    .checked_add(bits.step(RICE_BITS)?)?
+                    .checked_add(1)?;
                 Some((tx_num, bits.bits(TXID_CHECK_BITS)?))
             })(),
         };

@@ -39,17 +39,22 @@
 //! and with LZ4 the 50M chain's at `lsm_scale` 24 took the database to
 //! 1.25 times its final size (issue 33 asks for 1.15); zstd's runs are
 //! about a tenth smaller. zstd finds little to take out of hashes and
-//! varints (a tenth), so the records themselves are lean: each is
-//! `varint(bytes of the key shared with the previous one) · the rest of
-//! the key`, the first of a block sharing nothing, then
-//! - history: the key is the script id (11 bytes; no epoch), then
-//!   `varint(value length) · value`, the script's rows in the run with
-//!   the first entry counting from the run's first tx_num
-//!   ([`codec::Operands::for_run`]);
-//! - txid: the key is the txid's prefix (4 bytes), then `varint(tx_num −
-//!   the run's first tx_num)`.
+//! varints (a tenth), so the records themselves are lean:
+//! - history: `varint(bytes of the key shared with the previous one) ·
+//!   the rest of the key`, the first of a block sharing nothing, the key
+//!   being the script id (11 bytes; no epoch), then `varint(value
+//!   length) · value`, the script's rows in the run with the first entry
+//!   counting from the run's first tx_num ([`codec::Operands::for_run`]);
+//! - txid: a block is its Rice parameter (u8), the bits of its tx_nums
+//!   (u8) and its rows (u32 LE), then a bit string: each row's txid
+//!   prefix (4 bytes; the first row's whole, the others' as the step
+//!   from the one before, Rice-coded) and its tx_num less the run's first
+//!   ([`RunWriter::push_txid`]). Against the shared bytes and varints of
+//!   `osprun5`, the first sync of the 10M chain at `lsm_scale` 24 peaked
+//!   on disk at 1.136 of the final index instead of 1.146, and wrote 1.67
+//!   bytes per byte of it instead of 1.69.
 //!
-//! Against runs of stored keys and values (the layout before this one)
+//! Against runs of stored keys and values (the layout before `osprun2`)
 //! that is 9.7% fewer history bytes and 26% fewer txid bytes, compressed
 //! (one partition's 129 runs of the 10M mainnet-profile chain at
 //! `lsm_scale` 24, rewritten both ways). A bulk load under way with runs
@@ -71,6 +76,7 @@ use rayon::prelude::*;
 use osprey_core::{read_varint, write_varint, TxNum};
 
 use crate::codec;
+use crate::codec::bits::{BitReader, BitWriter};
 use crate::open::file_err;
 use crate::{Error, Family, Result, PARTITIONS};
 
@@ -92,9 +98,10 @@ const ZSTD_BLOCK: u32 = 1 << 31;
 /// What a run file of this layout starts with. A bulk load under way
 /// whose runs lack it (an earlier build's: its files a partition each
 /// before `osprun3`, its rows with every amount and prefix before
-/// `osprun4`, its keys 12-byte script ids before `osprun5`) is not carried on: the index is of another format
+/// `osprun4`, its keys 12-byte script ids before `osprun5`, its txid rows
+/// in varints before `osprun6`) is not carried on: the index is of another format
 /// ([`refuse_earlier_runs`]).
-const RUN_MAGIC: [u8; 8] = *b"osprun5\0";
+const RUN_MAGIC: [u8; 8] = *b"osprun6\0";
 
 /// The bits of a key's first byte that pick its slice: a partition's 4,
 /// and the one that halves it.
@@ -150,7 +157,8 @@ pub(crate) fn write_run(dir: &Path, run: u32, mut buffer: RunBuffer) -> Result<u
             while let Some((id, value)) = operands.next_operand() {
                 out.push_history(id, value).map_err(file_err(&path))?;
             }
-            out.begin_txid_section().map_err(file_err(&path))?;
+            out.begin_txid_section(txid_parts[slice])
+                .map_err(file_err(&path))?;
             for &key in txid_parts[slice] {
                 let (prefix, tx_num) = codec::txid_of_bits(key);
                 out.push_txid(&prefix, tx_num.0).map_err(file_err(&path))?;
@@ -196,7 +204,27 @@ struct RunWriter {
     bytes: u64,
     /// Where the txid section starts, once it has.
     txid_at: Option<u64>,
+    /// The txid section's block being written, once it has started.
+    txids: Option<TxidBits>,
 }
+
+/// A block of a run's txid section being written: the Rice parameter of
+/// its prefixes' steps and the bits of its rows' tx_nums (the section's),
+/// its rows' bits, how many, and the last one's prefix.
+struct TxidBits {
+    rice_bits: u32,
+    offset_bits: u32,
+    bits: BitWriter,
+    rows: u32,
+    previous: Option<u64>,
+}
+
+/// Bits of a txid row's prefix.
+const TXID_PREFIX_BITS: u32 = 8 * codec::TXID_PREFIX_LEN as u32;
+
+/// Bytes of a txid block's header: the Rice parameter (u8), the bits of
+/// a tx_num (u8), the rows (u32 LE).
+const TXID_BLOCK_HEADER: usize = 6;
 
 impl RunWriter {
     fn create(path: &Path, base: u64) -> io::Result<RunWriter> {
@@ -216,13 +244,34 @@ impl RunWriter {
             previous: Vec::new(),
             bytes: HEADER_BYTES,
             txid_at: None,
+            txids: None,
         })
     }
 
-    /// Ends the history section: the records from here on are txids.
-    fn begin_txid_section(&mut self) -> io::Result<()> {
+    /// Ends the history section: the records from here on are the txid
+    /// rows `rows` ([`codec::txid_key_bits`], sorted), which set the
+    /// section's Rice parameter and tx_num bits.
+    fn begin_txid_section(&mut self, rows: &[u128]) -> io::Result<()> {
         self.write_block()?;
         self.txid_at = Some(self.bytes);
+        // The rows of one slice of one run: their prefixes are spread
+        // evenly over the slice's, so their steps average its span over
+        // their count, and a Rice code with about its log takes ~1.6
+        // bits more.
+        let span = 1u64 << (TXID_PREFIX_BITS - SLICE_BITS);
+        let mean_step = span / (rows.len() as u64).max(1);
+        let last_offset = rows
+            .iter()
+            .map(|&key| txid_key_tx_num(key) - self.base)
+            .max()
+            .unwrap_or(0);
+        self.txids = Some(TxidBits {
+            rice_bits: mean_step.max(1).ilog2(),
+            offset_bits: (u64::BITS - last_offset.leading_zeros()).max(1),
+            bits: BitWriter::default(),
+            rows: 0,
+            previous: None,
+        });
         Ok(())
     }
 
@@ -235,12 +284,43 @@ impl RunWriter {
         self.end_record()
     }
 
-    /// A txid key: the txid's prefix and the tx_num.
+    /// A txid row: the txid's prefix and the tx_num, after the rows
+    /// before it in key order. In a block's bit string, the first row's
+    /// prefix whole, each later one's as its step from the one before,
+    /// Rice-coded ([`codec::bits`]), then the tx_num less the run's
+    /// first, in the section's bits: ~34 bits a row, where the prefix's
+    /// bytes not shared with the row before and a varint took ~50.
     fn push_txid(&mut self, prefix: &[u8], tx_num: u64) -> io::Result<()> {
-        debug_assert_eq!(prefix.len(), codec::TXID_PREFIX_LEN);
-        self.push_key(prefix);
-        write_varint(&mut self.block, tx_num - self.base);
-        self.end_record()
+        let prefix = prefix.iter().fold(0u64, |n, &b| n << 8 | u64::from(b));
+        let txids = self
+            .txids
+            .as_mut()
+            .expect("txid rows come after begin_txid_section");
+        match txids.previous {
+            None => txids.bits.push(prefix, TXID_PREFIX_BITS),
+            Some(previous) => txids.bits.push_step(prefix - previous, txids.rice_bits),
+        }
+        txids.bits.push(tx_num - self.base, txids.offset_bits);
+        txids.rows += 1;
+        txids.previous = Some(prefix);
+        if txids.bits.len() >= BLOCK_BYTES {
+            self.write_txid_block()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the txid block being written, if it has rows.
+    fn write_txid_block(&mut self) -> io::Result<()> {
+        let Some(txids) = self.txids.as_mut().filter(|t| t.rows > 0) else {
+            return Ok(());
+        };
+        self.block.push(txids.rice_bits as u8);
+        self.block.push(txids.offset_bits as u8);
+        self.block.extend_from_slice(&txids.rows.to_le_bytes());
+        self.block.extend_from_slice(&txids.bits.take());
+        txids.rows = 0;
+        txids.previous = None;
+        self.write_block()
     }
 
     /// The key's bytes not shared with the previous record's.
@@ -296,6 +376,7 @@ impl RunWriter {
     /// Writes the last block and the txid section's offset, and syncs the
     /// file; returns its bytes.
     fn finish(mut self) -> io::Result<u64> {
+        self.write_txid_block()?;
         self.write_block()?;
         self.out.flush()?;
         let txid_at = self.txid_at.unwrap_or(self.bytes);
@@ -320,10 +401,23 @@ struct RunReader {
     block: Vec<u8>,
     compressed: Vec<u8>,
     at: usize,
-    /// The record's key: a script id (history), or the whole stored key
-    /// (txid).
+    /// The record's key: a script id (history), or the txid's prefix and
+    /// the tx_num (5 bytes, big-endian: [`codec::txid_key_bits`]'s).
     key: Vec<u8>,
     value: std::ops::Range<usize>,
+    /// In the txid section, the block being read.
+    txids: TxidCursor,
+}
+
+/// Where a reader is in a txid block (see [`RunWriter::push_txid`]).
+#[derive(Default)]
+struct TxidCursor {
+    rice_bits: u32,
+    offset_bits: u32,
+    rows_left: u32,
+    /// Bits of the block read.
+    at: usize,
+    previous: Option<u64>,
 }
 
 impl RunReader {
@@ -341,6 +435,7 @@ impl RunReader {
             at: 0,
             key: Vec::new(),
             value: 0..0,
+            txids: TxidCursor::default(),
         };
         let mut header = [0u8; HEADER_BYTES as usize];
         match reader.input.read_exact(&mut header) {
@@ -375,37 +470,85 @@ impl RunReader {
         Error::Corrupt(format!("bulk load run {}: {what}", self.path.display()))
     }
 
-    /// Moves to the next record; `false` at the end of the file.
+    /// Moves to the next txid row; `false` at the end of the file.
+    fn advance_txid(&mut self, decompressor: &mut zstd_safe::DCtx<'_>) -> Result<bool> {
+        if self.txids.rows_left == 0 {
+            if !self.read_block(decompressor)? {
+                return Ok(false);
+            }
+            let Some(&[rice_bits, offset_bits, ref rows @ ..]) =
+                self.block.get(..TXID_BLOCK_HEADER)
+            else {
+                return Err(self.corrupt("bad txid block"));
+            };
+            let rows = u32::from_le_bytes(rows.try_into().expect("4 bytes"));
+            if u32::from(rice_bits) > TXID_PREFIX_BITS
+                || !(1..=40).contains(&offset_bits)
+                || rows == 0
+            {
+                return Err(self.corrupt("bad txid block"));
+            }
+            self.txids = TxidCursor {
+                rice_bits: u32::from(rice_bits),
+                offset_bits: u32::from(offset_bits),
+                rows_left: rows,
+                at: 8 * TXID_BLOCK_HEADER,
+                previous: None,
+            };
+        }
+        let cursor = &mut self.txids;
+        let mut bits = BitReader::from(&self.block, cursor.at);
+        let row = (|| {
+            let prefix = match cursor.previous {
+                None => bits.bits(TXID_PREFIX_BITS)?,
+                Some(previous) => previous
+                    .checked_add(bits.step(cursor.rice_bits)?)
+                    .filter(|&prefix| prefix >> TXID_PREFIX_BITS == 0)?,
+            };
+            let tx_num = self
+                .base
+                .checked_add(bits.bits(cursor.offset_bits)?)
+                .filter(|&tx_num| tx_num <= TxNum::MAX)?;
+            Some((prefix, tx_num))
+        })();
+        let Some((prefix, tx_num)) = row else {
+            return Err(self.corrupt("bad txid row"));
+        };
+        cursor.at = bits.position();
+        cursor.previous = Some(prefix);
+        cursor.rows_left -= 1;
+        if cursor.rows_left == 0 && bits.left() >= 8 {
+            return Err(self.corrupt("a txid block longer than its rows"));
+        }
+        self.key.clear();
+        self.key
+            .extend_from_slice(&prefix.to_be_bytes()[8 - codec::TXID_PREFIX_LEN..]);
+        self.key.extend_from_slice(&TxNum(tx_num).to_bytes());
+        Ok(true)
+    }
+
+    /// Moves to the next record; `false` at the end of the file. A
+    /// history record is `varint(bytes of the key shared with the
+    /// previous one) · the rest of the key · varint(value length) ·
+    /// value`, the first of a block sharing nothing.
     fn advance(&mut self, decompressor: &mut zstd_safe::DCtx<'_>) -> Result<bool> {
+        if self.family != Family::History {
+            return self.advance_txid(decompressor);
+        }
         if self.at >= self.block.len() && !self.read_block(decompressor)? {
             return Ok(false);
         }
         let mut rest = &self.block[self.at..];
         let before = rest.len();
         let shared = read_varint(&mut rest).ok_or_else(|| self.corrupt("bad record"))? as usize;
-        let key_len = match self.family {
-            Family::History => codec::SCRIPT_ID_LEN,
-            _ => codec::TXID_PREFIX_LEN,
-        };
+        let key_len = codec::SCRIPT_ID_LEN;
         if shared > key_len || shared > self.key.len() || key_len - shared > rest.len() {
             return Err(self.corrupt("bad key"));
         }
         self.key.truncate(shared);
         self.key.extend_from_slice(&rest[..key_len - shared]);
         rest = &rest[key_len - shared..];
-        let len = match self.family {
-            Family::History => {
-                read_varint(&mut rest).ok_or_else(|| self.corrupt("bad record"))? as usize
-            }
-            _ => {
-                let tx_num = read_varint(&mut rest)
-                    .and_then(|delta| self.base.checked_add(delta))
-                    .filter(|&tx_num| tx_num <= TxNum::MAX)
-                    .ok_or_else(|| self.corrupt("bad record"))?;
-                self.key.extend_from_slice(&TxNum(tx_num).to_bytes());
-                0
-            }
-        };
+        let len = read_varint(&mut rest).ok_or_else(|| self.corrupt("bad record"))? as usize;
         if len > rest.len() {
             return Err(self.corrupt("bad value"));
         }
