@@ -364,7 +364,12 @@ const FAR_TIP: Height = Height(1_000_000);
 
 #[test]
 fn bulk_load_writes_runs_then_merges_them_by_partition() {
-    let chain = blocks(0, 12, None, 0, 0);
+    let mut chain = blocks(0, 12, None, 0, 0);
+    // Transactions of 64 KiB or more, whose sizes go to `meta`: one in a
+    // run that a restart keeps, one in rows a restart loses.
+    chain[3].tx_ends[1] = chain[3].tx_ends[0] + 70_000;
+    chain[9].tx_ends[0] = 81 + 0x1_0000;
+    chain[9].tx_ends[1] = 81 + 0x1_0000 + 60;
     let plain_dir = tempfile::tempdir().unwrap();
     let plain = Store::open(plain_dir.path(), "regtest", StoreConfig::default()).unwrap();
     plain.apply(&chain, false, FAR_TIP).unwrap();
@@ -473,6 +478,10 @@ fn bulk_load_writes_runs_then_merges_them_by_partition() {
     let store = Store::open(dir.path(), "regtest", StoreConfig::default()).unwrap();
     assert!(!store.in_bulk_load(), "the merge's end is durable");
     assert_eq!(store.digest().unwrap(), plain.digest().unwrap());
+    let span = |n| store.tx_span(TxNum(n)).unwrap().unwrap();
+    assert_eq!(span(7), (Height(3), 181, 70_000));
+    assert_eq!(span(18), (Height(9), 81, 0x1_0000));
+    assert_eq!(span(19), (Height(9), 81 + 0x1_0000, 60));
 }
 
 /// A merge stopped between partitions (or killed) goes on with the
