@@ -109,7 +109,7 @@ impl Metrics {
 ///    111 transactions).
 /// 3. Scrape: index and node heights equal the node's tip, no lag, not in
 ///    initial sync, 111 blocks indexed; the flat files hold exactly 80 + 8
-///    bytes per block and 32 + 3 per transaction; RocksDB has live SST
+///    bytes per block and 32 + 2 per transaction; RocksDB has live SST
 ///    files and wrote bytes; the process has resident memory; any other
 ///    path is a 404.
 /// 4. One session: server.version, two headers.subscribe, two scripthash
@@ -179,8 +179,8 @@ fn startup_lines_sync_summary_and_metrics_tell_the_truth() {
     assert_eq!(
         before.value("osprey_index_flat_files_bytes"),
         // Per block a header and a tx count; per transaction a txid and
-        // where it ends (3 bytes, docs/schema.md).
-        (blocks * (80 + 8) + blocks * (32 + 3)) as f64
+        // its size (2 bytes, docs/schema.md).
+        (blocks * (80 + 8) + blocks * (32 + 2)) as f64
     );
     assert!(before.value("osprey_rocksdb_live_sst_bytes") > 0.0);
     assert!(before.value("osprey_rocksdb_written_bytes_total") > 0.0);
