@@ -12,7 +12,8 @@
 //!   `osprey_sp::append_block_records`, blocks in chain order) and
 //!   `spoffsets.dat` (u64 LE per block: where its records end);
 //! - column family `history`: rows of [`codec::HistoryRow`];
-//! - column family `txid`: txid prefix + tx_num;
+//! - column family `txid`: the tx_nums of each bucket of txids
+//!   ([`codec::txid_bucket_key`]);
 //! - column family `undo`: the script buckets each recent block wrote rows
 //!   under;
 //! - column family `meta`: schema version and the committed tip, which is the
