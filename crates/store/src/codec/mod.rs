@@ -37,12 +37,12 @@ pub(crate) mod bits;
 mod bulk;
 mod txid;
 pub(crate) use bulk::{comparable_values, EpochValues};
-pub(crate) use txid::BucketValues;
 pub use txid::{
     decode_txid_value, merge_txids, truncate_txid_value, txid_bucket_key, txid_candidates,
     txid_check, txid_key_bits, txid_of_bits, txid_prefix, txid_value, TXID_BUCKET_BITS,
     TXID_BUCKET_KEY_LEN, TXID_CHECK_BITS, TXID_PREFIX_LEN,
 };
+pub(crate) use txid::{txid_prefix_bits, BucketValues};
 
 /// Bytes of a script hash in every history key: 88 bits, the hashX of
 /// ElectrumX, which has keyed its history by them for years. Rows of

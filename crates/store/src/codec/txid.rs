@@ -56,8 +56,8 @@ pub fn txid_prefix(txid: &Txid) -> &[u8] {
     &txid.as_byte_array()[..TXID_PREFIX_LEN]
 }
 
-/// The prefix as a big-endian integer.
-fn prefix_bits(prefix: &[u8]) -> u64 {
+/// A txid's prefix as a big-endian integer.
+pub(crate) fn txid_prefix_bits(prefix: &[u8]) -> u64 {
     prefix[..TXID_PREFIX_LEN]
         .iter()
         .fold(0, |n, &b| n << 8 | u64::from(b))
@@ -65,7 +65,7 @@ fn prefix_bits(prefix: &[u8]) -> u64 {
 
 /// The `txid` key of the bucket of a txid with `prefix`.
 pub fn txid_bucket_key(prefix: &[u8]) -> [u8; TXID_BUCKET_KEY_LEN] {
-    let bucket = prefix_bits(prefix) >> TXID_CHECK_BITS;
+    let bucket = txid_prefix_bits(prefix) >> TXID_CHECK_BITS;
     let aligned = bucket << (8 * TXID_BUCKET_KEY_LEN as u32 - TXID_BUCKET_BITS);
     aligned.to_be_bytes()[8 - TXID_BUCKET_KEY_LEN..]
         .try_into()
@@ -74,7 +74,7 @@ pub fn txid_bucket_key(prefix: &[u8]) -> [u8; TXID_BUCKET_KEY_LEN] {
 
 /// The check bits of a txid with `prefix`.
 pub fn txid_check(prefix: &[u8]) -> u64 {
-    prefix_bits(prefix) & ((1 << TXID_CHECK_BITS) - 1)
+    txid_prefix_bits(prefix) & ((1 << TXID_CHECK_BITS) - 1)
 }
 
 /// A transaction as a batch and a run keep it: its txid's prefix, then its
